@@ -1,0 +1,131 @@
+/* td_kernels.h — the compute interface: one ops table per back-end.
+ *
+ * All tensors are row-major float32 in the back-end's memory (host for the CPU
+ * back-end, device for CUDA); token ids are int32. Shapes are given per
+ * pointer. "+=" means the kernel accumulates into the output, "=" that it
+ * overwrites. The CPU back-end is the reference; every other back-end is
+ * tested against it. Kernels know nothing of MPI: tensor-parallel shards are
+ * expressed by the (v0, Vs) vocabulary ranges and local head counts. */
+#ifndef TD_KERNELS_H
+#define TD_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "td_error.h"
+
+typedef struct td_kernels td_kernels;
+
+struct td_kernels {
+  const char *name;        /* "cpu", "cuda" */
+  const char *matmul_name; /* "onednn", "cblas", "cublas" */
+  void *state;             /* back-end private state (primitive cache, ...) */
+
+  /* ---- memory ---------------------------------------------------------- */
+  /* Zeroed allocation in the back-end's memory; `what` names it in errors. */
+  td_status (*alloc)(td_kernels *k, void **out, size_t bytes, const char *what);
+  void (*free)(td_kernels *k, void *p);
+  td_status (*zero)(td_kernels *k, void *p, size_t bytes);
+  td_status (*to_host)(td_kernels *k, void *dst_host, const void *src, size_t bytes);
+  td_status (*to_device)(td_kernels *k, void *dst, const void *src_host, size_t bytes);
+  td_status (*sync)(td_kernels *k); /* wait until queued work is done */
+
+  /* ---- matmul ------------------------------------------------------------ */
+  /* C (M,N) = op(A) · op(B) + beta·C, beta ∈ {0, 1}.
+   * op(A) is (M,K): A stored (M,K), or (K,M) when transA.
+   * op(B) is (K,N): B stored (K,N), or (N,K) when transB. */
+  td_status (*gemm)(td_kernels *k, int transA, int transB, int64_t M, int64_t N,
+                    int64_t K, const float *A, const float *B, float beta, float *C);
+  /* out (M,N) += bias (N) broadcast over rows. */
+  td_status (*bias_fwd)(td_kernels *k, float *out, const float *bias, int64_t M, int64_t N);
+  /* dbias (N) += Σ_m dout (M,N). */
+  td_status (*bias_bwd)(td_kernels *k, float *dbias, const float *dout, int64_t M, int64_t N);
+
+  /* ---- embedding ----------------------------------------------------------- */
+  /* out[n,:] = (v0 ≤ tok[n] < v0+Vs ? wte[tok[n]-v0,:] : 0) + (wpe ? wpe[n mod T,:] : 0)
+   * out (B·T, C), tokens (B·T), wte (Vs, C) = rows [v0, v0+Vs) of the vocabulary,
+   * wpe (T, C) or NULL. */
+  td_status (*embed_fwd)(td_kernels *k, float *out, const int32_t *tokens,
+                         const float *wte, int64_t v0, int64_t Vs, const float *wpe,
+                         int64_t B, int64_t T, int64_t C);
+  /* dwte (Vs, C) += scatter of dout rows whose token is in [v0, v0+Vs);
+   * dwpe (T, C) += Σ_b dout[b,t,:] when dwpe is not NULL. dout (B·T, C). */
+  td_status (*embed_bwd)(td_kernels *k, float *dwte, float *dwpe, const float *dout,
+                         const int32_t *tokens, int64_t v0, int64_t Vs, int64_t B,
+                         int64_t T, int64_t C);
+
+  /* ---- LayerNorm (eps 1e-5) ------------------------------------------------ */
+  /* out = (x - mean)·rstd·w + b per row; out, x (N, C); mean, rstd (N) saved. */
+  td_status (*layernorm_fwd)(td_kernels *k, float *out, float *mean, float *rstd,
+                             const float *x, const float *w, const float *b,
+                             int64_t N, int64_t C);
+  /* dx (N,C) +=, dw (C) +=, db (C) += the gradients given dout (N,C). */
+  td_status (*layernorm_bwd)(td_kernels *k, float *dx, float *dw, float *db,
+                             const float *dout, const float *x, const float *w,
+                             const float *mean, const float *rstd, int64_t N, int64_t C);
+
+  /* ---- causal multi-head attention ---------------------------------------- */
+  /* qkv (B, T, 3·NH·HS) holds [Q | K | V] per token, heads in order inside each;
+   * att (B, NH, T, T) = softmax(Q·Kᵀ/√HS, causal) saved for backward (entries
+   * above the diagonal are 0); out (B, T, NH·HS) = att·V, heads concatenated. */
+  td_status (*attention_fwd)(td_kernels *k, float *out, float *att, const float *qkv,
+                             int64_t B, int64_t T, int64_t NH, int64_t HS);
+  /* dqkv (B, T, 3·NH·HS) = gradient wrt qkv given dout (B, T, NH·HS);
+   * scratch (B, NH, T, T) is workspace. */
+  td_status (*attention_bwd)(td_kernels *k, float *dqkv, float *scratch,
+                             const float *dout, const float *qkv, const float *att,
+                             int64_t B, int64_t T, int64_t NH, int64_t HS);
+
+  /* ---- pointwise ---------------------------------------------------------- */
+  /* out = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), n elements. */
+  td_status (*gelu_fwd)(td_kernels *k, float *out, const float *x, int64_t n);
+  /* dx = gelu'(x)·dout (=), n elements. */
+  td_status (*gelu_bwd)(td_kernels *k, float *dx, const float *x, const float *dout, int64_t n);
+  /* out = a + b (out may alias a or b), n elements. */
+  td_status (*add)(td_kernels *k, float *out, const float *a, const float *b, int64_t n);
+  /* x *= s, n elements. */
+  td_status (*scale)(td_kernels *k, float *x, float s, int64_t n);
+  /* *out = Σ x² accumulated in double, n elements (result on the host). */
+  td_status (*sumsq)(td_kernels *k, const float *x, int64_t n, double *out);
+
+  /* ---- softmax + cross-entropy on a vocabulary shard ------------------------ */
+  /* Logits (N, Vs) hold vocabulary columns [v0, v0+Vs); only the first Vvalid
+   * columns are real (the rest is padding that never wins and never counts).
+   * The loss of row n is log Σ_j exp(l_nj) − l_n,t(n), formed across shards as
+   * log(sumexp) + max − target logit, with max, sumexp and the target logit
+   * all-reduced by the caller between the calls below. */
+  /* rowmax (N) = max_{j<Vvalid} logits[n,j] (−inf if Vvalid = 0). */
+  td_status (*xent_rowmax)(td_kernels *k, float *rowmax, const float *logits,
+                           int64_t N, int64_t Vs, int64_t Vvalid);
+  /* sumexp (N) = Σ_{j<Vvalid} exp(logits[n,j] − rowmax[n]);
+   * tlogit (N) = logits[n, t(n)−v0] if v0 ≤ t(n) < v0+Vvalid, else 0. */
+  td_status (*xent_sumexp)(td_kernels *k, float *sumexp, float *tlogit,
+                           const float *logits, const float *rowmax,
+                           const int32_t *targets, int64_t v0, int64_t N,
+                           int64_t Vs, int64_t Vvalid);
+  /* dlogits (N, Vs) = scale·(exp(l − rowmax)/sumexp − [v0+j = t(n)]) for
+   * j < Vvalid, 0 for padding. dlogits may alias logits. */
+  td_status (*xent_bwd)(td_kernels *k, float *dlogits, const float *logits,
+                        const float *rowmax, const float *sumexp,
+                        const int32_t *targets, int64_t v0, float scale, int64_t N,
+                        int64_t Vs, int64_t Vvalid);
+
+  /* ---- optimizer ------------------------------------------------------------ */
+  /* AdamW exactly as torch.optim.AdamW (step t ≥ 1, n elements):
+   * p *= 1 − lr·wd; m = b1·m + (1−b1)·g; v = b2·v + (1−b2)·g²;
+   * p −= lr/(1−b1ᵗ) · m / (√v / √(1−b2ᵗ) + eps). */
+  td_status (*adamw)(td_kernels *k, float *p, const float *g, float *m, float *v,
+                     int64_t n, float lr, float beta1, float beta2, float eps,
+                     float weight_decay, int64_t t);
+
+  void (*destroy)(td_kernels *k);
+};
+
+/* Create the CPU back-end with `threads` OpenMP threads (0: leave as is). */
+td_status td_kernels_cpu_create(int threads, td_kernels **out);
+/* Create the back-end named `device` ("cpu" or "cuda"). */
+td_status td_kernels_create(const char *device, int threads, td_kernels **out);
+/* Destroy a back-end; accepts NULL and sets *k = NULL. */
+void td_kernels_destroy(td_kernels **k);
+
+#endif
