@@ -1,3 +1,151 @@
-/* main.c — placeholder while the sub-commands land. */
+/* main.c — the trident executable: MPI start-up, sub-command dispatch, and
+ * the one place where the job ends (DESIGN.md, invariant 3).
+ *
+ * An error that every rank agreed on (td_agree) ends every rank with one
+ * message from rank 0 and the status's exit code; an error one rank found
+ * alone is printed with that rank's trace and ends the job with MPI_Abort. */
+#include <mpi.h>
 #include <stdio.h>
-int main(void) { puts("trident"); return 0; }
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/td_app.h"
+#include "parallel/td_mpi.h"
+#include "td_build.h"
+#include "td_log.h"
+
+typedef struct {
+  const char *name;
+  td_cmd_fn fn;
+  const char *usage;
+  const char *help;
+} command;
+
+static const command k_commands[] = {
+    {"train", td_cmd_train, "trident train DECK [--set key.path=value]...",
+     "Train the model of DECK on dp×tp×pp MPI ranks; resumes per checkpoint.resume.\n"
+     "  --set key.path=value   override a deck value (repeatable), e.g. --set training.steps=10\n"
+     "  --dump FILE            (testing) write initial weights, batches, losses and step-0\n"
+     "                         gradients to FILE for tests/reference/check_train.py\n"},
+    {"check", td_cmd_check, "trident check DECK [--set key.path=value]... | trident check --schema",
+     "Validate DECK without training: print the resolved deck, the grid map (rank → dp, tp,\n"
+     "pp), the parameter count, memory per rank (parameters, gradients, optimizer state,\n"
+     "activations; by ZeRO stage) and FLOPs per token and per step.\n"
+     "  --schema               print every deck key with type, default, range and meaning\n"},
+    {"eval", td_cmd_eval, "trident eval DECK [--checkpoint FILE] [--json] [--set ...]",
+     "Validation loss of a checkpoint (default: the latest of checkpoint.dir) over the first\n"
+     "eval.batches × training.global_batch windows of the validation tokens.\n"
+     "  --checkpoint FILE      the checkpoint to evaluate\n"
+     "  --json                 print one JSON object with step, val_loss, val_tokens\n"},
+    {"generate", td_cmd_generate,
+     "trident generate --checkpoint FILE [--prompt TEXT] [--tokens N] [--temperature T] "
+     "[--top-k K] [--seed S]",
+     "Sample text from a checkpoint with the byte-level tokenizer.\n"},
+    {"prepare", td_cmd_prepare, "trident prepare --out FILE [--val-fraction F] INPUT...",
+     "Turn text files, folders (recursively) or - (stdin) into a token dataset (HDF5, byte-level\n"
+     "tokenizer, vocabulary 256): /tokens, and the last F of the tokens in /val_tokens.\n"},
+    {"ckpt", td_cmd_ckpt, "trident ckpt info FILE",
+     "Show a checkpoint: step, tokens seen, saved grid, model config, every tensor with its\n"
+     "shape and checksum status.\n"},
+};
+#define NCOMMANDS ((int)(sizeof k_commands / sizeof k_commands[0]))
+
+static void print_usage(FILE *out) {
+  fprintf(out,
+          "trident %s — train GPT-family models on a data × tensor × pipeline parallel grid\n\n"
+          "usage: mpiexec -n K trident COMMAND [options]\n\ncommands:\n",
+          TD_VERSION);
+  for (int i = 0; i < NCOMMANDS; ++i) fprintf(out, "  %s\n", k_commands[i].usage);
+  fprintf(out,
+          "\n  trident --version      build configuration\n"
+          "  trident COMMAND --help help for one command\n\n"
+          "exit codes: 0 done, 2 bad input (usage, deck, dataset, checkpoint), 3 runtime\n"
+          "failure, 75 stopped by a signal after a checkpoint was committed (rerun to resume)\n");
+}
+
+static void print_version(void) {
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(mpi, &len);
+  char *nl = strchr(mpi, '\n');
+  if (nl) *nl = '\0';
+  printf("trident %s (%s, %s build)\n", TD_VERSION, TD_GIT_DESCRIBE, TD_BUILD_TYPE);
+  printf("  cpu matmul: %s\n", TD_MATMUL_LIB);
+#ifdef TD_HAVE_CUDA
+  printf("  cuda: enabled (cuBLAS, NCCL)\n");
+#else
+  printf("  cuda: disabled\n");
+#endif
+  printf("  hdf5: %s (parallel)\n  mpi: %s\n", TD_HDF5_VERSION, mpi);
+}
+
+/* End the job for status st (see the file comment). Never returns on abort. */
+static int finish(td_app *app, td_status st) {
+  if (st == TD_OK) {
+    MPI_Comm_free(&app->world);
+    MPI_Finalize();
+    return 0;
+  }
+  int code = td_status_exit_code(st);
+  int show_trace = code == 3 || getenv("TD_TRACE") != NULL;
+  if (td_error_is_agreed()) {
+    if (app->rank == 0) {
+      fprintf(stderr, "trident: error: %s\n", td_error_message());
+      if (show_trace && td_error_trace()[0]) fprintf(stderr, "%s", td_error_trace());
+      fflush(stderr);
+    }
+    MPI_Comm_free(&app->world);
+    MPI_Finalize();
+    return code;
+  }
+  fprintf(stderr, "[rank %d] trident: error: %s\n%s", app->rank, td_error_message(),
+          td_error_trace());
+  fprintf(stderr, "[rank %d] trident: this rank failed alone; aborting the job (exit %d)\n",
+          app->rank, code);
+  fflush(stderr);
+  MPI_Abort(app->world, code);
+  return code;
+}
+
+int main(int argc, char **argv) {
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    fprintf(stderr, "trident: error: MPI_Init failed\n");
+    return 3;
+  }
+  td_app app = {MPI_COMM_NULL, 0, 1};
+  MPI_Comm_dup(MPI_COMM_WORLD, &app.world);
+  MPI_Comm_set_errhandler(app.world, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(app.world, &app.rank);
+  MPI_Comm_size(app.world, &app.size);
+  td_log_set_rank(app.rank, app.size);
+
+  const char *cmd = argc > 1 ? argv[1] : NULL;
+  if (!cmd || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+    if (app.rank == 0) print_usage(stdout);
+    if (!cmd) {
+      td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__, "no command given");
+      td_error_mark_agreed();
+      return finish(&app, TD_ERR_USAGE);
+    }
+    return finish(&app, TD_OK);
+  }
+  if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+    if (app.rank == 0) print_version();
+    return finish(&app, TD_OK);
+  }
+  for (int i = 0; i < NCOMMANDS; ++i) {
+    if (strcmp(cmd, k_commands[i].name) != 0) continue;
+    for (int j = 2; j < argc; ++j)
+      if (strcmp(argv[j], "--help") == 0 || strcmp(argv[j], "-h") == 0) {
+        if (app.rank == 0) printf("usage: %s\n\n%s", k_commands[i].usage, k_commands[i].help);
+        return finish(&app, TD_OK);
+      }
+    td_status st = k_commands[i].fn(&app, argc - 1, argv + 1);
+    return finish(&app, st);
+  }
+  td_status st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
+                              "unknown command '%s' (try trident --help)", cmd);
+  td_error_mark_agreed(); /* every rank parsed the same argv */
+  return finish(&app, st);
+}

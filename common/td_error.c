@@ -1,5 +1,4 @@
 /* td_error.c — the pending error of this process and its trace. */
-#define _GNU_SOURCE
 #include "td_error.h"
 
 #include <stdio.h>

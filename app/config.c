@@ -1,0 +1,640 @@
+/* config.c — job deck → td_config, driven by TD_DECK_SCHEMA alone. */
+#include "app/td_config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "io/td_yaml.h"
+
+typedef enum { T_INT, T_FLOAT, T_STR, T_BOOL, T_INTS, T_FLOATS } vtype;
+
+typedef struct {
+  const char *sec, *key, *full, *def, *choices, *doc;
+  vtype type;
+  double lo, hi;
+  unsigned flags;
+  size_t off, count_off;
+} entry;
+
+#define TD_OFFC_INT(sec, key) 0
+#define TD_OFFC_FLOAT(sec, key) 0
+#define TD_OFFC_STR(sec, key) 0
+#define TD_OFFC_BOOL(sec, key) 0
+#define TD_OFFC_INTS(sec, key) offsetof(td_config, sec##_##key##_count)
+#define TD_OFFC_FLOATS(sec, key) offsetof(td_config, sec##_##key##_count)
+
+static const entry k_schema[] = {
+#define TD_X_ENTRY(sec, key, type, def, lo, hi, ch, fl, doc)                                \
+  {#sec, #key, #sec "." #key, def, ch, doc, T_##type, (double)(lo), (double)(hi), fl, \
+   offsetof(td_config, sec##_##key), TD_OFFC_##type(sec, key)},
+    TD_DECK_SCHEMA(TD_X_ENTRY)
+#undef TD_X_ENTRY
+};
+#define NSCHEMA ((int)(sizeof k_schema / sizeof k_schema[0]))
+
+static const char *const k_sections[] = {
+#define TD_X_SEC(s) #s,
+    TD_DECK_SECTIONS(TD_X_SEC)
+#undef TD_X_SEC
+};
+#define NSECTIONS ((int)(sizeof k_sections / sizeof k_sections[0]))
+
+static const char *type_name(vtype t) {
+  switch (t) {
+    case T_INT: return "integer";
+    case T_FLOAT: return "number";
+    case T_STR: return "string";
+    case T_BOOL: return "boolean";
+    case T_INTS: return "list of integers";
+    default: return "list of numbers";
+  }
+}
+
+/* Levenshtein distance, for "did you mean". */
+static int edit_distance(const char *a, const char *b) {
+  int la = (int)strlen(a), lb = (int)strlen(b);
+  if (la > 63 || lb > 63) return 99;
+  int d[64][64];
+  for (int i = 0; i <= la; ++i) d[i][0] = i;
+  for (int j = 0; j <= lb; ++j) d[0][j] = j;
+  for (int i = 1; i <= la; ++i)
+    for (int j = 1; j <= lb; ++j) {
+      int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
+      d[i][j] = c;
+    }
+  return d[la][lb];
+}
+
+/* The closest known key of `sec` to `key` (any section if sec is NULL). */
+static const char *suggest_key(const char *sec, const char *key) {
+  const char *best = NULL;
+  int bestd = 4;
+  for (int i = 0; i < NSCHEMA; ++i) {
+    if (sec && strcmp(k_schema[i].sec, sec) != 0) continue;
+    int d = edit_distance(sec ? k_schema[i].key : k_schema[i].full, key);
+    if (d < bestd) bestd = d, best = sec ? k_schema[i].full : k_schema[i].full;
+  }
+  return best;
+}
+
+static const char *suggest_section(const char *name) {
+  const char *best = NULL;
+  int bestd = 4;
+  for (int i = 0; i < NSECTIONS; ++i) {
+    int d = edit_distance(k_sections[i], name);
+    if (d < bestd) bestd = d, best = k_sections[i];
+  }
+  return best;
+}
+
+static const entry *find_entry(const char *sec, const char *key) {
+  for (int i = 0; i < NSCHEMA; ++i)
+    if (strcmp(k_schema[i].sec, sec) == 0 && strcmp(k_schema[i].key, key) == 0)
+      return &k_schema[i];
+  return NULL;
+}
+
+static int is_section(const char *name) {
+  for (int i = 0; i < NSECTIONS; ++i)
+    if (strcmp(k_sections[i], name) == 0) return 1;
+  return 0;
+}
+
+/* Where a value came from, for messages: "deck.yaml:3:7" or "--set a.b=c". */
+typedef struct {
+  char where[TD_STR_MAX + 64];
+} place;
+
+static void place_node(place *p, const char *path, const td_yaml_node *n) {
+  snprintf(p->where, sizeof p->where, "%s:%d:%d", path, n->line, n->col);
+}
+
+static td_status parse_int(const entry *e, const place *p, const td_yaml_node *n,
+                           int64_t *out) {
+  if (n->kind != TD_YAML_SCALAR)
+    TD_FAIL(TD_ERR_DECK, "%s: %s: expected an integer, found %s", p->where, e->full,
+            td_yaml_kind_name(n->kind));
+  errno = 0;
+  char *end = NULL;
+  long long v = strtoll(n->value, &end, 0);
+  if (errno == ERANGE)
+    TD_FAIL(TD_ERR_DECK, "%s: %s: %s does not fit in 64 bits", p->where, e->full, n->value);
+  if (!n->plain || end == n->value || *end != '\0') {
+    /* Accept 1e3-style integers that are exact. */
+    char *fend = NULL;
+    double d = strtod(n->value, &fend);
+    if (n->plain && fend != n->value && *fend == '\0' && d == floor(d) && fabs(d) < 9e15) {
+      *out = (int64_t)d;
+      return TD_OK;
+    }
+    TD_FAIL(TD_ERR_DECK, "%s: %s: expected an integer, found '%s'", p->where, e->full,
+            n->value);
+  }
+  *out = v;
+  return TD_OK;
+}
+
+static td_status parse_float(const entry *e, const place *p, const td_yaml_node *n,
+                             double *out) {
+  if (n->kind != TD_YAML_SCALAR)
+    TD_FAIL(TD_ERR_DECK, "%s: %s: expected a number, found %s", p->where, e->full,
+            td_yaml_kind_name(n->kind));
+  char *end = NULL;
+  double v = strtod(n->value, &end);
+  if (!n->plain || end == n->value || *end != '\0' || isnan(v) || isinf(v))
+    TD_FAIL(TD_ERR_DECK, "%s: %s: expected a number, found '%s'", p->where, e->full,
+            n->value);
+  *out = v;
+  return TD_OK;
+}
+
+static td_status check_range(const entry *e, const place *p, double v, const char *text) {
+  if (v < e->lo || v > e->hi) {
+    if (e->hi >= TD_BIG)
+      TD_FAIL(TD_ERR_DECK, "%s: %s: %s is out of range (must be >= %g)", p->where, e->full,
+              text, e->lo);
+    TD_FAIL(TD_ERR_DECK, "%s: %s: %s is out of range [%g, %g]", p->where, e->full, text,
+            e->lo, e->hi);
+  }
+  return TD_OK;
+}
+
+/* Store the value of node n into cfg for entry e. */
+static td_status set_value(td_config *cfg, const entry *e, const place *p,
+                           const td_yaml_node *n) {
+  char *base = (char *)cfg + e->off;
+  switch (e->type) {
+    case T_INT: {
+      int64_t v;
+      TD_CHECK(parse_int(e, p, n, &v));
+      TD_CHECK(check_range(e, p, (double)v, n->value));
+      *(int64_t *)base = v;
+      return TD_OK;
+    }
+    case T_FLOAT: {
+      double v;
+      TD_CHECK(parse_float(e, p, n, &v));
+      TD_CHECK(check_range(e, p, v, n->value));
+      *(double *)base = v;
+      return TD_OK;
+    }
+    case T_BOOL: {
+      const char *s = n->kind == TD_YAML_SCALAR ? n->value : "";
+      if (!strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on"))
+        *(int *)base = 1;
+      else if (!strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcasecmp(s, "off"))
+        *(int *)base = 0;
+      else
+        TD_FAIL(TD_ERR_DECK, "%s: %s: expected true or false, found %s%s%s", p->where,
+                e->full, n->kind == TD_YAML_SCALAR ? "'" : "",
+                n->kind == TD_YAML_SCALAR ? s : td_yaml_kind_name(n->kind),
+                n->kind == TD_YAML_SCALAR ? "'" : "");
+      return TD_OK;
+    }
+    case T_STR: {
+      if (n->kind != TD_YAML_SCALAR)
+        TD_FAIL(TD_ERR_DECK, "%s: %s: expected a string, found %s", p->where, e->full,
+                td_yaml_kind_name(n->kind));
+      if (strlen(n->value) >= TD_STR_MAX)
+        TD_FAIL(TD_ERR_DECK, "%s: %s: value longer than %d characters", p->where, e->full,
+                TD_STR_MAX - 1);
+      if (e->choices) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", e->choices);
+        int ok = 0;
+        for (char *save = NULL, *t = strtok_r(buf, "|", &save); t; t = strtok_r(NULL, "|", &save))
+          if (strcmp(t, n->value) == 0) ok = 1;
+        if (!ok)
+          TD_FAIL(TD_ERR_DECK, "%s: %s: '%s' is not one of %s", p->where, e->full, n->value,
+                  e->choices);
+      }
+      snprintf(base, TD_STR_MAX, "%s", n->value);
+      return TD_OK;
+    }
+    case T_INTS:
+    case T_FLOATS: {
+      if (n->kind != TD_YAML_SEQ)
+        TD_FAIL(TD_ERR_DECK, "%s: %s: expected a %s like [1, 2], found %s", p->where, e->full,
+                type_name(e->type), n->kind == TD_YAML_SCALAR ? "a scalar" : "a mapping");
+      if (n->n > TD_LIST_MAX)
+        TD_FAIL(TD_ERR_DECK, "%s: %s: at most %d elements, found %d", p->where, e->full,
+                TD_LIST_MAX, n->n);
+      if ((e->flags & TD_F_LEN2) && n->n != 2)
+        TD_FAIL(TD_ERR_DECK, "%s: %s: expected exactly 2 elements, found %d", p->where,
+                e->full, n->n);
+      for (int i = 0; i < n->n; ++i) {
+        place ip;
+        place_node(&ip, p->where, n->items[i]);
+        /* keep the list's own place but the element's line:column when in a file */
+        if (strchr(p->where, ':') && strncmp(p->where, "--set", 5) != 0) {
+          const char *path_end = p->where;
+          char path[TD_STR_MAX];
+          /* p->where is "path:line:col": cut at the second-to-last ':' */
+          const char *c2 = strrchr(path_end, ':');
+          const char *c1 = c2;
+          while (c1 > path_end && *(--c1) != ':') {
+          }
+          snprintf(path, sizeof path, "%.*s", (int)(c1 - path_end), path_end);
+          place_node(&ip, path, n->items[i]);
+        } else {
+          ip = *p;
+        }
+        if (e->type == T_INTS) {
+          int64_t v;
+          TD_CHECK(parse_int(e, &ip, n->items[i], &v));
+          TD_CHECK(check_range(e, &ip, (double)v, n->items[i]->value));
+          ((int64_t *)base)[i] = v;
+        } else {
+          double v;
+          TD_CHECK(parse_float(e, &ip, n->items[i], &v));
+          TD_CHECK(check_range(e, &ip, v, n->items[i]->value));
+          ((double *)base)[i] = v;
+        }
+      }
+      *(int *)((char *)cfg + e->count_off) = n->n;
+      return TD_OK;
+    }
+  }
+  TD_FAIL(TD_ERR_INTERNAL, "bad schema type");
+}
+
+/* Parse `text` as a YAML value named `where` and store it. */
+static td_status set_from_text(td_config *cfg, const entry *e, const char *where,
+                               const char *text) {
+  td_yaml_node *doc = NULL;
+  td_status st = TD_OK;
+  place p;
+  snprintf(p.where, sizeof p.where, "%s", where);
+  if (text[0] == '\0' && e->type == T_STR) {
+    ((char *)cfg + e->off)[0] = '\0';
+    return TD_OK;
+  }
+  TD_CHECK_GOTO(td_yaml_load(where, text, &doc));
+  if (doc->kind == TD_YAML_MAP && doc->n == 0) {
+    /* empty text: an empty string */
+    if (e->type != T_STR)
+      TD_FAIL_GOTO(TD_ERR_DECK, "%s: %s: expected a %s, found nothing", where, e->full,
+                   type_name(e->type));
+    ((char *)cfg + e->off)[0] = '\0';
+    goto done;
+  }
+  TD_CHECK_GOTO(set_value(cfg, e, &p, doc));
+done:
+  td_yaml_free(&doc);
+  return st;
+}
+
+/* Marks of where each key was set (line 0: default). */
+typedef struct {
+  int line[NSCHEMA > 0 ? NSCHEMA : 1], col[NSCHEMA > 0 ? NSCHEMA : 1];
+  int set[NSCHEMA > 0 ? NSCHEMA : 1];
+  char via[NSCHEMA > 0 ? NSCHEMA : 1][64]; /* "--set" when overridden */
+} marks;
+
+static int entry_index(const entry *e) { return (int)(e - k_schema); }
+
+static td_status apply_deck(td_config *cfg, const char *path, const td_yaml_node *root,
+                            marks *mk) {
+  if (root->kind != TD_YAML_MAP)
+    TD_FAIL(TD_ERR_DECK, "%s:%d:%d: a job deck is a mapping of sections (run:, model:, ...), found %s",
+            path, root->line, root->col, td_yaml_kind_name(root->kind));
+  for (int i = 0; i < root->n; ++i) {
+    const td_yaml_node *sk = root->keys[i], *sv = root->items[i];
+    if (!is_section(sk->value)) {
+      const char *s = suggest_section(sk->value);
+      if (!s && sv->kind != TD_YAML_MAP) {
+        /* a flat key like "layers: 4" at top level */
+        const char *k = suggest_key(NULL, sk->value);
+        for (int j = 0; j < NSCHEMA && !k; ++j)
+          if (strcmp(k_schema[j].key, sk->value) == 0) k = k_schema[j].full;
+        if (k)
+          TD_FAIL(TD_ERR_DECK, "%s:%d:%d: unknown section '%s' (did you mean '%s'?)", path,
+                  sk->line, sk->col, sk->value, k);
+      }
+      if (s)
+        TD_FAIL(TD_ERR_DECK, "%s:%d:%d: unknown section '%s' (did you mean '%s'?)", path,
+                sk->line, sk->col, sk->value, s);
+      TD_FAIL(TD_ERR_DECK, "%s:%d:%d: unknown section '%s' (known: run, model, parallel, data, "
+              "training, optimizer, schedule, checkpoint, logging, eval)",
+              path, sk->line, sk->col, sk->value);
+    }
+    if (sv->kind == TD_YAML_SCALAR && sv->value[0] == '\0') continue; /* "eval:" empty */
+    if (sv->kind != TD_YAML_MAP)
+      TD_FAIL(TD_ERR_DECK, "%s:%d:%d: section '%s' must be a mapping of keys, found %s", path,
+              sv->line, sv->col, sk->value, td_yaml_kind_name(sv->kind));
+    for (int j = 0; j < sv->n; ++j) {
+      const td_yaml_node *kk = sv->keys[j], *vv = sv->items[j];
+      const entry *e = find_entry(sk->value, kk->value);
+      if (!e) {
+        const char *s = suggest_key(sk->value, kk->value);
+        if (!s) s = suggest_key(NULL, kk->value);
+        if (s)
+          TD_FAIL(TD_ERR_DECK, "%s:%d:%d: unknown key '%s.%s' (did you mean '%s'?)", path,
+                  kk->line, kk->col, sk->value, kk->value, s);
+        TD_FAIL(TD_ERR_DECK, "%s:%d:%d: unknown key '%s.%s' (see `trident check --schema`)",
+                path, kk->line, kk->col, sk->value, kk->value);
+      }
+      place p;
+      place_node(&p, path, vv);
+      TD_CHECK(set_value(cfg, e, &p, vv));
+      int ix = entry_index(e);
+      mk->line[ix] = vv->line;
+      mk->col[ix] = vv->col;
+      mk->set[ix] = 1;
+    }
+  }
+  return TD_OK;
+}
+
+static td_status apply_set(td_config *cfg, const char *arg, marks *mk) {
+  const char *eq = strchr(arg, '=');
+  const char *dot = strchr(arg, '.');
+  char where[TD_STR_MAX + 16];
+  snprintf(where, sizeof where, "--set %s", arg);
+  if (!eq || !dot || dot > eq)
+    TD_FAIL(TD_ERR_USAGE, "%s: expected --set section.key=value (e.g. --set training.steps=10)",
+            where);
+  char sec[64], key[64];
+  snprintf(sec, sizeof sec, "%.*s", (int)(dot - arg), arg);
+  snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
+  const entry *e = find_entry(sec, key);
+  if (!e) {
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", sec, key);
+    const char *s = suggest_key(NULL, full);
+    if (s) TD_FAIL(TD_ERR_DECK, "%s: unknown key '%s' (did you mean '%s'?)", where, full, s);
+    TD_FAIL(TD_ERR_DECK, "%s: unknown key '%s' (see `trident check --schema`)", where, full);
+  }
+  TD_CHECK(set_from_text(cfg, e, where, eq + 1));
+  int ix = entry_index(e);
+  mk->set[ix] = 1;
+  mk->line[ix] = 0;
+  snprintf(mk->via[ix], sizeof mk->via[ix], "--set %s", e->full);
+  return TD_OK;
+}
+
+/* "deck.yaml:4:9" for entry e, or "deck.yaml" when defaulted. */
+static void where_of(const td_config *cfg, const marks *mk, const entry *e, char *buf,
+                     size_t cap) {
+  int ix = entry_index(e);
+  if (mk->via[ix][0])
+    snprintf(buf, cap, "%s", mk->via[ix]);
+  else if (mk->line[ix] > 0)
+    snprintf(buf, cap, "%s:%d:%d", cfg->deck_path, mk->line[ix], mk->col[ix]);
+  else
+    snprintf(buf, cap, "%s", cfg->deck_path);
+}
+
+#define WHERE(sec, key) \
+  (where_of(cfg, mk, find_entry(#sec, #key), wbuf, sizeof wbuf), wbuf)
+
+static td_status cross_check(td_config *cfg, const marks *mk) {
+  char wbuf[TD_STR_MAX + 64];
+  for (int i = 0; i < NSCHEMA; ++i)
+    if ((k_schema[i].flags & TD_F_REQ) && !mk->set[i])
+      TD_FAIL(TD_ERR_DECK, "%s: missing required key '%s' (%s)", cfg->deck_path,
+              k_schema[i].full, k_schema[i].doc);
+  int64_t dp = cfg->parallel_dp, tp = cfg->parallel_tp, pp = cfg->parallel_pp;
+  if (cfg->world > 0 && dp * tp * pp != cfg->world)
+    TD_FAIL(TD_ERR_DECK,
+            "%s: parallel: dp × tp × pp = %lld × %lld × %lld = %lld, but the job has %d rank%s "
+            "(set parallel.dp/tp/pp so that their product is the number of MPI ranks)",
+            WHERE(parallel, dp), (long long)dp, (long long)tp, (long long)pp,
+            (long long)(dp * tp * pp), cfg->world, cfg->world == 1 ? "" : "s");
+  if (cfg->model_dim % cfg->model_heads != 0)
+    TD_FAIL(TD_ERR_DECK, "%s: model.dim = %lld is not divisible by model.heads = %lld",
+            WHERE(model, dim), (long long)cfg->model_dim, (long long)cfg->model_heads);
+  if (cfg->model_heads % tp != 0)
+    TD_FAIL(TD_ERR_DECK,
+            "%s: model.heads = %lld is not divisible by parallel.tp = %lld (each tensor-parallel "
+            "rank holds whole heads)",
+            WHERE(parallel, tp), (long long)cfg->model_heads, (long long)tp);
+  if (cfg->parallel_stage_layers_count > 0) {
+    int64_t sum = 0;
+    for (int i = 0; i < cfg->parallel_stage_layers_count; ++i) sum += cfg->parallel_stage_layers[i];
+    if (cfg->parallel_stage_layers_count != pp)
+      TD_FAIL(TD_ERR_DECK, "%s: parallel.stage_layers has %d entries but parallel.pp = %lld",
+              WHERE(parallel, stage_layers), cfg->parallel_stage_layers_count, (long long)pp);
+    if (sum != cfg->model_layers)
+      TD_FAIL(TD_ERR_DECK, "%s: parallel.stage_layers sums to %lld but model.layers = %lld",
+              WHERE(parallel, stage_layers), (long long)sum, (long long)cfg->model_layers);
+  } else if (cfg->model_layers % pp != 0) {
+    TD_FAIL(TD_ERR_DECK,
+            "%s: model.layers = %lld is not divisible by parallel.pp = %lld (or give "
+            "parallel.stage_layers)",
+            WHERE(parallel, pp), (long long)cfg->model_layers, (long long)pp);
+  }
+  if (cfg->training_global_batch % dp != 0)
+    TD_FAIL(TD_ERR_DECK, "%s: training.global_batch = %lld is not divisible by parallel.dp = %lld",
+            WHERE(training, global_batch), (long long)cfg->training_global_batch, (long long)dp);
+  int64_t mb = cfg->parallel_micro_batch;
+  if (mb > 0 && cfg->training_global_batch % (mb * dp) != 0)
+    TD_FAIL(TD_ERR_DECK,
+            "%s: training.global_batch = %lld is not divisible by parallel.micro_batch × "
+            "parallel.dp = %lld × %lld",
+            WHERE(parallel, micro_batch), (long long)cfg->training_global_batch, (long long)mb,
+            (long long)dp);
+  if (cfg->schedule_min_lr > cfg->optimizer_lr)
+    TD_FAIL(TD_ERR_DECK, "%s: schedule.min_lr = %g is larger than optimizer.lr = %g",
+            WHERE(schedule, min_lr), cfg->schedule_min_lr, cfg->optimizer_lr);
+  if (cfg->training_steps > 0 && cfg->schedule_warmup > cfg->training_steps)
+    TD_FAIL(TD_ERR_DECK, "%s: schedule.warmup = %lld is longer than training.steps = %lld",
+            WHERE(schedule, warmup), (long long)cfg->schedule_warmup,
+            (long long)cfg->training_steps);
+  if (cfg->model_vocab_size > 65536 * 32768LL)
+    TD_FAIL(TD_ERR_DECK, "%s: model.vocab_size too large", WHERE(model, vocab_size));
+  if (cfg->data_train[0] == '\0')
+    TD_FAIL(TD_ERR_DECK, "%s: data.train is empty", WHERE(data, train));
+  return TD_OK;
+}
+
+static void derive_paths(td_config *cfg) {
+  char buf[TD_STR_MAX * 2];
+  if (cfg->run_out_dir[0] == '\0') {
+    snprintf(buf, sizeof buf, "runs/%s", cfg->run_name);
+    snprintf(cfg->run_out_dir, TD_STR_MAX, "%.*s", TD_STR_MAX - 1, buf);
+  }
+  if (cfg->checkpoint_dir[0] == '\0') {
+    snprintf(buf, sizeof buf, "%s/ckpt", cfg->run_out_dir);
+    snprintf(cfg->checkpoint_dir, TD_STR_MAX, "%.*s", TD_STR_MAX - 1, buf);
+  }
+  if (cfg->logging_metrics[0] == '\0') {
+    snprintf(buf, sizeof buf, "%s/metrics.jsonl", cfg->run_out_dir);
+    snprintf(cfg->logging_metrics, TD_STR_MAX, "%.*s", TD_STR_MAX - 1, buf);
+  }
+  if (cfg->data_val[0] == '\0') snprintf(cfg->data_val, TD_STR_MAX, "%s", cfg->data_train);
+}
+
+td_status td_config_load(const char *path, int nset, char **sets, int world, td_config *cfg) {
+  td_status st = TD_OK;
+  td_yaml_node *root = NULL;
+  marks *mk = calloc(1, sizeof *mk);
+  if (!mk) TD_FAIL(TD_ERR_NOMEM, "out of memory");
+  memset(cfg, 0, sizeof *cfg);
+  snprintf(cfg->deck_path, sizeof cfg->deck_path, "%s", path);
+  cfg->world = world;
+  for (int i = 0; i < NSCHEMA; ++i) {
+    if (k_schema[i].flags & TD_F_REQ) continue;
+    char where[128];
+    snprintf(where, sizeof where, "default of %s", k_schema[i].full);
+    TD_CHECK_GOTO(set_from_text(cfg, &k_schema[i], where, k_schema[i].def));
+  }
+  TD_CHECK_GOTO(td_yaml_load(path, NULL, &root));
+  TD_CHECK_GOTO(apply_deck(cfg, path, root, mk));
+  for (int i = 0; i < nset; ++i) TD_CHECK_GOTO(apply_set(cfg, sets[i], mk));
+  TD_CHECK_GOTO(cross_check(cfg, mk));
+  derive_paths(cfg);
+done:
+  td_yaml_free(&root);
+  free(mk);
+  return st;
+}
+
+/* Print a string as a YAML scalar, quoted when it needs to be. */
+static void print_str(FILE *out, const char *s) {
+  int plain = s[0] != '\0' && !strpbrk(s, ":#{}[],&*!|>'\"%@`") && s[0] != ' ' &&
+              s[0] != '-' && s[0] != '?';
+  if (plain && (!strcasecmp(s, "true") || !strcasecmp(s, "false") || !strcasecmp(s, "yes") ||
+                !strcasecmp(s, "no") || !strcasecmp(s, "null") || !strcasecmp(s, "on") ||
+                !strcasecmp(s, "off") || strtod(s, NULL) != 0.0 || s[0] == '0'))
+    plain = 0;
+  if (plain) {
+    fputs(s, out);
+    return;
+  }
+  fputc('"', out);
+  for (; *s; ++s) {
+    if (*s == '"' || *s == '\\') fputc('\\', out);
+    fputc(*s, out);
+  }
+  fputc('"', out);
+}
+
+/* Shortest "%g" form of v that reads back exactly. */
+static void print_double(FILE *out, double v) {
+  char buf[40];
+  for (int prec = 6; prec <= 17; ++prec) {
+    snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (strtod(buf, NULL) == v) break;
+  }
+  /* keep it a YAML number that reads as a float */
+  if (!strpbrk(buf, ".eEni")) strcat(buf, ".0");
+  fputs(buf, out);
+}
+
+static void print_value(FILE *out, const td_config *cfg, const entry *e) {
+  const char *base = (const char *)cfg + e->off;
+  switch (e->type) {
+    case T_INT: fprintf(out, "%lld", (long long)*(const int64_t *)base); break;
+    case T_FLOAT: print_double(out, *(const double *)base); break;
+    case T_BOOL: fputs(*(const int *)base ? "true" : "false", out); break;
+    case T_STR: print_str(out, base); break;
+    case T_INTS:
+    case T_FLOATS: {
+      int n = *(const int *)((const char *)cfg + e->count_off);
+      fputc('[', out);
+      for (int i = 0; i < n; ++i) {
+        if (i) fputs(", ", out);
+        if (e->type == T_INTS)
+          fprintf(out, "%lld", (long long)((const int64_t *)base)[i]);
+        else
+          print_double(out, ((const double *)base)[i]);
+      }
+      fputc(']', out);
+      break;
+    }
+  }
+}
+
+void td_config_print(const td_config *cfg, FILE *out) {
+  const char *sec = "";
+  for (int i = 0; i < NSCHEMA; ++i) {
+    const entry *e = &k_schema[i];
+    if (strcmp(sec, e->sec) != 0) {
+      fprintf(out, "%s:\n", e->sec);
+      sec = e->sec;
+    }
+    fprintf(out, "  %s: ", e->key);
+    print_value(out, cfg, e);
+    fputc('\n', out);
+  }
+}
+
+td_status td_config_to_text(const td_config *cfg, char **out) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) TD_FAIL(TD_ERR_NOMEM, "cannot format the deck");
+  td_config_print(cfg, f);
+  fclose(f);
+  *out = buf;
+  return TD_OK;
+}
+
+void td_config_print_schema(FILE *out) {
+  fprintf(out, "| key | type | default | allowed | meaning |\n");
+  fprintf(out, "| --- | --- | --- | --- | --- |\n");
+  for (int i = 0; i < NSCHEMA; ++i) {
+    const entry *e = &k_schema[i];
+    char allowed[128] = "";
+    if (e->choices)
+      snprintf(allowed, sizeof allowed, "%s", e->choices);
+    else if (e->type == T_INT || e->type == T_FLOAT || e->type == T_INTS || e->type == T_FLOATS) {
+      if (e->hi >= TD_BIG)
+        snprintf(allowed, sizeof allowed, "≥ %g", e->lo);
+      else
+        snprintf(allowed, sizeof allowed, "%g … %g", e->lo, e->hi);
+      if (e->flags & TD_F_LEN2) strncat(allowed, ", 2 elements", sizeof allowed - strlen(allowed) - 1);
+    }
+    char def[64];
+    if (e->flags & TD_F_REQ)
+      snprintf(def, sizeof def, "**required**");
+    else if (e->def[0] == '\0')
+      snprintf(def, sizeof def, "(derived)");
+    else
+      snprintf(def, sizeof def, "`%s`", e->def);
+    fprintf(out, "| `%s` | %s | %s | %s | %s |\n", e->full, type_name(e->type), def, allowed,
+            e->doc);
+  }
+}
+
+void td_config_model_diff(const td_config *a, const td_config *b, char *buf, size_t cap) {
+  buf[0] = '\0';
+  for (int i = 0; i < NSCHEMA; ++i) {
+    const entry *e = &k_schema[i];
+    if (strcmp(e->sec, "model") != 0) continue;
+    size_t sz = e->type == T_STR ? TD_STR_MAX : e->type == T_INT ? sizeof(int64_t) : sizeof(double);
+    if (memcmp((const char *)a + e->off, (const char *)b + e->off, sz) != 0) {
+      size_t used = strlen(buf);
+      snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", e->full);
+    }
+  }
+}
+
+int64_t td_config_micro_batch(const td_config *cfg) {
+  return cfg->parallel_micro_batch > 0 ? cfg->parallel_micro_batch
+                                       : cfg->training_global_batch / cfg->parallel_dp;
+}
+
+int64_t td_config_accum_steps(const td_config *cfg) {
+  return cfg->training_global_batch / (cfg->parallel_dp * td_config_micro_batch(cfg));
+}
+
+void td_config_stage_layers(const td_config *cfg, int s, int64_t *first, int64_t *count) {
+  int64_t f = 0;
+  if (cfg->parallel_stage_layers_count > 0) {
+    for (int i = 0; i < s; ++i) f += cfg->parallel_stage_layers[i];
+    *first = f;
+    *count = cfg->parallel_stage_layers[s];
+    return;
+  }
+  int64_t per = cfg->model_layers / cfg->parallel_pp;
+  *first = per * s;
+  *count = per;
+}

@@ -1,0 +1,180 @@
+/* registry.c — the GPT-2 parameter table and its per-rank shards. */
+#include "app/td_registry.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "td_rng.h"
+
+/* Static description of each kind: name pattern, shape in units of C (or V, T),
+ * split, init. One row per kind; the registry instantiates them per layer. */
+typedef struct {
+  const char *suffix; /* after "h.<i>." for block params */
+  int block;          /* belongs to a transformer block */
+  int split_dim, split_blocks;
+  td_init_kind init;
+} kind_info;
+
+static const kind_info k_kinds[TD_PK_COUNT] = {
+    [TD_PK_WTE] = {"wte.weight", 0, 0, 1, TD_INIT_NORMAL},
+    [TD_PK_WPE] = {"wpe.weight", 0, -1, 1, TD_INIT_NORMAL},
+    [TD_PK_LN1_W] = {"ln_1.weight", 1, -1, 1, TD_INIT_ONES},
+    [TD_PK_LN1_B] = {"ln_1.bias", 1, -1, 1, TD_INIT_ZEROS},
+    [TD_PK_QKV_W] = {"attn.c_attn.weight", 1, 1, 3, TD_INIT_NORMAL},
+    [TD_PK_QKV_B] = {"attn.c_attn.bias", 1, 0, 3, TD_INIT_ZEROS},
+    [TD_PK_ATTPROJ_W] = {"attn.c_proj.weight", 1, 0, 1, TD_INIT_NORMAL_RESID},
+    [TD_PK_ATTPROJ_B] = {"attn.c_proj.bias", 1, -1, 1, TD_INIT_ZEROS},
+    [TD_PK_LN2_W] = {"ln_2.weight", 1, -1, 1, TD_INIT_ONES},
+    [TD_PK_LN2_B] = {"ln_2.bias", 1, -1, 1, TD_INIT_ZEROS},
+    [TD_PK_FC_W] = {"mlp.c_fc.weight", 1, 1, 1, TD_INIT_NORMAL},
+    [TD_PK_FC_B] = {"mlp.c_fc.bias", 1, 0, 1, TD_INIT_ZEROS},
+    [TD_PK_FCPROJ_W] = {"mlp.c_proj.weight", 1, 0, 1, TD_INIT_NORMAL_RESID},
+    [TD_PK_FCPROJ_B] = {"mlp.c_proj.bias", 1, -1, 1, TD_INIT_ZEROS},
+    [TD_PK_LNF_W] = {"ln_f.weight", 0, -1, 1, TD_INIT_ONES},
+    [TD_PK_LNF_B] = {"ln_f.bias", 0, -1, 1, TD_INIT_ZEROS},
+};
+
+static void global_shape(td_param_kind k, int64_t V, int64_t T, int64_t C, int *ndim,
+                         int64_t s[2]) {
+  s[0] = s[1] = 1;
+  *ndim = 1;
+  switch (k) {
+    case TD_PK_WTE: *ndim = 2, s[0] = V, s[1] = C; break;
+    case TD_PK_WPE: *ndim = 2, s[0] = T, s[1] = C; break;
+    case TD_PK_QKV_W: *ndim = 2, s[0] = C, s[1] = 3 * C; break;
+    case TD_PK_QKV_B: s[0] = 3 * C; break;
+    case TD_PK_ATTPROJ_W: *ndim = 2, s[0] = C, s[1] = C; break;
+    case TD_PK_FC_W: *ndim = 2, s[0] = C, s[1] = 4 * C; break;
+    case TD_PK_FC_B: s[0] = 4 * C; break;
+    case TD_PK_FCPROJ_W: *ndim = 2, s[0] = 4 * C, s[1] = C; break;
+    default: s[0] = C; break;
+  }
+}
+
+static int stage_of_layer(const td_config *cfg, int layer) {
+  for (int s = 0; s < (int)cfg->parallel_pp; ++s) {
+    int64_t first, count;
+    td_config_stage_layers(cfg, s, &first, &count);
+    if (layer >= first && layer < first + count) return s;
+  }
+  return (int)cfg->parallel_pp - 1;
+}
+
+static void add_param(td_registry *r, const td_config *cfg, td_param_kind k, int layer) {
+  td_param *p = &r->p[r->n++];
+  memset(p, 0, sizeof *p);
+  const kind_info *ki = &k_kinds[k];
+  p->kind = k;
+  p->layer = layer;
+  if (ki->block)
+    snprintf(p->name, sizeof p->name, "h.%d.%s", layer, ki->suffix);
+  else
+    snprintf(p->name, sizeof p->name, "%s", ki->suffix);
+  global_shape(k, cfg->model_vocab_size, cfg->model_seq_len, cfg->model_dim, &p->ndim, p->shape);
+  p->split_dim = r->tp > 1 ? ki->split_dim : -1;
+  p->split_blocks = ki->split_blocks;
+  p->init = ki->init;
+  p->decay = p->ndim == 2;
+  int last = (int)cfg->parallel_pp - 1;
+  if (k == TD_PK_WTE || k == TD_PK_WPE)
+    p->stage = 0;
+  else if (k == TD_PK_LNF_W || k == TD_PK_LNF_B)
+    p->stage = last;
+  else
+    p->stage = stage_of_layer(cfg, layer);
+  p->tied_last = k == TD_PK_WTE && last > 0;
+  p->present = p->stage == r->pp_rank || (p->tied_last && r->pp_rank == last);
+  p->local_shape[0] = p->shape[0];
+  p->local_shape[1] = p->shape[1];
+  p->split_pad = p->split_dim >= 0 ? p->shape[p->split_dim] : 0;
+  if (p->split_dim >= 0) {
+    int64_t ext = p->shape[p->split_dim];
+    int64_t unit = (int64_t)r->tp * p->split_blocks;
+    p->split_pad = (ext + unit - 1) / unit * unit;
+    p->local_shape[p->split_dim] = p->split_pad / r->tp;
+  }
+  p->local_numel = p->present ? p->local_shape[0] * p->local_shape[1] : 0;
+  p->offset = r->total_local;
+  /* keep every view 16-float aligned (64 bytes) */
+  r->total_local += (p->local_numel + 15) / 16 * 16;
+  r->total_global += p->shape[0] * p->shape[1];
+}
+
+td_status td_registry_create(const td_config *cfg, int tp, int tp_rank, int pp, int pp_rank,
+                             td_registry **out) {
+  *out = NULL;
+  td_registry *r = calloc(1, sizeof *r);
+  int64_t L = cfg->model_layers;
+  int64_t max_n = 3 + 12 * L + 2;
+  if (r) r->p = calloc((size_t)max_n, sizeof *r->p);
+  if (!r || !r->p) {
+    if (r) free(r);
+    TD_FAIL(TD_ERR_NOMEM, "out of memory for the parameter registry");
+  }
+  r->tp = tp, r->tp_rank = tp_rank, r->pp = pp, r->pp_rank = pp_rank;
+  add_param(r, cfg, TD_PK_WTE, -1);
+  add_param(r, cfg, TD_PK_WPE, -1);
+  for (int l = 0; l < L; ++l)
+    for (int k = TD_PK_LN1_W; k <= TD_PK_FCPROJ_B; ++k) add_param(r, cfg, (td_param_kind)k, l);
+  add_param(r, cfg, TD_PK_LNF_W, -1);
+  add_param(r, cfg, TD_PK_LNF_B, -1);
+  *out = r;
+  return TD_OK;
+}
+
+void td_registry_destroy(td_registry **rp) {
+  if (!rp || !*rp) return;
+  free((*rp)->p);
+  free(*rp);
+  *rp = NULL;
+}
+
+td_param *td_registry_find(const td_registry *r, td_param_kind k, int layer) {
+  for (int i = 0; i < r->n; ++i)
+    if (r->p[i].kind == k && r->p[i].layer == layer) return &r->p[i];
+  return NULL;
+}
+
+int64_t td_param_global_index(const td_registry *r, const td_param *p, int64_t i, int64_t j) {
+  int64_t gi = i, gj = j;
+  if (p->split_dim >= 0) {
+    int64_t local = p->local_shape[p->split_dim];
+    int64_t x = p->split_dim == 0 ? i : j;
+    int64_t blk_local = local / p->split_blocks;        /* per block per rank */
+    int64_t blk_global = p->split_pad / p->split_blocks; /* per block, padded */
+    int64_t b = x / blk_local, w = x % blk_local;
+    int64_t g = b * blk_global + (int64_t)r->tp_rank * blk_local + w;
+    /* padding lies beyond the real extent (only when split_blocks == 1) */
+    if (g >= p->shape[p->split_dim]) return -1;
+    if (p->split_dim == 0) gi = g; else gj = g;
+  }
+  return gi * p->shape[1] + gj;
+}
+
+void td_registry_init_params(const td_registry *r, const td_config *cfg, float *params) {
+  double std_resid = 0.02 / sqrt(2.0 * (double)cfg->model_layers);
+  for (int t = 0; t < r->n; ++t) {
+    const td_param *p = &r->p[t];
+    if (!p->present) continue;
+    float *x = params + p->offset;
+    uint64_t key = td_rng_key((uint64_t)cfg->run_seed, td_hash_str(p->name), 0x1a17);
+    int64_t rows = p->local_shape[0], cols = p->local_shape[1]; /* 1-D: (n, 1) */
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        int64_t g = td_param_global_index(r, p, i, j);
+        float v = 0.0f;
+        if (g >= 0) {
+          switch (p->init) {
+            case TD_INIT_NORMAL: v = (float)(0.02 * td_rng_normal(key, (uint64_t)g)); break;
+            case TD_INIT_NORMAL_RESID: v = (float)(std_resid * td_rng_normal(key, (uint64_t)g)); break;
+            case TD_INIT_ZEROS: v = 0.0f; break;
+            case TD_INIT_ONES: v = 1.0f; break;
+          }
+        }
+        x[i * cols + j] = v;
+      }
+  }
+}

@@ -1,0 +1,119 @@
+/* td_config.h — the job deck: one schema table, one typed config.
+ *
+ * TD_DECK_SCHEMA is the only description of the deck. It declares the fields
+ * of td_config, drives parsing, range checks, --set overrides, the resolved-deck
+ * printer, `trident check --schema` and the deck reference in the README.
+ *
+ * X(section, key, type, default, min, max, choices, flags, doc)
+ *   type     INT (int64_t), FLOAT (double), STR (char[TD_STR_MAX]), BOOL (int),
+ *            INTS / FLOATS (lists, up to TD_LIST_MAX, with a _count field)
+ *   default  text parsed like a deck value ("" for STR means empty; REQ flag
+ *            means the key must be given)
+ *   min/max  inclusive range for numbers and list elements, and list lengths
+ *            for lists via the LEN2 flag
+ *   choices  "a|b|c" or NULL */
+#ifndef TD_CONFIG_H
+#define TD_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "td_error.h"
+
+#define TD_STR_MAX 512
+#define TD_LIST_MAX 256
+#define TD_BIG 9.0e18
+
+#define TD_F_REQ 1u  /* required key */
+#define TD_F_LEN2 2u /* list of exactly two elements */
+
+#define TD_DECK_SCHEMA(X)                                                                   \
+  X(run, name, STR, "trident", 0, 0, NULL, 0, "run name, used in default paths")             \
+  X(run, seed, INT, "1234", 0, TD_BIG, NULL, 0, "seed of every random draw (init, data order)") \
+  X(run, device, STR, "cpu", 0, 0, "cpu|cuda", 0, "compute back-end")                          \
+  X(run, out_dir, STR, "", 0, 0, NULL, 0, "output folder (default runs/<name>)")               \
+  X(run, threads, INT, "0", 0, 4096, NULL, 0,                                                \
+    "OpenMP threads per rank (0: OMP_NUM_THREADS, else cores / ranks on the node)")          \
+  X(model, arch, STR, "gpt2", 0, 0, "gpt2", 0, "model family")                                \
+  X(model, vocab_size, INT, "", 2, 2147483647, NULL, TD_F_REQ, "vocabulary size V")          \
+  X(model, seq_len, INT, "", 1, 1048576, NULL, TD_F_REQ, "context length T")                 \
+  X(model, layers, INT, "", 1, 100000, NULL, TD_F_REQ, "transformer blocks")                 \
+  X(model, dim, INT, "", 1, 1048576, NULL, TD_F_REQ, "model width C")                        \
+  X(model, heads, INT, "", 1, 65536, NULL, TD_F_REQ, "attention heads (C % heads == 0)")     \
+  X(parallel, dp, INT, "1", 1, 1048576, NULL, 0, "data-parallel size")                        \
+  X(parallel, tp, INT, "1", 1, 4096, NULL, 0, "tensor-parallel size")                         \
+  X(parallel, pp, INT, "1", 1, 4096, NULL, 0, "pipeline-parallel size (stages)")              \
+  X(parallel, zero, INT, "0", 0, 3, NULL, 0, "ZeRO stage: 0 none, 1 optimizer, 2 +gradients, 3 +parameters") \
+  X(parallel, micro_batch, INT, "0", 0, TD_BIG, NULL, 0,                                      \
+    "sequences per micro-batch per rank (0: global_batch / dp, no accumulation)")             \
+  X(parallel, pp_schedule, STR, "1f1b", 0, 0, "gpipe|1f1b", 0, "pipeline schedule")           \
+  X(parallel, stage_layers, INTS, "[]", 1, 100000, NULL, 0,                                  \
+    "layers per pipeline stage (default: even split)")                                      \
+  X(parallel, bucket_mb, FLOAT, "25", 0.001, 1.0e6, NULL, 0, "gradient all-reduce bucket size, MiB") \
+  X(data, train, STR, "", 0, 0, NULL, TD_F_REQ, "training tokens (trident HDF5, nanoGPT or llm.c .bin)") \
+  X(data, val, STR, "", 0, 0, NULL, 0, "validation tokens (default: data.train's /val_tokens)") \
+  X(training, global_batch, INT, "", 1, TD_BIG, NULL, TD_F_REQ, "sequences per optimizer step") \
+  X(training, steps, INT, "", 0, TD_BIG, NULL, TD_F_REQ, "optimizer steps")                   \
+  X(training, precision, STR, "fp32", 0, 0, "fp32|bf16", 0, "compute precision")              \
+  X(training, grad_clip, FLOAT, "1.0", 0, 1.0e30, NULL, 0, "max global gradient norm (0: off)") \
+  X(optimizer, name, STR, "adamw", 0, 0, "adamw", 0, "optimizer")                             \
+  X(optimizer, lr, FLOAT, "3.0e-4", 0, 100, NULL, 0, "peak learning rate")                     \
+  X(optimizer, betas, FLOATS, "[0.9, 0.95]", 0, 0.999999999, NULL, TD_F_LEN2, "AdamW betas [b1, b2]") \
+  X(optimizer, eps, FLOAT, "1.0e-8", 1.0e-30, 1, NULL, 0, "AdamW epsilon")                    \
+  X(optimizer, weight_decay, FLOAT, "0.0", 0, 100, NULL, 0, "decoupled weight decay (2-D weights only)") \
+  X(schedule, warmup, INT, "0", 0, TD_BIG, NULL, 0, "linear warm-up steps")                   \
+  X(schedule, decay, STR, "cosine", 0, 0, "cosine|linear|constant", 0, "decay after warm-up") \
+  X(schedule, min_lr, FLOAT, "0.0", 0, 100, NULL, 0, "learning rate at the last step")          \
+  X(checkpoint, dir, STR, "", 0, 0, NULL, 0, "checkpoint folder (default <out_dir>/ckpt)")    \
+  X(checkpoint, every, INT, "0", 0, TD_BIG, NULL, 0, "save every N steps (0: only at the end)") \
+  X(checkpoint, keep, INT, "3", 0, TD_BIG, NULL, 0, "committed checkpoints kept (0: all)")     \
+  X(checkpoint, resume, STR, "auto", 0, 0, NULL, 0, "auto (latest if present) | never | PATH") \
+  X(checkpoint, verify, BOOL, "true", 0, 0, NULL, 0, "verify checksums on load")              \
+  X(logging, every, INT, "1", 1, TD_BIG, NULL, 0, "log every N steps")                        \
+  X(logging, metrics, STR, "", 0, 0, NULL, 0, "JSON Lines metrics file (default <out_dir>/metrics.jsonl)") \
+  X(eval, every, INT, "0", 0, TD_BIG, NULL, 0, "evaluate every N steps (0: only at the end)")  \
+  X(eval, batches, INT, "8", 1, TD_BIG, NULL, 0, "evaluation windows = batches × global_batch")
+
+#define TD_DECK_SECTIONS(X) \
+  X(run) X(model) X(parallel) X(data) X(training) X(optimizer) X(schedule) \
+  X(checkpoint) X(logging) X(eval)
+
+#define TD_CFIELD_INT(n) int64_t n
+#define TD_CFIELD_FLOAT(n) double n
+#define TD_CFIELD_STR(n) char n[TD_STR_MAX]
+#define TD_CFIELD_BOOL(n) int n
+#define TD_CFIELD_INTS(n) int64_t n[TD_LIST_MAX]; int n##_count
+#define TD_CFIELD_FLOATS(n) double n[TD_LIST_MAX]; int n##_count
+
+/* The resolved deck. Plain data: copied and broadcast as bytes. */
+typedef struct td_config {
+#define TD_X_FIELD(sec, key, type, def, lo, hi, ch, fl, doc) TD_CFIELD_##type(sec##_##key);
+  TD_DECK_SCHEMA(TD_X_FIELD)
+#undef TD_X_FIELD
+  char deck_path[TD_STR_MAX]; /* the file it came from */
+  int world;                  /* ranks the config was checked against */
+} td_config;
+
+/* Read the deck at `path`, apply `nset` overrides "key.path=value", fill in
+ * defaults and derived paths, and check every value and cross-constraint
+ * against `world` ranks. Errors → TD_ERR_DECK naming path:line:col (or the
+ * --set argument). Not collective. */
+td_status td_config_load(const char *path, int nset, char **sets, int world,
+                         td_config *cfg);
+/* Write the resolved deck as YAML (loadable by td_config_load). */
+void td_config_print(const td_config *cfg, FILE *out);
+/* The resolved deck as YAML text in a malloc'd string (for checkpoints). */
+td_status td_config_to_text(const td_config *cfg, char **out);
+/* The schema as a Markdown table (`trident check --schema`, README). */
+void td_config_print_schema(FILE *out);
+/* Names of model keys whose values differ, comma-separated, in buf ("" if
+ * the models match). */
+void td_config_model_diff(const td_config *a, const td_config *b, char *buf, size_t cap);
+
+/* Derived quantities used everywhere. */
+int64_t td_config_micro_batch(const td_config *cfg);  /* resolved micro-batch */
+int64_t td_config_accum_steps(const td_config *cfg);  /* micro-batches per step per rank */
+/* Layers of pipeline stage s and the first layer of it. */
+void td_config_stage_layers(const td_config *cfg, int s, int64_t *first, int64_t *count);
+
+#endif

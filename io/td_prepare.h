@@ -1,0 +1,43 @@
+/* td_prepare.h — text → trident token dataset (`trident prepare`).
+ *
+ * The byte-level tokenizer: token = byte value, vocab_size 256. */
+#ifndef TD_PREPARE_H
+#define TD_PREPARE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "td_error.h"
+
+/* Default read buffer of td_prepare. */
+#define TD_PREPARE_BUFFER_DEFAULT ((size_t)4 << 20)
+
+/* Tokenize inputs into a trident HDF5 dataset at out_path.
+ *
+ * inputs: text files, folders (walked recursively; entries sorted by byte
+ * order of their names, so the result does not depend on the file system;
+ * symbolic links to folders and special files inside folders are skipped and
+ * logged) and "-" for standard input. Their bytes are concatenated in the
+ * order given; the last floor(n · val_fraction) tokens go to /val_tokens
+ * (left out when that is 0), the rest to /tokens; both 1-D uint16, chunked.
+ * Root attributes: vocab_size = 256 (int64), tokenizer = "bytes".
+ *
+ * Streams through a buffer of buffer_bytes (0: TD_PREPARE_BUFFER_DEFAULT),
+ * so memory does not grow with the input. Standard input (and any input that
+ * is neither a regular file nor a folder, e.g. a pipe) is first spooled to an
+ * unlinked temporary file next to out_path to learn its length. Writes
+ * "<out_path>.tmp", then renames it over out_path; on failure the temporary
+ * file is removed and out_path is untouched. An existing out_path inside an
+ * input folder is not read.
+ *
+ * log (may be NULL): one line per input (files, bytes) and a summary
+ * (tokens, train/val split, output).
+ *
+ * Errors: no inputs, val_fraction outside [0, 1), empty input → TD_ERR_USAGE;
+ * an unreadable path, a file that changes while read, write failures →
+ * TD_ERR_IO / TD_ERR_HDF5; each message names the path. Not collective: call
+ * it on one process (td_h5_init() is called). */
+td_status td_prepare(const char *out_path, double val_fraction, int ninputs,
+                     char **inputs, size_t buffer_bytes, FILE *log);
+
+#endif

@@ -1,0 +1,121 @@
+/* attention.c — causal multi-head self-attention, forward and backward.
+ *
+ * The four kinds of products (Q·Kᵀ, att·V and their gradients) run as one
+ * batched strided matmul each over the (B, NH) grid, reading the per-head
+ * slices of qkv and writing the per-head slices of out/dqkv in place: no
+ * copies, no per-head loop. The products are full T×T (the masked half is
+ * computed and overwritten); the softmax and its backward are vectorised
+ * row loops that touch only the causal part. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_simd.h"
+
+/* A (batch0=B, batch1=NH) product of shape (M,N,K) over strided operands. */
+static void mm_desc(td_cpu_mm *d, int64_t B, int64_t NH, int64_t M, int64_t N,
+                    int64_t K, const int64_t sa[4], const int64_t sb[4],
+                    const int64_t sc[4], float alpha) {
+  memset(d, 0, sizeof *d);
+  d->batch0 = B;
+  d->batch1 = NH;
+  d->M = M;
+  d->N = N;
+  d->K = K;
+  for (int i = 0; i < 4; i++) {
+    d->sa[i] = sa[i];
+    d->sb[i] = sb[i];
+    d->sc[i] = sc[i];
+  }
+  d->alpha = alpha;
+  d->beta = 0.0f;
+}
+
+/* One row of the causal softmax, in place: row (T) holds the scaled scores
+ * s_j; row_j = exp(s_j − max_{i≤t} s_i) / Σ_{i≤t} exp(s_i − max) for j ≤ t,
+ * 0 for j > t. */
+TD_CPU_CLONES static void softmax_row(float *row, int64_t t, int64_t T) {
+  int64_t n = t + 1;
+  float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < n; j++) {
+    float e = td_cpu_expf(row[j] - mx);
+    row[j] = e;
+    s += e;
+  }
+  float inv = 1.0f / s;
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) row[j] *= inv;
+  for (int64_t j = n; j < T; j++) row[j] = 0.0f;
+}
+
+/* qkv (B, T, 3C) with C = NH·HS; att (B, NH, T, T); out (B, T, C).
+ * att = softmax_causal(Q·Kᵀ/√HS), out[b,t,h·HS:(h+1)·HS] = att[b,h]·V[b,h]. */
+td_status td_cpu_attention_fwd(td_kernels *k, float *out, float *att, const float *qkv,
+                               int64_t B, int64_t T, int64_t NH, int64_t HS) {
+  td_cpu_mm d;
+  int64_t C = NH * HS, C3 = 3 * C, TT = T * T;
+  if (B == 0 || T == 0 || NH == 0) return TD_OK;
+  float scale = 1.0f / sqrtf((float)HS);
+  /* Q (T, HS) per head; Kᵀ (HS, T): element (d, j) = K[j, d]. */
+  const int64_t sq[4] = {T * C3, HS, C3, 1}, skt[4] = {T * C3, HS, 1, C3};
+  const int64_t satt[4] = {NH * TT, TT, T, 1}, sv[4] = {T * C3, HS, C3, 1};
+  const int64_t sout[4] = {T * C, HS, C, 1};
+
+  mm_desc(&d, B, NH, T, T, HS, sq, skt, satt, scale); /* att = Q·Kᵀ/√HS */
+  TD_CHECK(td_cpu_mm_run(k, &d, qkv, qkv + C, att));
+  int64_t rows = B * NH * T;
+#pragma omp parallel for schedule(static, 8)
+  for (int64_t r = 0; r < rows; r++) softmax_row(att + r * T, r % T, T);
+  mm_desc(&d, B, NH, T, HS, T, satt, sv, sout, 1.0f); /* out = att·V */
+  TD_CHECK(td_cpu_mm_run(k, &d, att, qkv + 2 * C, out));
+  return TD_OK;
+}
+
+/* One row of the softmax backward, in place on datt (T):
+ * dpre_j = scale·a_j·(datt_j − Σ_{i≤t} a_i·datt_i) for j ≤ t, 0 for j > t. */
+TD_CPU_CLONES static void softmax_bwd_row(float *drow, const float *arow, int64_t t,
+                                          int64_t T, float scale) {
+  int64_t n = t + 1;
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t j = 0; j < n; j++) dot += arow[j] * drow[j];
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) drow[j] = scale * arow[j] * (drow[j] - dot);
+  for (int64_t j = n; j < T; j++) drow[j] = 0.0f;
+}
+
+/* dqkv (B, T, 3C) = ∂/∂qkv given dout (B, T, C); att (B, NH, T, T) from the
+ * forward; scratch (B, NH, T, T) holds datt, then dpre (pre-softmax).
+ * dV = attᵀ·dout, datt = dout·Vᵀ, dpre = softmax'(datt)/√HS,
+ * dQ = dpre·K, dK = dpreᵀ·Q. Every element of dqkv is written (=). */
+td_status td_cpu_attention_bwd(td_kernels *k, float *dqkv, float *scratch,
+                               const float *dout, const float *qkv, const float *att,
+                               int64_t B, int64_t T, int64_t NH, int64_t HS) {
+  td_cpu_mm d;
+  int64_t C = NH * HS, C3 = 3 * C, TT = T * T;
+  if (B == 0 || T == 0 || NH == 0) return TD_OK;
+  float scale = 1.0f / sqrtf((float)HS);
+  const int64_t shead[4] = {T * C3, HS, C3, 1};   /* Q, K, V or dQ, dK, dV */
+  const int64_t sheadt[4] = {T * C3, HS, 1, C3};  /* Vᵀ */
+  const int64_t sdout[4] = {T * C, HS, C, 1};
+  const int64_t stt[4] = {NH * TT, TT, T, 1};     /* att, scratch */
+  const int64_t sttt[4] = {NH * TT, TT, 1, T};    /* attᵀ, scratchᵀ */
+
+  mm_desc(&d, B, NH, T, HS, T, sttt, sdout, shead, 1.0f); /* dV = attᵀ·dout */
+  TD_CHECK(td_cpu_mm_run(k, &d, att, dout, dqkv + 2 * C));
+  mm_desc(&d, B, NH, T, T, HS, sdout, sheadt, stt, 1.0f); /* datt = dout·Vᵀ */
+  TD_CHECK(td_cpu_mm_run(k, &d, dout, qkv + 2 * C, scratch));
+  int64_t rows = B * NH * T;
+#pragma omp parallel for schedule(static, 8)
+  for (int64_t r = 0; r < rows; r++)
+    softmax_bwd_row(scratch + r * T, att + r * T, r % T, T, scale);
+  mm_desc(&d, B, NH, T, HS, T, stt, shead, shead, 1.0f); /* dQ = dpre·K */
+  TD_CHECK(td_cpu_mm_run(k, &d, scratch, qkv + C, dqkv));
+  mm_desc(&d, B, NH, T, HS, T, sttt, shead, shead, 1.0f); /* dK = dpreᵀ·Q */
+  TD_CHECK(td_cpu_mm_run(k, &d, scratch, qkv, dqkv + C));
+  return TD_OK;
+}

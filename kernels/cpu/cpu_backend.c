@@ -1,0 +1,94 @@
+/* cpu_backend.c — the CPU back-end: its ops table, host memory ops and
+ * td_kernels_cpu_create. The CPU kernels are the reference every other
+ * back-end is tested against. */
+#include <omp.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_internal.h"
+
+/* Host memory: td_alloc gives zeroed, 64-byte (≥2 MiB: huge-page) aligned. */
+static td_status cpu_alloc(td_kernels *k, void **out, size_t bytes, const char *what) {
+  TD_CHECK(td_alloc(out, bytes, what));
+  return TD_OK;
+}
+
+static void cpu_free(td_kernels *k, void *p) { td_free(p); }
+
+static td_status cpu_zero(td_kernels *k, void *p, size_t bytes) {
+  if (bytes) memset(p, 0, bytes);
+  return TD_OK;
+}
+
+static td_status cpu_copy(td_kernels *k, void *dst, const void *src, size_t bytes) {
+  if (bytes && dst != src) memcpy(dst, src, bytes);
+  return TD_OK;
+}
+
+static td_status cpu_sync(td_kernels *k) { return TD_OK; }
+
+static void cpu_destroy(td_kernels *k) {
+  if (!k) return;
+  td_cpu_state *s = k->state;
+  if (s) {
+    td_cpu_mm_cache_clear(s);
+    td_cpu_mm_engine_destroy(s);
+    td_free(s->buckets);
+    td_free(s->scratch);
+    td_free(s);
+  }
+  td_free(k);
+}
+
+td_status td_kernels_cpu_create(int threads, td_kernels **out) {
+  td_status st = TD_OK;
+  td_kernels *k = NULL;
+  td_cpu_state *s = NULL;
+  *out = NULL;
+  if (threads < 0)
+    TD_FAIL(TD_ERR_USAGE, "CPU back-end: threads must be >= 0, got %d", threads);
+  /* The thread count is set before any matmul plan exists: oneDNN sizes its
+   * primitives by the OpenMP thread count at creation. */
+  if (threads > 0) omp_set_num_threads(threads);
+
+  TD_CHECK_GOTO(td_alloc((void **)&k, sizeof *k, "CPU back-end ops table"));
+  TD_CHECK_GOTO(td_alloc((void **)&s, sizeof *s, "CPU back-end state"));
+  k->state = s;
+  s->threads = omp_get_max_threads();
+  s->nbuckets = 64;
+  TD_CHECK_GOTO(td_alloc((void **)&s->buckets, (size_t)s->nbuckets * sizeof *s->buckets,
+                         "CPU matmul plan cache"));
+  TD_CHECK_GOTO(td_cpu_mm_engine_create(s));
+
+  k->name = "cpu";
+  k->matmul_name = td_cpu_mm_engine_name;
+  k->alloc = cpu_alloc;
+  k->free = cpu_free;
+  k->zero = cpu_zero;
+  k->to_host = cpu_copy;
+  k->to_device = cpu_copy;
+  k->sync = cpu_sync;
+  k->gemm = td_cpu_gemm;
+  k->bias_fwd = td_cpu_bias_fwd;
+  k->bias_bwd = td_cpu_bias_bwd;
+  k->embed_fwd = td_cpu_embed_fwd;
+  k->embed_bwd = td_cpu_embed_bwd;
+  k->layernorm_fwd = td_cpu_layernorm_fwd;
+  k->layernorm_bwd = td_cpu_layernorm_bwd;
+  k->attention_fwd = td_cpu_attention_fwd;
+  k->attention_bwd = td_cpu_attention_bwd;
+  k->gelu_fwd = td_cpu_gelu_fwd;
+  k->gelu_bwd = td_cpu_gelu_bwd;
+  k->add = td_cpu_add;
+  k->scale = td_cpu_scale;
+  k->sumsq = td_cpu_sumsq;
+  k->xent_rowmax = td_cpu_xent_rowmax;
+  k->xent_sumexp = td_cpu_xent_sumexp;
+  k->xent_bwd = td_cpu_xent_bwd;
+  k->adamw = td_cpu_adamw;
+  k->destroy = cpu_destroy;
+  *out = k;
+  k = NULL;
+done:
+  cpu_destroy(k); /* NULL on success; on failure frees what k->state holds */
+  return st;
+}

@@ -1,0 +1,111 @@
+/* cpu_internal.h — private to the CPU back-end: its state, the strided
+ * batched matmul every product goes through, and the op entry points that
+ * cpu_backend.c puts in the ops table. Not installed, not included outside
+ * kernels/cpu/. */
+#ifndef TD_CPU_INTERNAL_H
+#define TD_CPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/td_kernels.h"
+
+/* Hot row kernels are compiled for AVX-512, AVX2 and the baseline and picked
+ * at load time (GCC ifunc), since the build does not use -march=native. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(TD_NO_CLONES)
+#define TD_CPU_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TD_CPU_CLONES
+#endif
+
+/* C = alpha·A·B + beta·C over a (batch0, batch1) grid of products, every
+ * operand addressed by element strides {batch0, batch1, row, col}:
+ * A (M,K), B (K,N), C (M,N). beta ∈ {0, 1}. A transposed operand is a
+ * row stride of 1; C must have a column stride of 1. This struct is also the
+ * key of the plan cache, so it holds nothing but plain integers and floats. */
+typedef struct {
+  int64_t batch0, batch1;
+  int64_t M, N, K;
+  int64_t sa[4], sb[4], sc[4];
+  float alpha, beta;
+} td_cpu_mm;
+
+typedef struct td_cpu_plan td_cpu_plan; /* one cached matmul plan */
+
+typedef struct {
+  int threads;              /* OpenMP threads the plans were created for */
+  td_cpu_plan **buckets;    /* plan cache: chained hash table */
+  int64_t nbuckets, nplans;
+  void *scratch;            /* shared user scratchpad, grown to the largest */
+  size_t scratch_bytes;
+  void *engine;             /* matmul engine (oneDNN engine + stream), or NULL */
+} td_cpu_state;
+
+/* ---- matmul engine: one implementation per file, matmul_onednn.c or
+ * matmul_cblas.c, chosen by TD_HAVE_DNNL --------------------------------- */
+extern const char td_cpu_mm_engine_name[];
+td_status td_cpu_mm_engine_create(td_cpu_state *s);
+void td_cpu_mm_engine_destroy(td_cpu_state *s);
+/* Build the executable form of d; *scratch_bytes is the scratchpad it needs. */
+td_status td_cpu_mm_impl_create(td_cpu_state *s, const td_cpu_mm *d, void **impl,
+                                size_t *scratch_bytes);
+void td_cpu_mm_impl_destroy(void *impl);
+/* Run it; scratch has at least the bytes asked for. */
+td_status td_cpu_mm_impl_run(td_cpu_state *s, void *impl, const td_cpu_mm *d,
+                             const float *A, const float *B, float *C, void *scratch);
+
+/* ---- matmul.c -------------------------------------------------------------- */
+/* Run d, creating and caching its plan on first use. */
+td_status td_cpu_mm_run(td_kernels *k, const td_cpu_mm *d, const float *A,
+                        const float *B, float *C);
+void td_cpu_mm_cache_clear(td_cpu_state *s);
+td_status td_cpu_gemm(td_kernels *k, int transA, int transB, int64_t M, int64_t N,
+                      int64_t K, const float *A, const float *B, float beta, float *C);
+td_status td_cpu_bias_fwd(td_kernels *k, float *out, const float *bias, int64_t M,
+                          int64_t N);
+td_status td_cpu_bias_bwd(td_kernels *k, float *dbias, const float *dout, int64_t M,
+                          int64_t N);
+
+/* ---- the other ops, one file each ----------------------------------------------- */
+td_status td_cpu_embed_fwd(td_kernels *k, float *out, const int32_t *tokens,
+                           const float *wte, int64_t v0, int64_t Vs, const float *wpe,
+                           int64_t B, int64_t T, int64_t C);
+td_status td_cpu_embed_bwd(td_kernels *k, float *dwte, float *dwpe, const float *dout,
+                           const int32_t *tokens, int64_t v0, int64_t Vs, int64_t B,
+                           int64_t T, int64_t C);
+td_status td_cpu_layernorm_fwd(td_kernels *k, float *out, float *mean, float *rstd,
+                               const float *x, const float *w, const float *b,
+                               int64_t N, int64_t C);
+td_status td_cpu_layernorm_bwd(td_kernels *k, float *dx, float *dw, float *db,
+                               const float *dout, const float *x, const float *w,
+                               const float *mean, const float *rstd, int64_t N,
+                               int64_t C);
+td_status td_cpu_attention_fwd(td_kernels *k, float *out, float *att, const float *qkv,
+                               int64_t B, int64_t T, int64_t NH, int64_t HS);
+td_status td_cpu_attention_bwd(td_kernels *k, float *dqkv, float *scratch,
+                               const float *dout, const float *qkv, const float *att,
+                               int64_t B, int64_t T, int64_t NH, int64_t HS);
+td_status td_cpu_gelu_fwd(td_kernels *k, float *out, const float *x, int64_t n);
+td_status td_cpu_gelu_bwd(td_kernels *k, float *dx, const float *x, const float *dout,
+                          int64_t n);
+td_status td_cpu_add(td_kernels *k, float *out, const float *a, const float *b,
+                     int64_t n);
+td_status td_cpu_scale(td_kernels *k, float *x, float s, int64_t n);
+td_status td_cpu_sumsq(td_kernels *k, const float *x, int64_t n, double *out);
+td_status td_cpu_xent_rowmax(td_kernels *k, float *rowmax, const float *logits,
+                             int64_t N, int64_t Vs, int64_t Vvalid);
+td_status td_cpu_xent_sumexp(td_kernels *k, float *sumexp, float *tlogit,
+                             const float *logits, const float *rowmax,
+                             const int32_t *targets, int64_t v0, int64_t N,
+                             int64_t Vs, int64_t Vvalid);
+td_status td_cpu_xent_bwd(td_kernels *k, float *dlogits, const float *logits,
+                          const float *rowmax, const float *sumexp,
+                          const int32_t *targets, int64_t v0, float scale, int64_t N,
+                          int64_t Vs, int64_t Vvalid);
+td_status td_cpu_adamw(td_kernels *k, float *p, const float *g, float *m, float *v,
+                       int64_t n, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, int64_t t);
+
+#endif

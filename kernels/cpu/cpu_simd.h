@@ -1,0 +1,39 @@
+/* cpu_simd.h — branch-free float exp and tanh that the compiler vectorises
+ * inside `#pragma omp simd` loops (libm's expf/tanhf are scalar calls).
+ * Private to kernels/cpu/; static inline because they only pay inlined. */
+#ifndef TD_CPU_SIMD_H
+#define TD_CPU_SIMD_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* exp(x) = 2ⁿ·eʳ, n = round(x·log2 e), r = x − n·ln 2 ∈ [−ln2/2, ln2/2],
+ * eʳ by the Cephes expf polynomial (max rel. error ≈ 2 ulp). x is clamped
+ * to [−87, 88], so exp(−inf) gives ≈1.6e−38 rather than 0: callers that care
+ * about −inf handle it themselves. */
+static inline float td_cpu_expf(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  float t = x * 1.44269504088896341f + 12582912.0f; /* 1.5·2²³: round to int */
+  float n = t - 12582912.0f;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t e = ((int32_t)n + 127) << 23; /* 2ⁿ as float bits, n ∈ [−126, 127] */
+  float s;
+  memcpy(&s, &e, sizeof s);
+  return p * s;
+}
+
+/* tanh(u) = 1 − 2/(exp(2u) + 1); absolute error ≈ 1e−7. */
+static inline float td_cpu_tanhf(float u) {
+  return 1.0f - 2.0f / (td_cpu_expf(2.0f * u) + 1.0f);
+}
+
+#endif

@@ -1,0 +1,55 @@
+/* gelu.c — GELU, tanh approximation, forward and backward. tanh comes from
+ * the vectorised exp of cpu_simd.h (absolute error ≈ 1e−7). */
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_simd.h"
+
+#define TD_GELU_K 0.7978845608028654f /* √(2/π) */
+#define TD_GELU_C 0.044715f
+#define TD_GELU_CHUNK 4096 /* elements per task */
+
+/* out = ½·x·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³); n elements. */
+TD_CPU_CLONES static void gelu_fwd_chunk(float *out, const float *x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    float xi = x[i];
+    float u = TD_GELU_K * (xi + TD_GELU_C * xi * xi * xi);
+    out[i] = 0.5f * xi * (1.0f + td_cpu_tanhf(u));
+  }
+}
+
+/* dx = dout·(½(1 + tanh u) + ½x(1 − tanh²u)·√(2/π)(1 + 3·0.044715·x²)). */
+TD_CPU_CLONES static void gelu_bwd_chunk(float *dx, const float *x, const float *dout,
+                                         int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    float xi = x[i];
+    float u = TD_GELU_K * (xi + TD_GELU_C * xi * xi * xi);
+    float th = td_cpu_tanhf(u);
+    float du = TD_GELU_K * (1.0f + 3.0f * TD_GELU_C * xi * xi);
+    dx[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * xi * (1.0f - th * th) * du);
+  }
+}
+
+/* out, x (n); out may alias x. */
+td_status td_cpu_gelu_fwd(td_kernels *k, float *out, const float *x, int64_t n) {
+  int64_t nch = (n + TD_GELU_CHUNK - 1) / TD_GELU_CHUNK;
+#pragma omp parallel for schedule(static) if (nch > 1)
+  for (int64_t c = 0; c < nch; c++) {
+    int64_t i0 = c * TD_GELU_CHUNK;
+    gelu_fwd_chunk(out + i0, x + i0, n - i0 < TD_GELU_CHUNK ? n - i0 : TD_GELU_CHUNK);
+  }
+  return TD_OK;
+}
+
+/* dx, x, dout (n); dx may alias dout. */
+td_status td_cpu_gelu_bwd(td_kernels *k, float *dx, const float *x, const float *dout,
+                          int64_t n) {
+  int64_t nch = (n + TD_GELU_CHUNK - 1) / TD_GELU_CHUNK;
+#pragma omp parallel for schedule(static) if (nch > 1)
+  for (int64_t c = 0; c < nch; c++) {
+    int64_t i0 = c * TD_GELU_CHUNK;
+    gelu_bwd_chunk(dx + i0, x + i0, dout + i0,
+                   n - i0 < TD_GELU_CHUNK ? n - i0 : TD_GELU_CHUNK);
+  }
+  return TD_OK;
+}

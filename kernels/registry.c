@@ -1,0 +1,33 @@
+/* registry.c — the one place back-ends are registered: picks the ops table
+ * for the device named by the deck. */
+#include <string.h>
+
+#include "kernels/td_kernels.h"
+#ifdef TD_HAVE_CUDA
+#include "kernels/cuda/td_cuda.h"
+#endif
+
+td_status td_kernels_create(const char *device, int threads, td_kernels **out) {
+  *out = NULL;
+  TD_REQUIRE(device != NULL, TD_ERR_USAGE, "no device named (expected \"cpu\" or \"cuda\")");
+  if (strcmp(device, "cpu") == 0) {
+    TD_CHECK(td_kernels_cpu_create(threads, out));
+    return TD_OK;
+  }
+  if (strcmp(device, "cuda") == 0) {
+#ifdef TD_HAVE_CUDA
+    TD_CHECK(td_kernels_cuda_create(threads, out));
+    return TD_OK;
+#else
+    TD_FAIL(TD_ERR_UNSUPPORTED,
+            "this trident was built without CUDA (configure with -DTD_ENABLE_CUDA=ON)");
+#endif
+  }
+  TD_FAIL(TD_ERR_USAGE, "unknown device \"%s\" (expected \"cpu\" or \"cuda\")", device);
+}
+
+void td_kernels_destroy(td_kernels **k) {
+  if (!k || !*k) return;
+  if ((*k)->destroy) (*k)->destroy(*k);
+  *k = NULL;
+}
