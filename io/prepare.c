@@ -165,7 +165,7 @@ static td_status walk(plan *p, const char *dir, int depth, int64_t *files,
       TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory listing %s", dir);
     nn++;
   }
-  qsort(names, (size_t)nn, sizeof *names, cmp_name);
+  if (nn > 1) qsort(names, (size_t)nn, sizeof *names, cmp_name);
   size_t dl = strlen(dir);
   int slash = dl > 0 && dir[dl - 1] == '/';
   for (int64_t i = 0; i < nn; ++i) {
