@@ -1,0 +1,58 @@
+/* cmd_prepare.c — `trident prepare --out FILE [--val-fraction F] [--buffer-mb M] INPUT...`:
+ * text → token dataset with the byte-level tokenizer. Runs on rank 0 only
+ * (the others wait and share its status). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/td_app.h"
+#include "io/td_h5.h"
+#include "io/td_prepare.h"
+#include "parallel/td_mpi.h"
+
+static td_status parse(int argc, char **argv, const char **out, double *frac, size_t *buf,
+                       int *nin, char ***inputs) {
+  *out = NULL, *frac = 0.1, *buf = TD_PREPARE_BUFFER_DEFAULT, *nin = 0;
+  *inputs = calloc((size_t)argc + 1, sizeof(char *));
+  if (!*inputs) TD_FAIL(TD_ERR_NOMEM, "out of memory");
+  for (int i = 1; i < argc; ++i) {
+    const char *a = argv[i];
+    int has_next = i + 1 < argc;
+    if (strcmp(a, "--out") == 0 && has_next) {
+      *out = argv[++i];
+    } else if (strcmp(a, "--val-fraction") == 0 && has_next) {
+      char *end = NULL;
+      *frac = strtod(argv[++i], &end);
+      if (!end || *end || *frac < 0 || *frac >= 1)
+        TD_FAIL(TD_ERR_USAGE, "trident prepare: --val-fraction must be a number in [0, 1), got '%s'",
+                argv[i]);
+    } else if (strcmp(a, "--buffer-mb") == 0 && has_next) {
+      double mb = atof(argv[++i]);
+      if (mb <= 0) TD_FAIL(TD_ERR_USAGE, "trident prepare: --buffer-mb must be > 0");
+      *buf = (size_t)(mb * 1048576.0);
+    } else if (a[0] == '-' && a[1] != '\0') {
+      TD_FAIL(TD_ERR_USAGE, "trident prepare: unknown option '%s' (usage: trident prepare --out FILE "
+              "[--val-fraction F] INPUT...)", a);
+    } else {
+      (*inputs)[(*nin)++] = argv[i];
+    }
+  }
+  if (!*out) TD_FAIL(TD_ERR_USAGE, "trident prepare: missing --out FILE");
+  if (*nin == 0) TD_FAIL(TD_ERR_USAGE, "trident prepare: no INPUT files, folders or - given");
+  return TD_OK;
+}
+
+td_status td_cmd_prepare(td_app *app, int argc, char **argv) {
+  const char *out = NULL;
+  double frac = 0.1;
+  size_t buf = 0;
+  int nin = 0;
+  char **inputs = NULL;
+  td_status st = parse(argc, argv, &out, &frac, &buf, &nin, &inputs);
+  if (st == TD_OK && app->rank == 0) {
+    td_h5_init();
+    st = td_prepare(out, frac, nin, inputs, buf, stdout);
+  }
+  free(inputs);
+  TD_CHECK(td_agree(app->world, st));
+  return TD_OK;
+}

@@ -1,0 +1,249 @@
+/* run.c — the training loop: steps, the per-step log line and metrics,
+ * evaluation, and the test dump for the PyTorch oracle. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include "app/td_trainer.h"
+#include "io/td_h5.h"
+#include "parallel/td_mpi.h"
+
+/* mkdir -p for the folder that will hold `file`. */
+static td_status ensure_parent(const char *file) {
+  char buf[TD_STR_MAX];
+  snprintf(buf, sizeof buf, "%s", file);
+  char *slash = strrchr(buf, '/');
+  if (!slash) return TD_OK;
+  *slash = '\0';
+  for (char *p = buf + 1; *p; ++p) {
+    if (*p != '/') continue;
+    *p = '\0';
+    mkdir(buf, 0777);
+    *p = '/';
+  }
+  if (mkdir(buf, 0777) != 0) {
+    struct stat sb;
+    if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode))
+      TD_FAIL(TD_ERR_IO, "cannot create folder %s for %s", buf, file);
+  }
+  return TD_OK;
+}
+
+static int64_t peak_rss_bytes(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (int64_t)ru.ru_maxrss * 1024;
+}
+
+/* ---- the oracle dump (tests/reference/check_train.py reads it) ------------------ */
+
+typedef struct {
+  hid_t file;
+  int64_t S, G, T;
+  int32_t *batches; /* (S, G, T+1) */
+  double *losses, *norms, *lrs;
+} dump_state;
+
+/* Write every parameter (or gradient) of the model as `prefix/<name>`. */
+static td_status dump_tensors(td_trainer *t, hid_t f, const char *prefix, const float *flat,
+                              int on_host) {
+  td_model *m = t->model;
+  float *host = NULL;
+  td_status st = TD_OK;
+  TD_CHECK(td_alloc((void **)&host, (size_t)m->reg->total_local * sizeof(float), "dump staging"));
+  if (on_host)
+    memcpy(host, flat, (size_t)m->reg->total_local * sizeof(float));
+  else
+    TD_CHECK_GOTO(t->k->to_host(t->k, host, flat, (size_t)m->reg->total_local * sizeof(float)));
+  for (int i = 0; i < m->reg->n; ++i) {
+    const td_param *p = &m->reg->p[i];
+    char path[160];
+    snprintf(path, sizeof path, "%s/%s", prefix, p->name);
+    int64_t dims[2] = {p->shape[0], p->shape[1]};
+    TD_CHECK_GOTO(td_h5_write(f, path, H5T_NATIVE_FLOAT, p->ndim, dims, host + p->offset));
+  }
+done:
+  td_free(host);
+  return st;
+}
+
+static td_status dump_begin(td_trainer *t, dump_state *d) {
+  td_config *c = &t->cfg;
+  memset(d, 0, sizeof *d);
+  d->file = -1;
+  if (t->app->size != 1)
+    TD_FAIL(TD_ERR_USAGE, "trident train --dump works on one rank only (the job has %d)",
+            t->app->size);
+  d->S = c->training_steps, d->G = c->training_global_batch, d->T = c->model_seq_len;
+  TD_CHECK(td_alloc((void **)&d->batches, (size_t)(d->S * d->G * (d->T + 1)) * sizeof(int32_t),
+                    "dump batches"));
+  TD_CHECK(td_alloc((void **)&d->losses, (size_t)(d->S + 1) * 3 * sizeof(double), "dump losses"));
+  d->norms = d->losses + d->S + 1;
+  d->lrs = d->norms + d->S + 1;
+  TD_CHECK(ensure_parent(t->dump_path));
+  TD_CHECK(td_h5_create(t->dump_path, MPI_COMM_NULL, &d->file));
+  hid_t f = d->file;
+  const char *ik[] = {"vocab_size", "seq_len", "layers", "dim", "heads", "global_batch", "steps",
+                      "warmup"};
+  int64_t iv[] = {c->model_vocab_size, c->model_seq_len, c->model_layers, c->model_dim,
+                  c->model_heads, c->training_global_batch, c->training_steps, c->schedule_warmup};
+  for (int i = 0; i < 8; ++i) TD_CHECK(td_h5_attr_write_i64(f, ik[i], iv[i]));
+  const char *fk[] = {"lr", "min_lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip"};
+  double fv[] = {c->optimizer_lr, c->schedule_min_lr, c->optimizer_betas[0], c->optimizer_betas[1],
+                 c->optimizer_eps, c->optimizer_weight_decay, c->training_grad_clip};
+  for (int i = 0; i < 7; ++i) TD_CHECK(td_h5_attr_write_f64(f, fk[i], fv[i]));
+  TD_CHECK(td_h5_attr_write_str(f, "decay", c->schedule_decay));
+  TD_CHECK(dump_tensors(t, f, "/model", t->model->params, 0));
+  TD_CHECK(td_alloc((void **)&t->grad_snapshot, (size_t)t->model->reg->total_local * sizeof(float),
+                    "gradient snapshot"));
+  return TD_OK;
+}
+
+/* Record the windows of the step about to run (the sampler's next batch). */
+static td_status dump_batch(td_trainer *t, dump_state *d, int64_t s) {
+  int64_t T = d->T;
+  for (int64_t g = 0; g < d->G; ++g)
+    TD_CHECK(td_dataset_read_window(t->train, t->windows[g], T,
+                                    d->batches + (s * d->G + g) * (T + 1)));
+  return TD_OK;
+}
+
+static td_status dump_end(td_trainer *t, dump_state *d) {
+  int64_t dims3[3] = {d->S, d->G, d->T + 1}, dims1[1] = {d->S};
+  TD_CHECK(td_h5_write(d->file, "/batches", H5T_NATIVE_INT32, 3, dims3, d->batches));
+  TD_CHECK(td_h5_write(d->file, "/losses", H5T_NATIVE_DOUBLE, 1, dims1, d->losses));
+  TD_CHECK(td_h5_write(d->file, "/grad_norms", H5T_NATIVE_DOUBLE, 1, dims1, d->norms));
+  TD_CHECK(td_h5_write(d->file, "/lrs", H5T_NATIVE_DOUBLE, 1, dims1, d->lrs));
+  td_h5_close(&d->file);
+  return TD_OK;
+}
+
+static void dump_free(td_trainer *t, dump_state *d) {
+  td_free(t->grad_snapshot);
+  t->grad_snapshot = NULL;
+  if (d->file >= 0) td_h5_close(&d->file);
+  td_free(d->batches);
+  td_free(d->losses);
+}
+
+/* ---- logging --------------------------------------------------------------------- */
+
+static void fmt_eta(double s, char *buf, size_t cap) {
+  if (!(s >= 0) || s > 1e8) {
+    snprintf(buf, cap, "--");
+    return;
+  }
+  long x = (long)(s + 0.5);
+  if (x >= 3600)
+    snprintf(buf, cap, "%ld:%02ld:%02ld", x / 3600, x / 60 % 60, x % 60);
+  else
+    snprintf(buf, cap, "%ld:%02ld", x / 60, x % 60);
+}
+
+static td_status log_step(td_trainer *t, double loss, double norm, double lr, double step_s,
+                          double elapsed, int64_t steps_run, int has_val, double val_loss) {
+  td_config *c = &t->cfg;
+  int64_t tokens = c->training_global_batch * c->model_seq_len;
+  double tps = (double)tokens / step_s;
+  int64_t rss = peak_rss_bytes(), rss_max = 0;
+  TD_MPI_CHECK(MPI_Allreduce(&rss, &rss_max, 1, MPI_INT64_T, MPI_MAX, t->app->world));
+  double cb = 0, cms = 0;
+  td_coll_stats_total(&t->stats, &cb, &cms);
+  double cbmax = 0;
+  TD_MPI_CHECK(MPI_Allreduce(&cb, &cbmax, 1, MPI_DOUBLE, MPI_MAX, t->app->world));
+  if (t->app->rank != 0) return TD_OK;
+  char eta[32];
+  fmt_eta(elapsed / (double)steps_run * (double)(c->training_steps - t->step), eta, sizeof eta);
+  printf("step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | ETA %s",
+         (long long)t->step, (long long)c->training_steps, loss, lr, norm, step_s * 1e3, tps, eta);
+  if (has_val) printf(" | val %.4f", val_loss);
+  printf("\n");
+  fflush(stdout);
+  if (t->metrics) {
+    fprintf(t->metrics,
+            "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, "
+            "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"mem_bytes\": %lld, \"comm_bytes\": %.0f, "
+            "\"comm_ms\": %.3f",
+            (long long)t->step, loss, lr, norm, (long long)t->tokens_seen, step_s * 1e3, tps,
+            (long long)rss_max, cbmax, cms);
+    if (has_val) fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
+    fprintf(t->metrics, "}\n");
+    fflush(t->metrics);
+  }
+  return TD_OK;
+}
+
+static td_status eval_and_log(td_trainer *t, double *val) {
+  int64_t n = 0;
+  TD_CHECK(td_trainer_eval(t, val, &n));
+  if (t->app->rank == 0 && t->step == 0) {
+    printf("eval  step %lld | val_loss %.4f over %lld tokens\n", (long long)t->step, *val,
+           (long long)n);
+    if (t->metrics)
+      fprintf(t->metrics, "{\"step\": 0, \"val_loss\": %.9g, \"val_tokens\": %lld}\n", *val,
+              (long long)n);
+  }
+  return TD_OK;
+}
+
+td_status td_trainer_run(td_trainer *t) {
+  td_config *c = &t->cfg;
+  td_status st = TD_OK;
+  dump_state d;
+  memset(&d, 0, sizeof d);
+  d.file = -1;
+  if (t->app->rank == 0) {
+    st = ensure_parent(c->logging_metrics);
+    if (st == TD_OK) {
+      t->metrics = fopen(c->logging_metrics, t->step > 0 ? "a" : "w");
+      if (!t->metrics)
+        st = td_error_set(TD_ERR_IO, __FILE__, __LINE__, __func__, "cannot open %s for writing",
+                          c->logging_metrics);
+    }
+  }
+  TD_CHECK(td_agree(t->app->world, st));
+  if (t->dump_path) TD_CHECK_GOTO(dump_begin(t, &d));
+  td_log("trident: training %s on %d rank%s (dp %lld, tp %lld, pp %lld, zero %lld), %d thread%s "
+         "per rank, %s back-end (%s), %lld steps of %lld tokens\n",
+         c->run_name, t->app->size, t->app->size == 1 ? "" : "s", (long long)c->parallel_dp,
+         (long long)c->parallel_tp, (long long)c->parallel_pp, (long long)c->parallel_zero,
+         t->threads, t->threads == 1 ? "" : "s", t->k->name, t->k->matmul_name,
+         (long long)c->training_steps, (long long)(c->training_global_batch * c->model_seq_len));
+  double val = 0.0;
+  if (c->eval_every > 0 && t->step == 0) TD_CHECK_GOTO(eval_and_log(t, &val));
+  double t_start = td_now();
+  int64_t first_step = t->step;
+  while (t->step < c->training_steps) {
+    double t0 = td_now();
+    double loss = 0, norm = 0, lr = 0;
+    int64_t s = t->step;
+    TD_CHECK_GOTO(td_trainer_step(t, &loss, &norm, &lr));
+    if (d.file >= 0) {
+      TD_CHECK_GOTO(dump_batch(t, &d, s));
+      d.losses[s] = loss, d.norms[s] = norm, d.lrs[s] = lr;
+      if (s == 0) {
+        TD_CHECK_GOTO(dump_tensors(t, d.file, "/grad", t->grad_snapshot, 1));
+        TD_CHECK_GOTO(dump_tensors(t, d.file, "/model_after", t->model->params, 0));
+      }
+    }
+    double step_s = td_now() - t0;
+    int has_val = 0;
+    int last = t->step == c->training_steps;
+    if ((c->eval_every > 0 && t->step % c->eval_every == 0) || (last && c->eval_every >= 0)) {
+      int64_t n = 0;
+      TD_CHECK_GOTO(td_trainer_eval(t, &val, &n));
+      has_val = 1;
+    }
+    if (t->step % c->logging_every == 0 || last || has_val)
+      TD_CHECK_GOTO(log_step(t, loss, norm, lr, step_s, td_now() - t_start, t->step - first_step,
+                             has_val, val));
+  }
+  if (d.file >= 0) TD_CHECK_GOTO(dump_end(t, &d));
+  td_log("trident: done, %lld steps in %.1f s\n", (long long)(t->step - first_step),
+         td_now() - t_start);
+done:
+  dump_free(t, &d);
+  return st;
+}

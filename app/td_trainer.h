@@ -1,0 +1,55 @@
+/* td_trainer.h — the training loop and what it owns (grid, back-end, model,
+ * data, sampler, metrics), shared by train, eval and generate. */
+#ifndef TD_TRAINER_H
+#define TD_TRAINER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "app/td_app.h"
+#include "app/td_config.h"
+#include "app/td_model.h"
+#include "io/td_dataset.h"
+#include "io/td_sampler.h"
+#include "parallel/td_coll.h"
+#include "parallel/td_grid.h"
+#include "td_log.h"
+
+typedef struct td_trainer {
+  td_app *app;
+  td_config cfg;
+  td_grid *grid;
+  td_kernels *k;
+  td_model *model;
+  td_dataset *train, *val;
+  td_sampler *sampler;
+  td_coll_stats stats;
+  td_timers timers;
+  int64_t step;        /* optimizer steps done */
+  int64_t tokens_seen; /* global tokens consumed by those steps */
+  int64_t B, accum;    /* micro-batch, micro-batches per step per rank */
+  int64_t *windows;    /* (global_batch) window indices of the current step */
+  int32_t *tok_in, *tok_tgt, *tok_win; /* host (B·T), (B·T), (T+1) */
+  FILE *metrics;       /* rank 0 */
+  int threads;
+  const char *dump_path; /* --dump FILE (testing) */
+  float *grad_snapshot;  /* when set: host copy of the unclipped gradients of the last step */
+} td_trainer;
+
+/* Set up everything for cfg (collective on app->world): grid, back-end,
+ * model (initialised), datasets per `need_train`/`need_val`. */
+td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, int need_val,
+                            td_trainer **out);
+void td_trainer_destroy(td_trainer **t);
+/* Learning rate of optimizer step s (0-based). */
+double td_lr_at(const td_config *cfg, int64_t s);
+/* One optimizer step: forward/backward over the micro-batches, gradient
+ * reduction, clipping, AdamW. *loss is the global mean loss, *norm the global
+ * gradient norm before clipping. Collective on the world. */
+td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr);
+/* Validation loss by the DESIGN.md protocol. Collective on the world. */
+td_status td_trainer_eval(td_trainer *t, double *loss, int64_t *ntokens);
+/* The training loop: steps, logging, evaluation, checkpoints. */
+td_status td_trainer_run(td_trainer *t);
+
+#endif

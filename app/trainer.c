@@ -1,0 +1,274 @@
+/* trainer.c — set-up, one optimizer step, evaluation (DESIGN.md invariant 1:
+ * the loss is the mean over every target token of the global batch however
+ * it is split; data-parallel rank r takes the contiguous slice r of the
+ * global batch and micro-batches are consecutive slices of that). */
+#include "app/td_trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "io/td_h5.h"
+#include "parallel/td_mpi.h"
+
+double td_lr_at(const td_config *cfg, int64_t s) {
+  double lr = cfg->optimizer_lr, lo = cfg->schedule_min_lr;
+  int64_t warm = cfg->schedule_warmup, steps = cfg->training_steps;
+  if (s < warm) return lr * (double)(s + 1) / (double)warm;
+  double span = (double)(steps - warm > 1 ? steps - warm : 1);
+  double p = (double)(s - warm) / span;
+  if (p > 1.0) p = 1.0;
+  switch (cfg->schedule_decay[0]) {
+    case 'c': return lo + 0.5 * (lr - lo) * (1.0 + cos(M_PI * p));
+    case 'l': return lr - (lr - lo) * p;
+    default: return lr;
+  }
+}
+
+/* Threads per rank: run.threads, else OMP_NUM_THREADS, else cores / ranks on this node. */
+static td_status pick_threads(td_app *app, const td_config *cfg, int *out) {
+  if (cfg->run_threads > 0) {
+    *out = (int)cfg->run_threads;
+    return TD_OK;
+  }
+  const char *env = getenv("OMP_NUM_THREADS");
+  if (env && atoi(env) > 0) {
+    *out = atoi(env);
+    return TD_OK;
+  }
+  MPI_Comm node = MPI_COMM_NULL;
+  TD_MPI_CHECK(MPI_Comm_split_type(app->world, MPI_COMM_TYPE_SHARED, app->rank, MPI_INFO_NULL, &node));
+  int local = 1;
+  MPI_Comm_size(node, &local);
+  MPI_Comm_free(&node);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int n = (int)(cores / local);
+  *out = n > 0 ? n : 1;
+  return TD_OK;
+}
+
+static td_status open_data(td_trainer *t, int need_train, int need_val) {
+  td_config *c = &t->cfg;
+  td_status st = TD_OK;
+  if (need_train) {
+    st = td_dataset_open(c->data_train, TD_SPLIT_TRAIN, c->model_vocab_size, &t->train);
+    if (st == TD_OK)
+      st = td_dataset_require_windows(t->train, c->model_seq_len, c->training_global_batch,
+                                      "data.train");
+    if (st == TD_OK)
+      st = td_sampler_create((uint64_t)c->run_seed, td_dataset_nwindows(t->train, c->model_seq_len),
+                             &t->sampler);
+  }
+  if (st == TD_OK && need_val) {
+    st = td_dataset_open(c->data_val, TD_SPLIT_VAL, c->model_vocab_size, &t->val);
+    if (st == TD_OK) st = td_dataset_require_windows(t->val, c->model_seq_len, 1, "data.val");
+  }
+  return st;
+}
+
+td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, int need_val,
+                            td_trainer **out) {
+  td_status st = TD_OK;
+  *out = NULL;
+  td_trainer *t = calloc(1, sizeof *t);
+  if (!t) TD_FAIL(TD_ERR_NOMEM, "out of memory");
+  t->app = app;
+  t->cfg = *cfg;
+  td_config *c = &t->cfg;
+  td_h5_init();
+  /* Checks that depend on what this build and grid can do; every rank sees the same. */
+  if (strcmp(c->training_precision, "fp32") != 0 && strcmp(c->run_device, "cpu") == 0)
+    st = td_error_set(TD_ERR_DECK, __FILE__, __LINE__, __func__,
+                      "%s: training.precision: %s is not supported on run.device: cpu yet "
+                      "(use fp32)", c->deck_path, c->training_precision);
+  else if (c->parallel_pp > 1)
+    st = td_error_set(TD_ERR_UNSUPPORTED, __FILE__, __LINE__, __func__,
+                      "%s: parallel.pp = %lld: pipeline parallelism is not implemented yet",
+                      c->deck_path, (long long)c->parallel_pp);
+  else if (c->parallel_zero > 0 && c->parallel_dp > 1)
+    st = td_error_set(TD_ERR_UNSUPPORTED, __FILE__, __LINE__, __func__,
+                      "%s: parallel.zero = %lld with dp > 1 is not implemented yet (use zero: 0)",
+                      c->deck_path, (long long)c->parallel_zero);
+  TD_CHECK_GOTO(td_agree(app->world, st));
+  TD_CHECK_GOTO(td_grid_create(app->world, (int)c->parallel_dp, (int)c->parallel_tp,
+                               (int)c->parallel_pp, &t->grid));
+  TD_CHECK_GOTO(pick_threads(app, c, &t->threads));
+  st = td_kernels_create(c->run_device, t->threads, &t->k);
+  TD_CHECK_GOTO(td_agree(app->world, st));
+  t->B = td_config_micro_batch(c);
+  t->accum = td_config_accum_steps(c);
+  st = td_model_create(c, t->grid, t->k, &t->stats, t->B, &t->model);
+  TD_CHECK_GOTO(td_agree(app->world, st));
+  st = open_data(t, need_train, need_val);
+  TD_CHECK_GOTO(td_agree(app->world, st));
+  int64_t N = t->B * c->model_seq_len;
+  st = td_alloc((void **)&t->windows, (size_t)c->training_global_batch * sizeof(int64_t), "batch");
+  if (st == TD_OK) st = td_alloc((void **)&t->tok_in, (size_t)N * sizeof(int32_t), "tokens");
+  if (st == TD_OK) st = td_alloc((void **)&t->tok_tgt, (size_t)N * sizeof(int32_t), "tokens");
+  if (st == TD_OK)
+    st = td_alloc((void **)&t->tok_win, (size_t)(c->model_seq_len + 1) * sizeof(int32_t), "tokens");
+  TD_CHECK_GOTO(td_agree(app->world, st));
+done:
+  if (st != TD_OK) {
+    td_trainer_destroy(&t);
+    return st;
+  }
+  *out = t;
+  return TD_OK;
+}
+
+void td_trainer_destroy(td_trainer **tp) {
+  if (!tp || !*tp) return;
+  td_trainer *t = *tp;
+  td_model_destroy(&t->model);
+  td_kernels_destroy(&t->k);
+  td_dataset_close(&t->train);
+  td_dataset_close(&t->val);
+  td_sampler_destroy(&t->sampler);
+  td_grid_destroy(&t->grid);
+  td_free(t->windows);
+  td_free(t->tok_in);
+  td_free(t->tok_tgt);
+  td_free(t->tok_win);
+  if (t->metrics) fclose(t->metrics);
+  free(t);
+  *tp = NULL;
+}
+
+/* Read `n` windows (indices w[0..n)) into the host token buffers; rows past n
+ * repeat the last window (their loss is not counted). */
+static td_status load_micro(td_trainer *t, td_dataset *d, const int64_t *w, int64_t n) {
+  int64_t T = t->cfg.model_seq_len;
+  for (int64_t b = 0; b < t->B; ++b) {
+    TD_CHECK(td_dataset_read_window(d, w[b < n ? b : n - 1], T, t->tok_win));
+    memcpy(t->tok_in + b * T, t->tok_win, (size_t)T * sizeof(int32_t));
+    memcpy(t->tok_tgt + b * T, t->tok_win + 1, (size_t)T * sizeof(int32_t));
+  }
+  return TD_OK;
+}
+
+/* Σ‖g‖² over the parameters this rank owns uniquely: tensor-parallel shards on
+ * every tp rank, replicated tensors on tp rank 0 only. Host result. */
+static td_status local_sumsq(td_trainer *t, double *out) {
+  td_model *m = t->model;
+  double s = 0.0;
+  for (int i = 0; i < m->reg->n; ++i) {
+    const td_param *p = &m->reg->p[i];
+    if (!p->present) continue;
+    if (p->split_dim < 0 && t->grid->tp_rank != 0) continue;
+    double x = 0.0;
+    TD_CHECK(t->k->sumsq(t->k, td_view(m->grads, p), p->local_numel, &x));
+    s += x;
+  }
+  *out = s;
+  return TD_OK;
+}
+
+td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr) {
+  td_config *c = &t->cfg;
+  td_model *m = t->model;
+  td_kernels *k = t->k;
+  int64_t G = c->training_global_batch, T = c->model_seq_len, dp = t->grid->dp;
+  int64_t per_rank = G / dp;
+  double global_tokens = (double)G * (double)T;
+  int tid_fwd = td_timer_id(&t->timers, "forward"), tid_bwd = td_timer_id(&t->timers, "backward");
+  int tid_opt = td_timer_id(&t->timers, "optimizer"), tid_data = td_timer_id(&t->timers, "data");
+
+  td_timer_start(&t->timers, tid_data);
+  TD_CHECK(td_sampler_next(t->sampler, G, t->windows));
+  td_timer_stop(&t->timers, tid_data);
+  TD_CHECK(k->zero(k, m->grads, (size_t)m->reg->total_local * sizeof(float)));
+  double loss_sum = 0.0;
+  const int64_t *mine = t->windows + t->grid->dp_rank * per_rank;
+  for (int64_t j = 0; j < t->accum; ++j) {
+    td_timer_start(&t->timers, tid_data);
+    TD_CHECK(load_micro(t, t->train, mine + j * t->B, t->B));
+    td_timer_stop(&t->timers, tid_data);
+    double ls = 0.0;
+    td_timer_start(&t->timers, tid_fwd);
+    TD_CHECK(td_model_forward(m, t->tok_in, t->tok_tgt, &ls));
+    td_timer_stop(&t->timers, tid_fwd);
+    td_timer_start(&t->timers, tid_bwd);
+    TD_CHECK(td_model_backward(m, (float)(1.0 / global_tokens)));
+    TD_CHECK(k->sync(k));
+    td_timer_stop(&t->timers, tid_bwd);
+    loss_sum += ls;
+  }
+  /* Gradients: sum over data-parallel replicas (each holds Σ over its slice). */
+  TD_CHECK(td_coll_allreduce_f32(t->grid->dp_comm, m->grads, m->reg->total_local, MPI_SUM,
+                                 &t->stats));
+  TD_CHECK(td_coll_allreduce_f64(t->grid->dp_comm, &loss_sum, 1, MPI_SUM, &t->stats));
+  *loss = loss_sum / global_tokens;
+
+  td_timer_start(&t->timers, tid_opt);
+  double ss = 0.0;
+  TD_CHECK(local_sumsq(t, &ss));
+  TD_CHECK(td_coll_allreduce_f64(t->grid->tp_comm, &ss, 1, MPI_SUM, &t->stats));
+  TD_CHECK(td_coll_allreduce_f64(t->grid->pp_comm, &ss, 1, MPI_SUM, &t->stats));
+  *norm = sqrt(ss);
+  if (!isfinite(*loss) || !isfinite(*norm)) {
+    td_error_set(TD_ERR_NUMERIC, __FILE__, __LINE__, __func__,
+                 "step %lld: %s is %s (loss %g, gradient norm %g); lower optimizer.lr or check "
+                 "the data",
+                 (long long)(t->step + 1), !isfinite(*loss) ? "the loss" : "the gradient norm",
+                 isnan(!isfinite(*loss) ? *loss : *norm) ? "NaN" : "infinite", *loss, *norm);
+    td_error_mark_agreed(); /* every rank computed the same reduced values */
+    return TD_ERR_NUMERIC;
+  }
+  if (t->grad_snapshot)
+    TD_CHECK(k->to_host(k, t->grad_snapshot, m->grads, (size_t)m->reg->total_local * sizeof(float)));
+  if (c->training_grad_clip > 0.0) {
+    double coef = c->training_grad_clip / (*norm + 1e-6);
+    if (coef < 1.0) TD_CHECK(k->scale(k, m->grads, (float)coef, m->reg->total_local));
+  }
+  *lr = td_lr_at(c, t->step);
+  for (int i = 0; i < m->reg->n; ++i) {
+    const td_param *p = &m->reg->p[i];
+    if (!p->present) continue;
+    TD_CHECK(k->adamw(k, td_view(m->params, p), td_view(m->grads, p), td_view(m->exp_avg, p),
+                      td_view(m->exp_avg_sq, p), p->local_numel, (float)*lr,
+                      (float)c->optimizer_betas[0], (float)c->optimizer_betas[1],
+                      (float)c->optimizer_eps, p->decay ? (float)c->optimizer_weight_decay : 0.0f,
+                      t->step + 1));
+  }
+  TD_CHECK(k->sync(k));
+  td_timer_stop(&t->timers, tid_opt);
+  t->step++;
+  t->tokens_seen += G * T;
+  return TD_OK;
+}
+
+td_status td_trainer_eval(td_trainer *t, double *loss, int64_t *ntokens) {
+  td_config *c = &t->cfg;
+  td_model *m = t->model;
+  int64_t T = c->model_seq_len, dp = t->grid->dp;
+  int64_t total = c->eval_batches * c->training_global_batch;
+  int64_t avail = td_dataset_nwindows(t->val, T);
+  if (total > avail) total = avail;
+  /* dp rank r evaluates windows [r·total/dp, (r+1)·total/dp) in micro-batches of B */
+  int64_t lo = t->grid->dp_rank * total / dp, hi = (t->grid->dp_rank + 1) * total / dp;
+  int64_t per = (total + dp - 1) / dp, nmicro = (per + t->B - 1) / t->B; /* same on every rank */
+  int64_t *w = t->windows; /* global_batch ≥ B entries */
+  double sum = 0.0;
+  for (int64_t j = 0; j < nmicro; ++j) {
+    int64_t first = lo + j * t->B, n = hi - first;
+    if (n > t->B) n = t->B;
+    if (n <= 0) {
+      n = 0;
+      first = 0;
+    }
+    for (int64_t b = 0; b < t->B; ++b) w[b] = first + (b < n ? b : 0);
+    TD_CHECK(load_micro(t, t->val, w, n > 0 ? n : 1));
+    m->valid_rows = n * T;
+    double ls = 0.0;
+    td_status st = td_model_loss(m, t->tok_in, t->tok_tgt, &ls);
+    m->valid_rows = t->B * T;
+    TD_CHECK(st);
+    sum += ls;
+  }
+  TD_CHECK(td_coll_allreduce_f64(t->grid->dp_comm, &sum, 1, MPI_SUM, &t->stats));
+  *ntokens = total * T;
+  *loss = sum / (double)(total * T);
+  return TD_OK;
+}
