@@ -1,5 +1,5 @@
-/* cpu_simd.h — branch-free float exp and tanh that the compiler vectorises
- * inside `#pragma omp simd` loops (libm's expf/tanhf are scalar calls).
+/* cpu_simd.h — a branch-free float exp that the compiler vectorises
+ * inside `#pragma omp simd` loops (libm's expf is a scalar call).
  * Private to kernels/cpu/; static inline because they only pay inlined. */
 #ifndef TD_CPU_SIMD_H
 #define TD_CPU_SIMD_H
@@ -29,11 +29,6 @@ static inline float td_cpu_expf(float x) {
   float s;
   memcpy(&s, &e, sizeof s);
   return p * s;
-}
-
-/* tanh(u) = 1 − 2/(exp(2u) + 1); absolute error ≈ 1e−7. */
-static inline float td_cpu_tanhf(float u) {
-  return 1.0f - 2.0f / (td_cpu_expf(2.0f * u) + 1.0f);
 }
 
 #endif

@@ -24,6 +24,8 @@ void td_cpu_mm_engine_destroy(td_cpu_state *s) { s->engine = NULL; }
 /* Is an operand with strides st (rows, cols) expressible to sgemm? */
 static int mm_layout(const int64_t st[4], int64_t rows, int64_t cols, CBLAS_TRANSPOSE *tr,
                      int64_t *ld) {
+  *tr = CblasNoTrans;
+  *ld = 1;
   if (st[3] == 1 && st[2] >= (cols > 1 ? cols : 1)) {
     *tr = CblasNoTrans;
     *ld = st[2];
@@ -58,8 +60,8 @@ void td_cpu_mm_impl_destroy(void *impl) { (void)impl; }
 
 td_status td_cpu_mm_impl_run(td_cpu_state *s, void *impl, const td_cpu_mm *d,
                              const float *A, const float *B, float *C, void *scratch) {
-  CBLAS_TRANSPOSE ta, tb, tc;
-  int64_t la, lb, lc;
+  CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans, tc = CblasNoTrans;
+  int64_t la = 1, lb = 1, lc = 1;
   mm_layout(d->sa, d->M, d->K, &ta, &la);
   mm_layout(d->sb, d->K, d->N, &tb, &lb);
   mm_layout(d->sc, d->M, d->N, &tc, &lc);

@@ -1,0 +1,814 @@
+/* test_kernels.c — every op of the CPU back-end against a plain float64
+ * reference on random inputs (odd sizes included), forward and backward, and
+ * every backward against central differences of the float64 forward on the
+ * scalar loss L = Σ out·R. Prints one line per check and "N passed, M failed";
+ * exits non-zero on any failure.
+ *   test_kernels          the checks (a few seconds)
+ *   test_kernels --bench  also the gemm rate and the attention time */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/cpu/td_cpu.h"
+#include "kernels/td_kernels.h"
+
+static int g_pass, g_fail;
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+/* Uniform in [-1, 1), never exactly 0 (xorshift64*). */
+static double urand(void) {
+  g_rng ^= g_rng >> 12;
+  g_rng ^= g_rng << 25;
+  g_rng ^= g_rng >> 27;
+  double u = (double)((g_rng * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+  double r = 2.0 * u - 1.0;
+  return r == 0.0 ? 0.5 : r;
+}
+
+static void *xmalloc(size_t bytes) {
+  void *p = calloc(1, bytes ? bytes : 1);
+  if (!p) {
+    fprintf(stderr, "test_kernels: out of memory\n");
+    exit(2);
+  }
+  return p;
+}
+#define NEWF(n) ((float *)xmalloc((size_t)(n) * sizeof(float)))
+#define NEWD(n) ((double *)xmalloc((size_t)(n) * sizeof(double)))
+
+static void fill(float *f, double *d, int64_t n, double amp) {
+  for (int64_t i = 0; i < n; i++) {
+    float v = (float)(amp * urand());
+    if (f) f[i] = v;
+    if (d) d[i] = v;
+  }
+}
+
+static void report(int ok, const char *name, double err, double tol) {
+  if (ok) g_pass++;
+  else g_fail++;
+  printf("%-4s %-58s err %.2e (tol %.0e)\n", ok ? "ok" : "FAIL", name, err, tol);
+}
+
+/* max_i |got−ref| / (1 + |ref|) ≤ tol; NaN fails. */
+static void check_close(const char *name, const float *got, const double *ref, int64_t n,
+                        double tol) {
+  double worst = 0.0;
+  int nan = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (!isfinite(got[i]) && isfinite(ref[i])) nan = 1;
+    double e = fabs((double)got[i] - ref[i]) / (1.0 + fabs(ref[i]));
+    if (e > worst || e != e) worst = e;
+  }
+  report(!nan && worst <= tol, name, worst, tol);
+}
+
+static void check_status(const char *name, td_status s) {
+  if (s != TD_OK) {
+    printf("FAIL %s: %s\n%s", name, td_error_message(), td_error_trace());
+    td_error_clear();
+    g_fail++;
+  }
+}
+#define CK(call) check_status(#call, (call))
+
+/* Central differences in double: g[i] = (L(x+h e_i) − L(x−h e_i)) / 2h. */
+typedef double (*loss_fn)(void *ctx);
+static void fd_grad(loss_fn f, void *ctx, double *x, int64_t n, double *g) {
+  const double h = 1e-5;
+  for (int64_t i = 0; i < n; i++) {
+    double xi = x[i];
+    x[i] = xi + h;
+    double lp = f(ctx);
+    x[i] = xi - h;
+    double lm = f(ctx);
+    x[i] = xi;
+    g[i] = (lp - lm) / (2.0 * h);
+  }
+}
+
+static double dot(const double *a, const double *b, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* ---- gemm, bias --------------------------------------------------------------- */
+
+static void test_gemm(td_kernels *k, int64_t M, int64_t N, int64_t K) {
+  float *A = NEWF(M * K), *B = NEWF(K * N), *C = NEWF(M * N);
+  double *Ad = NEWD(M * K), *Bd = NEWD(K * N), *C0 = NEWD(M * N), *R = NEWD(M * N);
+  fill(A, Ad, M * K, 1.0);
+  fill(B, Bd, K * N, 1.0);
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++)
+      for (int beta = 0; beta < 2; beta++) {
+        fill(C, C0, M * N, 1.0);
+        for (int64_t m = 0; m < M; m++)
+          for (int64_t n = 0; n < N; n++) {
+            double s = beta ? C0[m * N + n] : 0.0;
+            for (int64_t kk = 0; kk < K; kk++)
+              s += (ta ? Ad[kk * M + m] : Ad[m * K + kk]) *
+                   (tb ? Bd[n * K + kk] : Bd[kk * N + n]);
+            R[m * N + n] = s;
+          }
+        CK(k->gemm(k, ta, tb, M, N, K, A, B, (float)beta, C));
+        char name[96];
+        snprintf(name, sizeof name, "gemm %c%c M=%lld N=%lld K=%lld beta=%d",
+                 ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)M, (long long)N,
+                 (long long)K, beta);
+        check_close(name, C, R, M * N, 2e-6 * (double)K);
+      }
+  free(A), free(B), free(C), free(Ad), free(Bd), free(C0), free(R);
+}
+
+typedef struct {
+  int64_t M, N;
+  double *x, *b, *R;
+} bias_ctx;
+static double bias_loss(void *p) {
+  bias_ctx *c = p;
+  double L = 0.0;
+  for (int64_t m = 0; m < c->M; m++)
+    for (int64_t n = 0; n < c->N; n++) L += (c->x[m * c->N + n] + c->b[n]) * c->R[m * c->N + n];
+  return L;
+}
+
+static void test_bias(td_kernels *k, int64_t M, int64_t N) {
+  float *out = NEWF(M * N), *b = NEWF(N), *db = NEWF(N), *dout = NEWF(M * N);
+  double *outd = NEWD(M * N), *bd = NEWD(N), *dbd = NEWD(N), *R = NEWD(M * N), *g = NEWD(N);
+  char name[96];
+  fill(out, outd, M * N, 1.0);
+  fill(b, bd, N, 1.0);
+  fill(dout, R, M * N, 1.0);
+  fill(db, dbd, N, 1.0);
+  double *x0 = NEWD(M * N);
+  memcpy(x0, outd, (size_t)(M * N) * sizeof(double));
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t n = 0; n < N; n++) outd[m * N + n] += bd[n];
+  CK(k->bias_fwd(k, out, b, M, N));
+  snprintf(name, sizeof name, "bias_fwd M=%lld N=%lld", (long long)M, (long long)N);
+  check_close(name, out, outd, M * N, 1e-6);
+  double *db0 = NEWD(N);
+  memcpy(db0, dbd, (size_t)N * sizeof(double));
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t n = 0; n < N; n++) dbd[n] += R[m * N + n];
+  CK(k->bias_bwd(k, db, dout, M, N));
+  snprintf(name, sizeof name, "bias_bwd M=%lld N=%lld", (long long)M, (long long)N);
+  check_close(name, db, dbd, N, 1e-5);
+  bias_ctx c = {M, N, x0, bd, R};
+  fd_grad(bias_loss, &c, bd, N, g);
+  for (int64_t n = 0; n < N; n++) g[n] += db0[n];
+  snprintf(name, sizeof name, "bias_bwd finite differences M=%lld N=%lld", (long long)M,
+           (long long)N);
+  check_close(name, db, g, N, 1e-4);
+  free(out), free(b), free(db), free(dout), free(outd), free(bd), free(dbd), free(R);
+  free(g), free(x0), free(db0);
+}
+
+/* ---- embedding ------------------------------------------------------------------ */
+
+typedef struct {
+  int64_t B, T, C, v0, Vs;
+  const int32_t *tok;
+  double *wte, *wpe, *R; /* wpe may be NULL */
+} emb_ctx;
+static void emb_ref(const emb_ctx *c, double *out) {
+  for (int64_t n = 0; n < c->B * c->T; n++)
+    for (int64_t j = 0; j < c->C; j++) {
+      int64_t v = c->tok[n] - c->v0;
+      double s = (v >= 0 && v < c->Vs) ? c->wte[v * c->C + j] : 0.0;
+      if (c->wpe) s += c->wpe[(n % c->T) * c->C + j];
+      out[n * c->C + j] = s;
+    }
+}
+static double emb_loss(void *p) {
+  emb_ctx *c = p;
+  int64_t n = c->B * c->T * c->C;
+  double *o = NEWD(n);
+  emb_ref(c, o);
+  double L = dot(o, c->R, n);
+  free(o);
+  return L;
+}
+
+static void test_embed(td_kernels *k, int64_t B, int64_t T, int64_t C, int64_t v0,
+                       int64_t Vs, int with_wpe) {
+  int64_t N = B * T, V = v0 + Vs + 3; /* tokens also outside the shard */
+  int32_t *tok = xmalloc((size_t)N * sizeof(int32_t));
+  float *wte = NEWF(Vs * C), *wpe = NEWF(T * C), *out = NEWF(N * C), *dout = NEWF(N * C);
+  float *dwte = NEWF(Vs * C), *dwpe = NEWF(T * C);
+  double *wted = NEWD(Vs * C), *wped = NEWD(T * C), *outd = NEWD(N * C), *R = NEWD(N * C);
+  double *dwte0 = NEWD(Vs * C), *dwpe0 = NEWD(T * C), *g = NEWD(Vs * C), *gp = NEWD(T * C);
+  char name[112], tag[64];
+  snprintf(tag, sizeof tag, "B=%lld T=%lld C=%lld v0=%lld Vs=%lld%s", (long long)B,
+           (long long)T, (long long)C, (long long)v0, (long long)Vs, with_wpe ? "" : " no wpe");
+  for (int64_t n = 0; n < N; n++) tok[n] = (int32_t)((g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull) >> 33) % (int32_t)V;
+  tok[0] = (int32_t)v0; /* repeated tokens collide in dwte */
+  if (N > 1) tok[N - 1] = (int32_t)v0;
+  fill(wte, wted, Vs * C, 1.0);
+  fill(wpe, wped, T * C, 1.0);
+  fill(dout, R, N * C, 1.0);
+  fill(dwte, dwte0, Vs * C, 1.0);
+  fill(dwpe, dwpe0, T * C, 1.0);
+  emb_ctx c = {B, T, C, v0, Vs, tok, wted, with_wpe ? wped : NULL, R};
+  emb_ref(&c, outd);
+  CK(k->embed_fwd(k, out, tok, wte, v0, Vs, with_wpe ? wpe : NULL, B, T, C));
+  snprintf(name, sizeof name, "embed_fwd %s", tag);
+  check_close(name, out, outd, N * C, 1e-6);
+  CK(k->embed_bwd(k, dwte, with_wpe ? dwpe : NULL, dout, tok, v0, Vs, B, T, C));
+  /* float64 reference backward */
+  double *rw = NEWD(Vs * C), *rp = NEWD(T * C);
+  memcpy(rw, dwte0, (size_t)(Vs * C) * sizeof(double));
+  memcpy(rp, dwpe0, (size_t)(T * C) * sizeof(double));
+  for (int64_t n = 0; n < N; n++) {
+    int64_t v = tok[n] - v0;
+    for (int64_t j = 0; j < C; j++) {
+      if (v >= 0 && v < Vs) rw[v * C + j] += R[n * C + j];
+      if (with_wpe) rp[(n % T) * C + j] += R[n * C + j];
+    }
+  }
+  snprintf(name, sizeof name, "embed_bwd dwte %s", tag);
+  check_close(name, dwte, rw, Vs * C, 1e-5);
+  if (with_wpe) {
+    snprintf(name, sizeof name, "embed_bwd dwpe %s", tag);
+    check_close(name, dwpe, rp, T * C, 1e-5);
+  } else {
+    snprintf(name, sizeof name, "embed_bwd dwpe untouched when NULL %s", tag);
+    check_close(name, dwpe, dwpe0, T * C, 0.0);
+  }
+  fd_grad(emb_loss, &c, wted, Vs * C, g);
+  for (int64_t i = 0; i < Vs * C; i++) g[i] += dwte0[i];
+  snprintf(name, sizeof name, "embed_bwd dwte finite differences %s", tag);
+  check_close(name, dwte, g, Vs * C, 1e-4);
+  if (with_wpe) {
+    fd_grad(emb_loss, &c, wped, T * C, gp);
+    for (int64_t i = 0; i < T * C; i++) gp[i] += dwpe0[i];
+    snprintf(name, sizeof name, "embed_bwd dwpe finite differences %s", tag);
+    check_close(name, dwpe, gp, T * C, 1e-4);
+  }
+  free(tok), free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe);
+  free(wted), free(wped), free(outd), free(R), free(dwte0), free(dwpe0), free(g), free(gp);
+  free(rw), free(rp);
+}
+
+/* ---- layernorm ------------------------------------------------------------------------ */
+
+typedef struct {
+  int64_t N, C;
+  double *x, *w, *b, *R;
+} ln_ctx;
+static void ln_ref(const ln_ctx *c, double *out, double *mean, double *rstd) {
+  for (int64_t n = 0; n < c->N; n++) {
+    const double *x = c->x + n * c->C;
+    double mu = 0.0, var = 0.0;
+    for (int64_t j = 0; j < c->C; j++) mu += x[j];
+    mu /= (double)c->C;
+    for (int64_t j = 0; j < c->C; j++) var += (x[j] - mu) * (x[j] - mu);
+    var /= (double)c->C;
+    double r = 1.0 / sqrt(var + 1e-5);
+    for (int64_t j = 0; j < c->C; j++) out[n * c->C + j] = (x[j] - mu) * r * c->w[j] + c->b[j];
+    if (mean) mean[n] = mu;
+    if (rstd) rstd[n] = r;
+  }
+}
+static double ln_loss(void *p) {
+  ln_ctx *c = p;
+  double *o = NEWD(c->N * c->C);
+  ln_ref(c, o, NULL, NULL);
+  double L = dot(o, c->R, c->N * c->C);
+  free(o);
+  return L;
+}
+
+static void test_layernorm(td_kernels *k, int64_t N, int64_t C, int fd) {
+  int64_t n = N * C;
+  float *x = NEWF(n), *w = NEWF(C), *b = NEWF(C), *out = NEWF(n), *mean = NEWF(N), *rstd = NEWF(N);
+  float *dout = NEWF(n), *dx = NEWF(n), *dw = NEWF(C), *db = NEWF(C);
+  double *xd = NEWD(n), *wd = NEWD(C), *bd = NEWD(C), *outd = NEWD(n), *md = NEWD(N), *rd = NEWD(N);
+  double *R = NEWD(n), *dx0 = NEWD(n), *dw0 = NEWD(C), *db0 = NEWD(C);
+  double *gx = NEWD(n), *gw = NEWD(C), *gb = NEWD(C);
+  char name[96], tag[40];
+  snprintf(tag, sizeof tag, "N=%lld C=%lld", (long long)N, (long long)C);
+  fill(x, xd, n, 2.0);
+  for (int64_t i = 0; i < n; i++) x[i] += 0.5f, xd[i] = x[i]; /* non-zero mean */
+  fill(w, wd, C, 1.0);
+  fill(b, bd, C, 1.0);
+  fill(dout, R, n, 1.0);
+  fill(dx, dx0, n, 1.0);
+  fill(dw, dw0, C, 1.0);
+  fill(db, db0, C, 1.0);
+  ln_ctx c = {N, C, xd, wd, bd, R};
+  ln_ref(&c, outd, md, rd);
+  CK(k->layernorm_fwd(k, out, mean, rstd, x, w, b, N, C));
+  snprintf(name, sizeof name, "layernorm_fwd out %s", tag);
+  check_close(name, out, outd, n, 1e-5);
+  snprintf(name, sizeof name, "layernorm_fwd mean %s", tag);
+  check_close(name, mean, md, N, 1e-6);
+  snprintf(name, sizeof name, "layernorm_fwd rstd %s", tag);
+  check_close(name, rstd, rd, N, 1e-5);
+  CK(k->layernorm_bwd(k, dx, dw, db, dout, x, w, mean, rstd, N, C));
+  /* float64 reference backward */
+  double *rx = NEWD(n), *rw = NEWD(C), *rb = NEWD(C);
+  memcpy(rw, dw0, (size_t)C * sizeof(double));
+  memcpy(rb, db0, (size_t)C * sizeof(double));
+  for (int64_t r = 0; r < N; r++) {
+    double sg = 0, sgx = 0;
+    for (int64_t j = 0; j < C; j++) {
+      double xh = (xd[r * C + j] - md[r]) * rd[r], gg = R[r * C + j] * wd[j];
+      sg += gg, sgx += gg * xh;
+      rw[j] += R[r * C + j] * xh;
+      rb[j] += R[r * C + j];
+    }
+    for (int64_t j = 0; j < C; j++) {
+      double xh = (xd[r * C + j] - md[r]) * rd[r];
+      rx[r * C + j] = dx0[r * C + j] + rd[r] * (R[r * C + j] * wd[j] - sg / C - xh * sgx / C);
+    }
+  }
+  snprintf(name, sizeof name, "layernorm_bwd dx %s", tag);
+  check_close(name, dx, rx, n, 1e-5);
+  snprintf(name, sizeof name, "layernorm_bwd dw %s", tag);
+  check_close(name, dw, rw, C, 1e-5);
+  snprintf(name, sizeof name, "layernorm_bwd db %s", tag);
+  check_close(name, db, rb, C, 1e-5);
+  if (!fd) goto out;
+  fd_grad(ln_loss, &c, xd, n, gx);
+  fd_grad(ln_loss, &c, wd, C, gw);
+  fd_grad(ln_loss, &c, bd, C, gb);
+  for (int64_t i = 0; i < n; i++) gx[i] += dx0[i];
+  for (int64_t i = 0; i < C; i++) gw[i] += dw0[i], gb[i] += db0[i];
+  snprintf(name, sizeof name, "layernorm_bwd dx finite differences %s", tag);
+  check_close(name, dx, gx, n, 1e-4);
+  snprintf(name, sizeof name, "layernorm_bwd dw finite differences %s", tag);
+  check_close(name, dw, gw, C, 1e-4);
+  snprintf(name, sizeof name, "layernorm_bwd db finite differences %s", tag);
+  check_close(name, db, gb, C, 1e-4);
+out:
+  free(x), free(w), free(b), free(out), free(mean), free(rstd), free(dout), free(dx);
+  free(dw), free(db), free(xd), free(wd), free(bd), free(outd), free(md), free(rd), free(R);
+  free(dx0), free(dw0), free(db0), free(gx), free(gw), free(gb), free(rx), free(rw), free(rb);
+}
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+typedef struct {
+  int64_t B, T, NH, HS;
+  double *qkv, *R;
+} att_ctx;
+/* out (B,T,C), att (B,NH,T,T) or NULL. */
+static void att_ref(const att_ctx *c, double *out, double *att) {
+  int64_t B = c->B, T = c->T, NH = c->NH, HS = c->HS, C = NH * HS;
+  double *p = NEWD(T);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < NH; h++)
+      for (int64_t t = 0; t < T; t++) {
+        const double *q = c->qkv + (b * T + t) * 3 * C + h * HS;
+        double mx = -INFINITY, s = 0.0;
+        for (int64_t j = 0; j <= t; j++) {
+          const double *kk = c->qkv + (b * T + j) * 3 * C + C + h * HS;
+          p[j] = dot(q, kk, HS) / sqrt((double)HS);
+          if (p[j] > mx) mx = p[j];
+        }
+        for (int64_t j = 0; j <= t; j++) s += (p[j] = exp(p[j] - mx));
+        for (int64_t j = 0; j < T; j++) {
+          double a = j <= t ? p[j] / s : 0.0;
+          if (att) att[((b * NH + h) * T + t) * T + j] = a;
+          p[j] = a;
+        }
+        for (int64_t d = 0; d < HS; d++) {
+          double o = 0.0;
+          for (int64_t j = 0; j <= t; j++) o += p[j] * c->qkv[(b * T + j) * 3 * C + 2 * C + h * HS + d];
+          out[(b * T + t) * C + h * HS + d] = o;
+        }
+      }
+  free(p);
+}
+static double att_loss(void *p) {
+  att_ctx *c = p;
+  int64_t n = c->B * c->T * c->NH * c->HS;
+  double *o = NEWD(n);
+  att_ref(c, o, NULL);
+  double L = dot(o, c->R, n);
+  free(o);
+  return L;
+}
+/* float64 reference backward: dqkv (B,T,3C) given dout = R. */
+static void att_ref_bwd(const att_ctx *c, const double *att, double *dqkv) {
+  int64_t B = c->B, T = c->T, NH = c->NH, HS = c->HS, C = NH * HS;
+  double *da = NEWD(T), sc = 1.0 / sqrt((double)HS);
+  memset(dqkv, 0, (size_t)(B * T * 3 * C) * sizeof(double));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < NH; h++)
+      for (int64_t t = 0; t < T; t++) {
+        const double *a = att + ((b * NH + h) * T + t) * T;
+        const double *dout = c->R + (b * T + t) * C + h * HS;
+        double s = 0.0;
+        for (int64_t j = 0; j <= t; j++) {
+          const double *v = c->qkv + (b * T + j) * 3 * C + 2 * C + h * HS;
+          double *dv = dqkv + (b * T + j) * 3 * C + 2 * C + h * HS;
+          da[j] = dot(dout, v, HS);
+          for (int64_t d = 0; d < HS; d++) dv[d] += a[j] * dout[d];
+          s += a[j] * da[j];
+        }
+        const double *q = c->qkv + (b * T + t) * 3 * C + h * HS;
+        double *dq = dqkv + (b * T + t) * 3 * C + h * HS;
+        for (int64_t j = 0; j <= t; j++) {
+          double dp = a[j] * (da[j] - s) * sc;
+          const double *kk = c->qkv + (b * T + j) * 3 * C + C + h * HS;
+          double *dk = dqkv + (b * T + j) * 3 * C + C + h * HS;
+          for (int64_t d = 0; d < HS; d++) dq[d] += dp * kk[d], dk[d] += dp * q[d];
+        }
+      }
+  free(da);
+}
+
+static void test_attention(td_kernels *k, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                           int fd) {
+  int64_t C = NH * HS, nq = B * T * 3 * C, no = B * T * C, na = B * NH * T * T;
+  float *qkv = NEWF(nq), *out = NEWF(no), *att = NEWF(na), *dout = NEWF(no);
+  float *dqkv = NEWF(nq), *scr = NEWF(na);
+  double *qd = NEWD(nq), *outd = NEWD(no), *attd = NEWD(na), *R = NEWD(no);
+  double *rq = NEWD(nq), *g = NEWD(nq);
+  char name[96], tag[48];
+  snprintf(tag, sizeof tag, "B=%lld T=%lld NH=%lld HS=%lld", (long long)B, (long long)T,
+           (long long)NH, (long long)HS);
+  fill(qkv, qd, nq, 1.5);
+  fill(dout, R, no, 1.0);
+  for (int64_t i = 0; i < na; i++) att[i] = 7.0f; /* must be overwritten, 0 above diag */
+  for (int64_t i = 0; i < nq; i++) dqkv[i] = 7.0f; /* "=": must be overwritten */
+  att_ctx c = {B, T, NH, HS, qd, R};
+  att_ref(&c, outd, attd);
+  CK(k->attention_fwd(k, out, att, qkv, B, T, NH, HS));
+  snprintf(name, sizeof name, "attention_fwd out %s", tag);
+  check_close(name, out, outd, no, 1e-5);
+  snprintf(name, sizeof name, "attention_fwd att %s", tag);
+  check_close(name, att, attd, na, 1e-5);
+  CK(k->attention_bwd(k, dqkv, scr, dout, qkv, att, B, T, NH, HS));
+  att_ref_bwd(&c, attd, rq);
+  snprintf(name, sizeof name, "attention_bwd dqkv %s", tag);
+  check_close(name, dqkv, rq, nq, 2e-5);
+  if (fd) {
+    fd_grad(att_loss, &c, qd, nq, g);
+    snprintf(name, sizeof name, "attention_bwd finite differences %s", tag);
+    check_close(name, dqkv, g, nq, 1e-4);
+  }
+  free(qkv), free(out), free(att), free(dout), free(dqkv), free(scr), free(qd), free(outd);
+  free(attd), free(R), free(rq), free(g);
+}
+
+/* ---- gelu, pointwise --------------------------------------------------------------------- */
+
+static double gelu_d(double x) {
+  return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+static void test_gelu(td_kernels *k, int64_t n) {
+  float *x = NEWF(n), *out = NEWF(n), *dout = NEWF(n), *dx = NEWF(n);
+  double *xd = NEWD(n), *od = NEWD(n), *R = NEWD(n), *g = NEWD(n), *rd = NEWD(n);
+  char name[64];
+  fill(x, xd, n, 6.0); /* covers the tails (tanh saturates) */
+  fill(dout, R, n, 1.0);
+  for (int64_t i = 0; i < n; i++) od[i] = gelu_d(xd[i]);
+  CK(k->gelu_fwd(k, out, x, n));
+  snprintf(name, sizeof name, "gelu_fwd n=%lld", (long long)n);
+  check_close(name, out, od, n, 1e-6);
+  for (int64_t i = 0; i < n; i++) {
+    double u = sqrt(2.0 / M_PI) * (xd[i] + 0.044715 * xd[i] * xd[i] * xd[i]);
+    double th = tanh(u);
+    rd[i] = R[i] * (0.5 * (1 + th) + 0.5 * xd[i] * (1 - th * th) * sqrt(2.0 / M_PI) *
+                                          (1 + 3 * 0.044715 * xd[i] * xd[i]));
+  }
+  CK(k->gelu_bwd(k, dx, x, dout, n));
+  snprintf(name, sizeof name, "gelu_bwd n=%lld", (long long)n);
+  check_close(name, dx, rd, n, 1e-6);
+  /* L = Σ gelu(x_i)·R_i is separable: central differences element by element. */
+  for (int64_t i = 0; i < n; i++)
+    g[i] = R[i] * (gelu_d(xd[i] + 1e-5) - gelu_d(xd[i] - 1e-5)) / 2e-5;
+  snprintf(name, sizeof name, "gelu_bwd finite differences n=%lld", (long long)n);
+  check_close(name, dx, g, n, 1e-4);
+  free(x), free(out), free(dout), free(dx), free(xd), free(od), free(R), free(g), free(rd);
+}
+
+static void test_pointwise(td_kernels *k, int64_t n) {
+  float *a = NEWF(n), *b = NEWF(n), *o = NEWF(n);
+  double *ad = NEWD(n), *bd = NEWD(n), *r = NEWD(n);
+  char name[64];
+  fill(a, ad, n, 1.0);
+  fill(b, bd, n, 1.0);
+  for (int64_t i = 0; i < n; i++) r[i] = ad[i] + bd[i];
+  CK(k->add(k, o, a, b, n));
+  snprintf(name, sizeof name, "add n=%lld", (long long)n);
+  check_close(name, o, r, n, 1e-7);
+  CK(k->add(k, a, a, b, n)); /* out aliases a */
+  snprintf(name, sizeof name, "add aliased n=%lld", (long long)n);
+  check_close(name, a, r, n, 1e-7);
+  for (int64_t i = 0; i < n; i++) r[i] = (double)b[i] * (double)-0.37f;
+  CK(k->scale(k, b, -0.37f, n));
+  snprintf(name, sizeof name, "scale n=%lld", (long long)n);
+  check_close(name, b, r, n, 1e-7);
+  double s = 0.0, got = -1.0;
+  for (int64_t i = 0; i < n; i++) s += (double)b[i] * (double)b[i];
+  CK(k->sumsq(k, b, n, &got));
+  snprintf(name, sizeof name, "sumsq n=%lld", (long long)n);
+  report(fabs(got - s) <= 1e-12 * s, name, fabs(got - s) / (s > 0 ? s : 1), 1e-12);
+  free(a), free(b), free(o), free(ad), free(bd), free(r);
+}
+
+/* ---- cross-entropy on vocabulary shards --------------------------------------------------- */
+
+#define XS 3 /* shards: [0,12) real, [12,20) real + 4 padding, [20,20) padding only */
+static const int64_t xs_v0[XS] = {0, 12, 20}, xs_Vs[XS] = {12, 12, 4}, xs_Vv[XS] = {12, 8, 0};
+
+typedef struct {
+  int64_t N, V;
+  double *l; /* (N, V) real logits */
+  const int32_t *tgt;
+  double scale;
+} xent_ctx;
+static double xent_loss(void *p) {
+  xent_ctx *c = p;
+  double L = 0.0;
+  for (int64_t n = 0; n < c->N; n++) {
+    const double *l = c->l + n * c->V;
+    double mx = -INFINITY, s = 0.0;
+    for (int64_t j = 0; j < c->V; j++) mx = l[j] > mx ? l[j] : mx;
+    for (int64_t j = 0; j < c->V; j++) s += exp(l[j] - mx);
+    L += c->scale * (log(s) + mx - l[c->tgt[n]]);
+  }
+  return L;
+}
+
+static void test_xent(td_kernels *k, int64_t N) {
+  const int64_t V = 20;
+  const float scale = 1.0f / (float)N;
+  float *lg[XS], *dl[XS], *mx[XS], *se[XS], *tl[XS];
+  int32_t *tgt = xmalloc((size_t)N * sizeof(int32_t));
+  double *ld = NEWD(N * V), *g = NEWD(N * V), *rmax = NEWD(N), *rse = NEWD(N), *rloss = NEWD(N);
+  float *gmax = NEWF(N), *gse = NEWF(N), *gtl = NEWF(N), *loss = NEWF(N), *dfull = NEWF(N * V);
+  double *dref = NEWD(N * V);
+  char name[96];
+  fill(NULL, ld, N * V, 8.0);
+  for (int64_t n = 0; n < N; n++) tgt[n] = (int32_t)((n * 7 + 3) % V);
+  for (int s = 0; s < XS; s++) {
+    lg[s] = NEWF(N * xs_Vs[s]);
+    dl[s] = NEWF(N * xs_Vs[s]);
+    mx[s] = NEWF(N);
+    se[s] = NEWF(N);
+    tl[s] = NEWF(N);
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t j = 0; j < xs_Vs[s]; j++)
+        lg[s][n * xs_Vs[s] + j] = j < xs_Vv[s] ? (float)ld[n * V + xs_v0[s] + j]
+                                               : 1e30f; /* padding must never count */
+  }
+  for (int64_t i = 0; i < N * V; i++) ld[i] = (double)(float)ld[i];
+  /* float64 reference */
+  for (int64_t n = 0; n < N; n++) {
+    double m = -INFINITY, s = 0.0;
+    for (int64_t j = 0; j < V; j++) m = ld[n * V + j] > m ? ld[n * V + j] : m;
+    for (int64_t j = 0; j < V; j++) s += exp(ld[n * V + j] - m);
+    rmax[n] = m, rse[n] = s, rloss[n] = log(s) + m - ld[n * V + tgt[n]];
+    for (int64_t j = 0; j < V; j++)
+      dref[n * V + j] = scale * (exp(ld[n * V + j] - m) / s - (j == tgt[n]));
+  }
+  /* the three calls per shard, with the caller's all-reduces in between */
+  for (int64_t n = 0; n < N; n++) gmax[n] = -INFINITY, gse[n] = 0.0f, gtl[n] = 0.0f;
+  for (int s = 0; s < XS; s++) {
+    CK(k->xent_rowmax(k, mx[s], lg[s], N, xs_Vs[s], xs_Vv[s]));
+    for (int64_t n = 0; n < N; n++) gmax[n] = mx[s][n] > gmax[n] ? mx[s][n] : gmax[n];
+  }
+  int empty_ok = 1;
+  for (int64_t n = 0; n < N; n++) empty_ok &= mx[2][n] == -INFINITY;
+  report(empty_ok, "xent_rowmax is -inf on a shard without real columns", 0, 0);
+  for (int s = 0; s < XS; s++) {
+    CK(k->xent_sumexp(k, se[s], tl[s], lg[s], gmax, tgt, xs_v0[s], N, xs_Vs[s], xs_Vv[s]));
+    for (int64_t n = 0; n < N; n++) gse[n] += se[s][n], gtl[n] += tl[s][n];
+  }
+  for (int64_t n = 0; n < N; n++) loss[n] = logf(gse[n]) + gmax[n] - gtl[n];
+  snprintf(name, sizeof name, "xent rowmax (3 shards, padding) N=%lld", (long long)N);
+  check_close(name, gmax, rmax, N, 1e-7);
+  snprintf(name, sizeof name, "xent sumexp (3 shards, padding) N=%lld", (long long)N);
+  check_close(name, gse, rse, N, 1e-6);
+  snprintf(name, sizeof name, "xent loss (3 shards, padding) N=%lld", (long long)N);
+  check_close(name, loss, rloss, N, 1e-6);
+  for (int s = 0; s < XS; s++) {
+    memcpy(dl[s], lg[s], (size_t)(N * xs_Vs[s]) * sizeof(float));
+    /* in place: dlogits aliases logits */
+    CK(k->xent_bwd(k, dl[s], dl[s], gmax, gse, tgt, xs_v0[s], scale, N, xs_Vs[s], xs_Vv[s]));
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t j = 0; j < xs_Vs[s]; j++) {
+        if (j < xs_Vv[s]) dfull[n * V + xs_v0[s] + j] = dl[s][n * xs_Vs[s] + j];
+        else if (dl[s][n * xs_Vs[s] + j] != 0.0f) empty_ok = 0;
+      }
+  }
+  report(empty_ok, "xent_bwd leaves padding columns at 0", 0, 0);
+  snprintf(name, sizeof name, "xent_bwd (3 shards, in place) N=%lld", (long long)N);
+  check_close(name, dfull, dref, N * V, 1e-6);
+  xent_ctx c = {N, V, ld, tgt, scale};
+  fd_grad(xent_loss, &c, ld, N * V, g);
+  snprintf(name, sizeof name, "xent_bwd finite differences N=%lld", (long long)N);
+  check_close(name, dfull, g, N * V, 1e-5);
+
+  /* A row with no real column anywhere: rowmax −inf, sumexp 0, gradient 0. */
+  {
+    float l4[4] = {1e30f, 1e30f, 1e30f, 1e30f}, m1 = 0, s1 = -1, t1 = -1, d4[4];
+    int32_t t0 = 2;
+    CK(k->xent_rowmax(k, &m1, l4, 1, 4, 0));
+    CK(k->xent_sumexp(k, &s1, &t1, l4, &m1, &t0, 0, 1, 4, 0));
+    CK(k->xent_bwd(k, d4, l4, &m1, &s1, &t0, 0, 1.0f, 1, 4, 0));
+    int ok = m1 == -INFINITY && s1 == 0.0f && t1 == 0.0f;
+    for (int j = 0; j < 4; j++) ok &= d4[j] == 0.0f;
+    report(ok, "xent row without real columns: -inf, 0, 0, no NaN", 0, 0);
+    /* real columns but the all-reduced max is −inf: no NaN either */
+    float l2[2] = {0.5f, -0.25f}, minf = -INFINITY, zero = 0.0f, d2[2];
+    CK(k->xent_sumexp(k, &s1, &t1, l2, &minf, &t0, 0, 1, 2, 2));
+    CK(k->xent_bwd(k, d2, l2, &minf, &zero, &t0, 0, 1.0f, 1, 2, 2));
+    ok = s1 == 0.0f && d2[0] == 0.0f && d2[1] == 0.0f;
+    report(ok, "xent with rowmax -inf: sumexp 0, gradient 0, no NaN", 0, 0);
+  }
+  for (int s = 0; s < XS; s++) free(lg[s]), free(dl[s]), free(mx[s]), free(se[s]), free(tl[s]);
+  free(tgt), free(ld), free(g), free(rmax), free(rse), free(rloss), free(gmax), free(gse);
+  free(gtl), free(loss), free(dfull), free(dref);
+}
+
+/* ---- AdamW ----------------------------------------------------------------------------------- */
+
+static void test_adamw(td_kernels *k, int64_t n) {
+  float *p = NEWF(n), *g = NEWF(n), *m = NEWF(n), *v = NEWF(n);
+  double *pd = NEWD(n), *gd = NEWD(n), *md = NEWD(n), *vd = NEWD(n);
+  const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  char name[64];
+  fill(p, pd, n, 1.0);
+  for (int64_t t = 1; t <= 5; t++) {
+    fill(g, gd, n, t == 3 ? 1e-6 : 1.0);
+    CK(k->adamw(k, p, g, m, v, n, lr, b1, b2, eps, wd, t));
+    double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
+    for (int64_t i = 0; i < n; i++) {
+      pd[i] *= 1.0 - (double)lr * wd;
+      md[i] = b1 * md[i] + (1.0 - b1) * gd[i];
+      vd[i] = b2 * vd[i] + (1.0 - b2) * gd[i] * gd[i];
+      pd[i] -= lr / bc1 * md[i] / (sqrt(vd[i]) / sqrt(bc2) + eps);
+    }
+  }
+  snprintf(name, sizeof name, "adamw p after 5 steps n=%lld", (long long)n);
+  check_close(name, p, pd, n, 1e-6);
+  snprintf(name, sizeof name, "adamw m after 5 steps n=%lld", (long long)n);
+  check_close(name, m, md, n, 1e-6);
+  snprintf(name, sizeof name, "adamw v after 5 steps n=%lld", (long long)n);
+  check_close(name, v, vd, n, 1e-6);
+  free(p), free(g), free(m), free(v), free(pd), free(gd), free(md), free(vd);
+}
+
+/* ---- memory ops, registry ---------------------------------------------------------------------- */
+
+static void test_memory(td_kernels *k) {
+  float *d = NULL, h[37], back[37];
+  int ok = 1;
+  CK(k->alloc(k, (void **)&d, sizeof h, "test buffer"));
+  for (int i = 0; i < 37; i++) ok &= d[i] == 0.0f, h[i] = (float)i + 0.5f;
+  CK(k->to_device(k, d, h, sizeof h));
+  CK(k->to_host(k, back, d, sizeof h));
+  CK(k->sync(k));
+  ok &= memcmp(h, back, sizeof h) == 0;
+  CK(k->zero(k, d, sizeof h));
+  for (int i = 0; i < 37; i++) ok &= d[i] == 0.0f;
+  k->free(k, d);
+  report(ok, "memory: alloc zeroed, to_device/to_host, zero", 0, 0);
+}
+
+static void test_registry(void) {
+  td_kernels *k = NULL;
+  td_status s = td_kernels_create("cpu", 0, &k);
+  int ok = s == TD_OK && k && strcmp(k->name, "cpu") == 0;
+  td_kernels_destroy(&k);
+  ok &= k == NULL;
+  td_kernels_destroy(&k); /* NULL is fine */
+  s = td_kernels_create("tpu", 0, &k);
+  ok &= s == TD_ERR_USAGE && k == NULL;
+  td_error_clear();
+#ifndef TD_HAVE_CUDA
+  s = td_kernels_create("cuda", 0, &k);
+  ok &= s == TD_ERR_UNSUPPORTED && strstr(td_error_message(), "without CUDA") != NULL;
+#else
+  /* The placeholder declines: no device (TD_ERR_CUDA) or no kernels yet. */
+  s = td_kernels_create("cuda", 0, &k);
+  printf("     cuda: %s\n", td_error_message());
+  ok &= (s == TD_ERR_CUDA || s == TD_ERR_UNSUPPORTED) && k == NULL;
+#endif
+  td_error_clear();
+  report(ok, "registry: cpu, unknown device, cuda declines", 0, 0);
+}
+
+/* ---- benchmark (--bench) ------------------------------------------------------------------------- */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void bench(td_kernels *k) {
+  double gf = 0.0;
+  CK(td_cpu_gemm_rate(k, 1024, 1152, 384, 20, &gf));
+  printf("bench gemm M=1024 N=1152 K=384 (fwd + 2 bwd): %.1f GFLOP/s [%s]\n", gf,
+         k->matmul_name);
+  CK(td_cpu_gemm_rate(k, 1024, 50304, 768, 2, &gf));
+  printf("bench gemm M=1024 N=50304 K=768 (fwd + 2 bwd): %.1f GFLOP/s\n", gf);
+  const int64_t B = 4, NH = 6, T = 256, HS = 64, C = NH * HS;
+  float *qkv = NEWF(B * T * 3 * C), *out = NEWF(B * T * C), *att = NEWF(B * NH * T * T);
+  float *dout = NEWF(B * T * C), *dqkv = NEWF(B * T * 3 * C), *scr = NEWF(B * NH * T * T);
+  fill(qkv, NULL, B * T * 3 * C, 1.0);
+  fill(dout, NULL, B * T * C, 1.0);
+  CK(k->attention_fwd(k, out, att, qkv, B, T, NH, HS));
+  CK(k->attention_bwd(k, dqkv, scr, dout, qkv, att, B, T, NH, HS));
+  const int reps = 20;
+  double t0 = now_s();
+  for (int r = 0; r < reps; r++) CK(k->attention_fwd(k, out, att, qkv, B, T, NH, HS));
+  double t1 = now_s();
+  for (int r = 0; r < reps; r++)
+    CK(k->attention_bwd(k, dqkv, scr, dout, qkv, att, B, T, NH, HS));
+  double t2 = now_s();
+  printf("bench attention B=4 NH=6 T=256 HS=64: fwd %.2f ms, bwd %.2f ms, total %.2f ms\n",
+         (t1 - t0) / reps * 1e3, (t2 - t1) / reps * 1e3, (t2 - t0) / reps * 1e3);
+  const int64_t n = 1024 * 1536, nv = 256 * 50304;
+  float *x = NEWF(nv), *y = NEWF(nv), *z = NEWF(nv), *w = NEWF(nv);
+  fill(x, NULL, n, 3.0);
+  t0 = now_s();
+  for (int r = 0; r < reps; r++) CK(k->gelu_fwd(k, y, x, n));
+  t1 = now_s();
+  for (int r = 0; r < reps; r++) CK(k->gelu_bwd(k, y, x, z, n));
+  t2 = now_s();
+  printf("bench gelu n=%lld: fwd %.3f ms, bwd %.3f ms\n", (long long)n,
+         (t1 - t0) / reps * 1e3, (t2 - t1) / reps * 1e3);
+  fill(x, NULL, nv, 5.0);
+  int32_t *tg = xmalloc(256 * sizeof(int32_t));
+  t0 = now_s();
+  for (int r = 0; r < 5; r++) {
+    CK(k->xent_rowmax(k, y, x, 256, 50304, 50257));
+    CK(k->xent_sumexp(k, z, w, x, y, tg, 0, 256, 50304, 50257));
+    CK(k->xent_bwd(k, x, x, y, z, tg, 0, 1.0f, 256, 50304, 50257));
+  }
+  t1 = now_s();
+  printf("bench xent N=256 V=50304: %.2f ms (3 calls)\n", (t1 - t0) / 5 * 1e3);
+  const int64_t np = 124 * 1000 * 1000 / 8;
+  float *p = NEWF(np), *g = NEWF(np), *m = NEWF(np), *v = NEWF(np);
+  CK(k->adamw(k, p, g, m, v, np, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1));
+  t0 = now_s();
+  for (int r = 0; r < 5; r++) CK(k->adamw(k, p, g, m, v, np, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 2));
+  t1 = now_s();
+  printf("bench adamw n=%lld: %.2f ms (%.2f ns/param)\n", (long long)np, (t1 - t0) / 5 * 1e3,
+         (t1 - t0) / 5 / (double)np * 1e9);
+  free(qkv), free(out), free(att), free(dout), free(dqkv), free(scr), free(x), free(y);
+  free(z), free(w), free(tg), free(p), free(g), free(m), free(v);
+}
+
+int main(int argc, char **argv) {
+  td_kernels *k = NULL;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (td_kernels_cpu_create(0, &k) != TD_OK) {
+    printf("FAIL td_kernels_cpu_create: %s\n%s", td_error_message(), td_error_trace());
+    return 1;
+  }
+  printf("back-end %s, matmul %s\n", k->name, k->matmul_name);
+  test_memory(k);
+  test_registry();
+
+  static const int64_t gs[][3] = {{1, 1, 1}, {7, 13, 5}, {13, 7, 33}, {33, 65, 17},
+                                  {64, 48, 32}, {129, 67, 257}};
+  for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++) test_gemm(k, gs[i][0], gs[i][1], gs[i][2]);
+  test_gemm(k, 7, 13, 0); /* K = 0: C = beta·C */
+  test_bias(k, 7, 13);
+  test_bias(k, 33, 300);
+
+  test_embed(k, 2, 7, 12, 0, 11, 1);
+  test_embed(k, 3, 13, 20, 5, 9, 1);
+  test_embed(k, 2, 5, 12, 3, 6, 0);
+
+  test_layernorm(k, 5, 12, 1);
+  test_layernorm(k, 13, 20, 1);
+  test_layernorm(k, 64, 300, 0); /* column blocks with a tail; no FD (slow) */
+
+  test_attention(k, 2, 7, 2, 4, 1);
+  test_attention(k, 2, 13, 3, 5, 1);
+  test_attention(k, 1, 1, 2, 3, 1);
+  test_attention(k, 2, 67, 3, 64, 0);
+
+  test_gelu(k, 1);
+  test_gelu(k, 20);
+  test_gelu(k, 9001);
+  test_pointwise(k, 13);
+  test_pointwise(k, 100003);
+
+  test_xent(k, 7);
+  test_xent(k, 13);
+
+  test_adamw(k, 13);
+  test_adamw(k, 100003);
+
+  if (argc > 1 && strcmp(argv[1], "--bench") == 0) bench(k);
+  td_kernels_destroy(&k);
+  printf("%d passed, %d failed\n", g_pass, g_fail);
+  return g_fail ? 1 : 0;
+}
