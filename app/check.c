@@ -132,10 +132,12 @@ done:
 td_status td_cmd_check(td_app *app, int argc, char **argv) {
   td_deck_args a;
   td_status st = td_app_deck_args("check", argc, argv, &a);
-  int schema = 0;
+  int schema = 0, ranks = 0;
   for (int i = 0; st == TD_OK && i < a.nrest; ++i) {
     if (strcmp(a.rest[i], "--schema") == 0)
       schema = 1;
+    else if (strcmp(a.rest[i], "--ranks") == 0)
+      ranks = 1;
     else
       st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
                         "trident check: unknown option '%s' (see trident check --help)", a.rest[i]);
@@ -149,6 +151,14 @@ td_status td_cmd_check(td_app *app, int argc, char **argv) {
     return TD_OK;
   }
   td_config cfg;
+  if (ranks) {
+    /* Print the rank count the deck asks for (dp·tp·pp), for launch scripts. */
+    if (app->rank == 0) st = td_config_load(a.deck, a.nset, a.sets, 0, &cfg);
+    TD_CHECK(td_agree(app->world, st));
+    if (app->rank == 0)
+      printf("%lld\n", (long long)(cfg.parallel_dp * cfg.parallel_tp * cfg.parallel_pp));
+    return TD_OK;
+  }
   TD_CHECK(td_app_load_config(app, &a, &cfg));
   TD_CHECK(check_main(app, &cfg));
   return TD_OK;

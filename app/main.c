@@ -31,7 +31,8 @@ static const command k_commands[] = {
      "Validate DECK without training: print the resolved deck, the grid map (rank → dp, tp,\n"
      "pp), the parameter count, memory per rank (parameters, gradients, optimizer state,\n"
      "activations; by ZeRO stage) and FLOPs per token and per step.\n"
-     "  --schema               print every deck key with type, default, range and meaning\n"},
+     "  --schema               print every deck key with type, default, range and meaning\n"
+     "  --ranks                print only the number of ranks the deck needs (dp·tp·pp)\n"},
     {"eval", td_cmd_eval, "trident eval DECK [--checkpoint FILE] [--json] [--set ...]",
      "Validation loss of a checkpoint (default: the latest of checkpoint.dir) over the first\n"
      "eval.batches × training.global_batch windows of the validation tokens.\n"

@@ -8,13 +8,7 @@ cd "$(dirname "$0")/.."
 DECK=${1:?usage: jobs/mpirun.sh DECK [--set k=v]...}
 shift
 TRIDENT=${TRIDENT:-build/trident}
-ranks=$("$TRIDENT" check "$DECK" "$@" --set parallel.dp=1 --set parallel.tp=1 --set parallel.pp=1 \
-  >/dev/null 2>&1; "$TRIDENT" check --schema >/dev/null; \
-  awk '/^parallel:/{p=1} p&&/dp:|tp:|pp:/' "$DECK" | grep -oE '(dp|tp|pp): *[0-9]+' | \
-  awk -F': *' '{n=(n?n:1)*$2} END{print n?n:1}')
-for a in "$@"; do case $a in parallel.dp=*|parallel.tp=*|parallel.pp=*)
-  echo "jobs/mpirun.sh: --set of the grid: give the rank count with RANKS=N"; esac; done
-ranks=${RANKS:-$ranks}
+ranks=${RANKS:-$("$TRIDENT" check "$DECK" "$@" --ranks)} || exit $?
 export OMP_WAIT_POLICY=passive
 while :; do
   echo "jobs/mpirun.sh: mpiexec -n $ranks $TRIDENT train $DECK $*"
