@@ -2,27 +2,51 @@
  * _single_tensor_adamw): the step's scalars are formed in double as Python
  * does, rounded to float once, and applied in float in torch's order. */
 #include <math.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "kernels/cpu/cpu_internal.h"
 
 #define TD_ADAMW_CHUNK 16384 /* elements per task */
 
-/* The update on [0, n): sqrtf without errno so that the loop vectorises
- * (v ≥ 0, so errno could never be set anyway). No FMA contraction on the
- * baseline target, so every product is rounded as torch's are. */
-__attribute__((optimize("-fno-math-errno"))) static void adamw_chunk(
-    float *p, const float *g, float *m, float *v, int64_t n, float decay, float b1,
-    float a1, float b2, float a2, float neg_step, float bc2_sqrt, float eps) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) {
+typedef struct {
+  float decay, b1, a1, b2, a2, neg_step, bc2_sqrt, eps;
+} adamw_scalars;
+
+/* The update on [0, n) of p, g, m, v. Without -fno-math-errno the compiler
+ * will not vectorise sqrtf, and the update is 3x slower scalar, so SSE does
+ * four lanes explicitly. Lanes and tail compute the same correctly rounded
+ * operations in the same order (no FMA): results are bit-identical. */
+static void adamw_chunk(float *p, const float *g, float *m, float *v, int64_t n,
+                        const adamw_scalars *s) {
+  int64_t i = 0;
+#if defined(__SSE2__)
+  const __m128 decay = _mm_set1_ps(s->decay), b1 = _mm_set1_ps(s->b1);
+  const __m128 a1 = _mm_set1_ps(s->a1), b2 = _mm_set1_ps(s->b2), a2 = _mm_set1_ps(s->a2);
+  const __m128 neg_step = _mm_set1_ps(s->neg_step), bc2 = _mm_set1_ps(s->bc2_sqrt);
+  const __m128 eps = _mm_set1_ps(s->eps);
+  for (; i + 4 <= n; i += 4) {
+    __m128 gi = _mm_loadu_ps(g + i);
+    __m128 pi = _mm_mul_ps(_mm_loadu_ps(p + i), decay);
+    __m128 mi = _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(m + i), b1), _mm_mul_ps(gi, a1));
+    __m128 vi = _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(v + i), b2),
+                           _mm_mul_ps(_mm_mul_ps(gi, gi), a2));
+    __m128 denom = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(vi), bc2), eps);
+    _mm_storeu_ps(m + i, mi);
+    _mm_storeu_ps(v + i, vi);
+    _mm_storeu_ps(p + i, _mm_add_ps(pi, _mm_div_ps(_mm_mul_ps(neg_step, mi), denom)));
+  }
+#endif
+  for (; i < n; i++) {
     float gi = g[i];
-    float pi = p[i] * decay;
-    float mi = m[i] * b1 + gi * a1;
-    float vi = v[i] * b2 + gi * gi * a2;
-    float denom = sqrtf(vi) / bc2_sqrt + eps;
+    float pi = p[i] * s->decay;
+    float mi = m[i] * s->b1 + gi * s->a1;
+    float vi = v[i] * s->b2 + gi * gi * s->a2;
+    float denom = sqrtf(vi) / s->bc2_sqrt + s->eps;
     m[i] = mi;
     v[i] = vi;
-    p[i] = pi + neg_step * mi / denom;
+    p[i] = pi + s->neg_step * mi / denom;
   }
 }
 
@@ -33,20 +57,21 @@ td_status td_cpu_adamw(td_kernels *k, float *p, const float *g, float *m, float 
                        int64_t n, float lr, float beta1, float beta2, float eps,
                        float weight_decay, int64_t t) {
   TD_REQUIRE(t >= 1, TD_ERR_USAGE, "adamw: step must be >= 1, got %lld", (long long)t);
-  double bc1 = 1.0 - pow((double)beta1, (double)t);
-  double bc2 = 1.0 - pow((double)beta2, (double)t);
-  const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
-  const float b1 = beta1, a1 = (float)(1.0 - (double)beta1);
-  const float b2 = beta2, a2 = (float)(1.0 - (double)beta2);
-  const float neg_step = (float)(-((double)lr / bc1));
-  const float bc2_sqrt = (float)sqrt(bc2);
+  adamw_scalars s;
+  s.decay = (float)(1.0 - (double)lr * (double)weight_decay);
+  s.b1 = beta1;
+  s.a1 = (float)(1.0 - (double)beta1);
+  s.b2 = beta2;
+  s.a2 = (float)(1.0 - (double)beta2);
+  s.neg_step = (float)(-((double)lr / (1.0 - pow((double)beta1, (double)t))));
+  s.bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)t));
+  s.eps = eps;
   int64_t nch = (n + TD_ADAMW_CHUNK - 1) / TD_ADAMW_CHUNK;
 #pragma omp parallel for schedule(static) if (nch > 4)
   for (int64_t c = 0; c < nch; c++) {
     int64_t i0 = c * TD_ADAMW_CHUNK;
-    int64_t len = n - i0 < TD_ADAMW_CHUNK ? n - i0 : TD_ADAMW_CHUNK;
-    adamw_chunk(p + i0, g + i0, m + i0, v + i0, len, decay, b1, a1, b2, a2, neg_step,
-                bc2_sqrt, eps);
+    adamw_chunk(p + i0, g + i0, m + i0, v + i0,
+                n - i0 < TD_ADAMW_CHUNK ? n - i0 : TD_ADAMW_CHUNK, &s);
   }
   return TD_OK;
 }

@@ -3,9 +3,9 @@
  * The four kinds of products (Q·Kᵀ, att·V and their gradients) run as one
  * batched strided matmul each over the (B, NH) grid, reading the per-head
  * slices of qkv and writing the per-head slices of out/dqkv in place: no
- * copies, no per-head loop. The products are full T×T (the masked half is
- * computed and overwritten); the softmax and its backward are vectorised
- * row loops that touch only the causal part. */
+ * copies, no per-head loop. Each product is cut into a few row blocks that
+ * skip most of the masked half (mm_causal); the softmax and its backward are
+ * vectorised row loops that touch only the causal part. */
 #include <math.h>
 #include <string.h>
 
@@ -29,6 +29,43 @@ static void mm_desc(td_cpu_mm *d, int64_t B, int64_t NH, int64_t M, int64_t N,
   }
   d->alpha = alpha;
   d->beta = 0.0f;
+}
+
+/* Which part of a product the causal mask lets a block of rows [r0, r1) of
+ * C skip: Q·Kᵀ-like products need only columns n < r1; att·V-like products
+ * (C row t sums over k ≤ t) need only k < r1; attᵀ·dout-like products (C row
+ * j sums over t ≥ j) need only k ≥ r0. */
+typedef enum { CAUSAL_N_PREFIX, CAUSAL_K_PREFIX, CAUSAL_K_SUFFIX } causal_kind;
+
+/* Row blocks per causal product: P blocks do (P+1)/2P of the full work. */
+static int64_t causal_blocks(int64_t T) {
+  int64_t P = T / 64;
+  return P < 1 ? 1 : P > 4 ? 4 : P;
+}
+
+/* Run the full (T-row) product d as causal_blocks(T) row blocks, each cut to
+ * the part the mask can reach. Skipped C entries (above the diagonal, N
+ * prefix only) are left as they were: the softmax rows overwrite them. */
+static td_status mm_causal(td_kernels *k, const td_cpu_mm *full, causal_kind kind,
+                           const float *A, const float *B, float *C) {
+  int64_t T = full->M, P = causal_blocks(T);
+  for (int64_t p = 0; p < P; p++) {
+    int64_t r0 = T * p / P, r1 = T * (p + 1) / P;
+    td_cpu_mm d = *full;
+    const float *a = A + r0 * full->sa[2], *b = B;
+    d.M = r1 - r0;
+    if (kind == CAUSAL_N_PREFIX) {
+      d.N = r1;
+    } else if (kind == CAUSAL_K_PREFIX) {
+      d.K = r1;
+    } else {
+      d.K = T - r0;
+      a += r0 * full->sa[3];
+      b += r0 * full->sb[2];
+    }
+    TD_CHECK(td_cpu_mm_run(k, &d, a, b, C + r0 * full->sc[2]));
+  }
+  return TD_OK;
 }
 
 /* One row of the causal softmax, in place: row (T) holds the scaled scores
@@ -66,12 +103,12 @@ td_status td_cpu_attention_fwd(td_kernels *k, float *out, float *att, const floa
   const int64_t sout[4] = {T * C, HS, C, 1};
 
   mm_desc(&d, B, NH, T, T, HS, sq, skt, satt, scale); /* att = Q·Kᵀ/√HS */
-  TD_CHECK(td_cpu_mm_run(k, &d, qkv, qkv + C, att));
+  TD_CHECK(mm_causal(k, &d, CAUSAL_N_PREFIX, qkv, qkv + C, att));
   int64_t rows = B * NH * T;
 #pragma omp parallel for schedule(static, 8)
   for (int64_t r = 0; r < rows; r++) softmax_row(att + r * T, r % T, T);
   mm_desc(&d, B, NH, T, HS, T, satt, sv, sout, 1.0f); /* out = att·V */
-  TD_CHECK(td_cpu_mm_run(k, &d, att, qkv + 2 * C, out));
+  TD_CHECK(mm_causal(k, &d, CAUSAL_K_PREFIX, att, qkv + 2 * C, out));
   return TD_OK;
 }
 
@@ -106,16 +143,16 @@ td_status td_cpu_attention_bwd(td_kernels *k, float *dqkv, float *scratch,
   const int64_t sttt[4] = {NH * TT, TT, 1, T};    /* attᵀ, scratchᵀ */
 
   mm_desc(&d, B, NH, T, HS, T, sttt, sdout, shead, 1.0f); /* dV = attᵀ·dout */
-  TD_CHECK(td_cpu_mm_run(k, &d, att, dout, dqkv + 2 * C));
+  TD_CHECK(mm_causal(k, &d, CAUSAL_K_SUFFIX, att, dout, dqkv + 2 * C));
   mm_desc(&d, B, NH, T, T, HS, sdout, sheadt, stt, 1.0f); /* datt = dout·Vᵀ */
-  TD_CHECK(td_cpu_mm_run(k, &d, dout, qkv + 2 * C, scratch));
+  TD_CHECK(mm_causal(k, &d, CAUSAL_N_PREFIX, dout, qkv + 2 * C, scratch));
   int64_t rows = B * NH * T;
 #pragma omp parallel for schedule(static, 8)
   for (int64_t r = 0; r < rows; r++)
     softmax_bwd_row(scratch + r * T, att + r * T, r % T, T, scale);
   mm_desc(&d, B, NH, T, HS, T, stt, shead, shead, 1.0f); /* dQ = dpre·K */
-  TD_CHECK(td_cpu_mm_run(k, &d, scratch, qkv + C, dqkv));
+  TD_CHECK(mm_causal(k, &d, CAUSAL_K_PREFIX, scratch, qkv + C, dqkv));
   mm_desc(&d, B, NH, T, HS, T, sttt, shead, shead, 1.0f); /* dK = dpreᵀ·Q */
-  TD_CHECK(td_cpu_mm_run(k, &d, scratch, qkv, dqkv + C));
+  TD_CHECK(mm_causal(k, &d, CAUSAL_K_SUFFIX, scratch, qkv, dqkv + C));
   return TD_OK;
 }

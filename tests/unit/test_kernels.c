@@ -440,6 +440,7 @@ static void test_attention(td_kernels *k, int64_t B, int64_t T, int64_t NH, int6
   fill(dout, R, no, 1.0);
   for (int64_t i = 0; i < na; i++) att[i] = 7.0f; /* must be overwritten, 0 above diag */
   for (int64_t i = 0; i < nq; i++) dqkv[i] = 7.0f; /* "=": must be overwritten */
+  for (int64_t i = 0; i < na; i++) scr[i] = 7.0f;  /* workspace: never read first */
   att_ctx c = {B, T, NH, HS, qd, R};
   att_ref(&c, outd, attd);
   CK(k->attention_fwd(k, out, att, qkv, B, T, NH, HS));
@@ -794,6 +795,8 @@ int main(int argc, char **argv) {
   test_attention(k, 2, 13, 3, 5, 1);
   test_attention(k, 1, 1, 2, 3, 1);
   test_attention(k, 2, 67, 3, 64, 0);
+  test_attention(k, 1, 193, 2, 8, 0); /* causal row blocks: 3 uneven */
+  test_attention(k, 2, 256, 1, 16, 0); /* causal row blocks: 4 */
 
   test_gelu(k, 1);
   test_gelu(k, 20);
