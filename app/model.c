@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static td_status units_create(td_model *m);
+
 /* ---- allocation ------------------------------------------------------------ */
 
 static td_status dev_alloc(td_model *m, float **out, int64_t n, const char *what) {
@@ -97,6 +99,7 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->first_stage = grid->pp_rank == 0;
   m->last_stage = grid->pp_rank == grid->pp - 1;
   TD_CHECK_GOTO(alloc_buffers(m));
+  TD_CHECK_GOTO(units_create(m));
   /* Initialise on the host from the counter-based generator, then copy. */
   TD_CHECK_GOTO(td_alloc((void **)&host, (size_t)m->reg->total_local * sizeof(float),
                          "host parameter staging"));
@@ -128,6 +131,10 @@ void td_model_destroy(td_model **mp) {
     if (m->targets) m->k->free(m->k, m->targets);
   }
   td_free(m->rowstat_host);
+  free(m->unit_begin);
+  free(m->unit_end);
+  free(m->unit_param);
+  free(m->unit_grad);
   td_registry_destroy(&m->reg);
   free(m);
   *mp = NULL;
@@ -139,11 +146,54 @@ typedef struct {
   float *ln1w, *ln1b, *wqkv, *bqkv, *wproj, *bproj, *ln2w, *ln2b, *wfc, *bfc, *wfcp, *bfcp;
 } layer_g;
 
-static float *pv(const td_model *m, float *flat, td_param_kind k, int layer) {
-  return td_view(flat, td_registry_find(m->reg, k, layer));
+int td_model_unit_of(const td_model *m, const td_param *p) {
+  if (p->layer >= 0) return 1 + p->layer;
+  return p->kind == TD_PK_LNF_W || p->kind == TD_PK_LNF_B ? m->nunits - 1 : 0;
 }
 
-static void layer_views(const td_model *m, float *flat, int layer, layer_g *w) {
+void td_model_units_flat(td_model *m, float *params, float *grads) {
+  for (int u = 0; u < m->nunits; ++u) {
+    m->unit_param[u] = params + m->unit_begin[u];
+    m->unit_grad[u] = grads ? grads + m->unit_begin[u] : NULL;
+  }
+}
+
+static td_status units_create(td_model *m) {
+  int n = (int)m->cfg->model_layers + 2;
+  m->nunits = n;
+  m->unit_begin = calloc((size_t)n, sizeof(int64_t));
+  m->unit_end = calloc((size_t)n, sizeof(int64_t));
+  m->unit_param = calloc((size_t)n, sizeof(float *));
+  m->unit_grad = calloc((size_t)n, sizeof(float *));
+  if (!m->unit_begin || !m->unit_end || !m->unit_param || !m->unit_grad)
+    TD_FAIL(TD_ERR_NOMEM, "out of memory for model units");
+  for (int u = 0; u < n; ++u) m->unit_begin[u] = INT64_MAX, m->unit_end[u] = 0;
+  for (int i = 0; i < m->reg->n; ++i) {
+    const td_param *p = &m->reg->p[i];
+    int u = td_model_unit_of(m, p);
+    int64_t end = p->offset + (p->local_numel + 15) / 16 * 16;
+    if (p->offset < m->unit_begin[u]) m->unit_begin[u] = p->offset;
+    if (end > m->unit_end[u]) m->unit_end[u] = end;
+  }
+  td_model_units_flat(m, m->params, m->grads);
+  return TD_OK;
+}
+
+/* Pointer to parameter (which = 0) or gradient (1) kind/layer where its unit lives now. */
+static float *pv(const td_model *m, int which, td_param_kind k, int layer) {
+  const td_param *p = td_registry_find(m->reg, k, layer);
+  int u = td_model_unit_of(m, p);
+  float *base = which ? m->unit_grad[u] : m->unit_param[u];
+  return base + (p->offset - m->unit_begin[u]);
+}
+
+static td_status hook(td_model *m, int acquire, int u, td_phase ph) {
+  td_status (*f)(void *, td_model *, int, td_phase) = acquire ? m->hooks.acquire : m->hooks.release;
+  if (f) TD_CHECK(f(m->hooks.ctx, m, u, ph));
+  return TD_OK;
+}
+
+static void layer_views(const td_model *m, int flat, int layer, layer_g *w) {
   w->ln1w = pv(m, flat, TD_PK_LN1_W, layer), w->ln1b = pv(m, flat, TD_PK_LN1_B, layer);
   w->wqkv = pv(m, flat, TD_PK_QKV_W, layer), w->bqkv = pv(m, flat, TD_PK_QKV_B, layer);
   w->wproj = pv(m, flat, TD_PK_ATTPROJ_W, layer), w->bproj = pv(m, flat, TD_PK_ATTPROJ_B, layer);
@@ -171,16 +221,20 @@ static td_status forward_impl(td_model *m, const int32_t *inputs, const int32_t 
   if (targets) TD_CHECK(k->to_device(k, m->targets, targets, tokbytes));
 
   float *x = m->a.encoded;
+  int U = m->nunits - 1; /* the head unit {ln_f} */
+  if (m->first_stage || m->last_stage) TD_CHECK(hook(m, 1, 0, TD_PHASE_FORWARD));
   if (m->first_stage) {
-    const float *wte = pv(m, m->params, TD_PK_WTE, -1);
-    const float *wpe = pv(m, m->params, TD_PK_WPE, -1);
+    const float *wte = pv(m, 0, TD_PK_WTE, -1);
+    const float *wpe = pv(m, 0, TD_PK_WPE, -1);
     TD_CHECK(k->embed_fwd(k, x, m->inputs, wte, m->v0, m->Vs, m->grid->tp_rank == 0 ? wpe : NULL,
                           B, T, C));
     TD_CHECK(tp_sum(m, x, N * C));
   }
   for (int64_t li = 0; li < m->L_count; ++li) {
     layer_g w;
-    layer_views(m, m->params, (int)(m->L_first + li), &w);
+    int u = (int)(1 + m->L_first + li);
+    TD_CHECK(hook(m, 1, u, TD_PHASE_FORWARD));
+    layer_views(m, 0, (int)(m->L_first + li), &w);
     const float *resid = li == 0 ? x : m->a.res3 + (li - 1) * N * C;
     float *ln1 = m->a.ln1 + li * N * C, *qkv = m->a.qkv + li * N * m->C3;
     float *atty = m->a.atty + li * N * m->Cl, *att = m->a.att + li * B * m->NH * T * T;
@@ -205,15 +259,22 @@ static td_status forward_impl(td_model *m, const int32_t *inputs, const int32_t 
     TD_CHECK(tp_sum(m, m->dtmp, N * C));
     TD_CHECK(k->bias_fwd(k, m->dtmp, w.bfcp, N, C));
     TD_CHECK(k->add(k, res3, res2, m->dtmp, N * C));
+    TD_CHECK(hook(m, 0, u, TD_PHASE_FORWARD));
   }
-  if (!m->last_stage) return TD_OK;
+  if (!m->last_stage) {
+    if (m->first_stage) TD_CHECK(hook(m, 0, 0, TD_PHASE_FORWARD));
+    return TD_OK;
+  }
+  TD_CHECK(hook(m, 1, U, TD_PHASE_FORWARD));
 
   const float *last = m->L_count > 0 ? m->a.res3 + (m->L_count - 1) * N * C : x;
   TD_CHECK(k->layernorm_fwd(k, m->a.lnf, m->a.lnf_mean, m->a.lnf_rstd, last,
-                            pv(m, m->params, TD_PK_LNF_W, -1), pv(m, m->params, TD_PK_LNF_B, -1), N,
+                            pv(m, 0, TD_PK_LNF_W, -1), pv(m, 0, TD_PK_LNF_B, -1), N,
                             C));
-  const float *wte = pv(m, m->params, TD_PK_WTE, -1);
+  const float *wte = pv(m, 0, TD_PK_WTE, -1);
   TD_CHECK(k->gemm(k, 0, 1, N, m->Vs, C, m->a.lnf, wte, 0.0f, m->a.logits));
+  TD_CHECK(hook(m, 0, U, TD_PHASE_FORWARD));
+  TD_CHECK(hook(m, 0, 0, TD_PHASE_FORWARD));
   if (!targets) return TD_OK;
 
   /* Vocabulary-parallel cross-entropy: max, then Σexp and the target logit. */
@@ -254,28 +315,33 @@ td_status td_model_backward(td_model *m, float loss_scale) {
   td_kernels *k = m->k;
   int64_t B = m->B, T = m->T, C = m->C, N = B * T;
   float *x = m->a.encoded;
+  int U = m->nunits - 1;
+  if (m->first_stage || m->last_stage) TD_CHECK(hook(m, 1, 0, TD_PHASE_BACKWARD));
   if (m->last_stage) {
+    TD_CHECK(hook(m, 1, U, TD_PHASE_BACKWARD));
     int64_t vvalid = m->V - m->v0 < m->Vs ? (m->V - m->v0 > 0 ? m->V - m->v0 : 0) : m->Vs;
     float *dl = m->a.logits; /* gradient in place */
     TD_CHECK(k->xent_bwd(k, dl, m->a.logits, m->a.rowmax, m->a.sumexp, m->targets, m->v0,
                          loss_scale, N, m->Vs, vvalid));
-    const float *wte = pv(m, m->params, TD_PK_WTE, -1);
-    float *dwte = pv(m, m->grads, TD_PK_WTE, -1);
+    const float *wte = pv(m, 0, TD_PK_WTE, -1);
+    float *dwte = pv(m, 1, TD_PK_WTE, -1);
     TD_CHECK(k->gemm(k, 1, 0, m->Vs, C, N, dl, m->a.lnf, 1.0f, dwte));
     TD_CHECK(k->gemm(k, 0, 0, N, C, m->Vs, dl, wte, 0.0f, m->dln));
     TD_CHECK(tp_sum(m, m->dln, N * C));
     const float *last = m->L_count > 0 ? m->a.res3 + (m->L_count - 1) * N * C : x;
     TD_CHECK(k->zero(k, m->dres, (size_t)N * C * sizeof(float)));
-    TD_CHECK(k->layernorm_bwd(k, m->dres, pv(m, m->grads, TD_PK_LNF_W, -1),
-                              pv(m, m->grads, TD_PK_LNF_B, -1), m->dln, last,
-                              pv(m, m->params, TD_PK_LNF_W, -1), m->a.lnf_mean, m->a.lnf_rstd, N,
+    TD_CHECK(k->layernorm_bwd(k, m->dres, pv(m, 1, TD_PK_LNF_W, -1),
+                              pv(m, 1, TD_PK_LNF_B, -1), m->dln, last,
+                              pv(m, 0, TD_PK_LNF_W, -1), m->a.lnf_mean, m->a.lnf_rstd, N,
                               C));
+    TD_CHECK(hook(m, 0, U, TD_PHASE_BACKWARD));
   }
   for (int64_t li = m->L_count - 1; li >= 0; --li) {
     layer_g w, g;
     int layer = (int)(m->L_first + li);
-    layer_views(m, m->params, layer, &w);
-    layer_views(m, m->grads, layer, &g);
+    TD_CHECK(hook(m, 1, 1 + layer, TD_PHASE_BACKWARD));
+    layer_views(m, 0, layer, &w);
+    layer_views(m, 1, layer, &g);
     const float *resid = li == 0 ? x : m->a.res3 + (li - 1) * N * C;
     const float *ln1 = m->a.ln1 + li * N * C, *qkv = m->a.qkv + li * N * m->C3;
     const float *atty = m->a.atty + li * N * m->Cl, *att = m->a.att + li * B * m->NH * T * T;
@@ -304,11 +370,13 @@ td_status td_model_backward(td_model *m, float loss_scale) {
     TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln1w, g.ln1b, m->dln, resid, w.ln1w,
                               m->a.ln1_mean + li * N, m->a.ln1_rstd + li * N, N, C));
     /* m->dres now holds d loss / d (block input) */
+    TD_CHECK(hook(m, 0, 1 + layer, TD_PHASE_BACKWARD));
   }
   if (m->first_stage) {
-    TD_CHECK(k->embed_bwd(k, pv(m, m->grads, TD_PK_WTE, -1), pv(m, m->grads, TD_PK_WPE, -1),
+    TD_CHECK(k->embed_bwd(k, pv(m, 1, TD_PK_WTE, -1), pv(m, 1, TD_PK_WPE, -1),
                           m->dres, m->inputs, m->v0, m->Vs, B, T, C));
   }
+  if (m->first_stage || m->last_stage) TD_CHECK(hook(m, 0, 0, TD_PHASE_BACKWARD));
   return TD_OK;
 }
 

@@ -33,7 +33,23 @@ typedef struct td_acts {
   float *rowloss;                  /* (N) loss per position (host-visible copy) */
 } td_acts;
 
-typedef struct td_model {
+typedef struct td_model td_model;
+
+/* Units: contiguous ranges of the flat buffers that are gathered, reduced and
+ * released together: unit 0 = {wte, wpe}, unit 1 + l = block l, unit L + 1 =
+ * {ln_f} (empty ranges where this stage holds nothing). */
+typedef enum { TD_PHASE_FORWARD, TD_PHASE_BACKWARD } td_phase;
+typedef struct td_model_hooks {
+  void *ctx;
+  /* Before unit u is used in `phase`: make m->unit_param[u] (and, in backward,
+   * m->unit_grad[u]) valid. */
+  td_status (*acquire)(void *ctx, td_model *m, int u, td_phase phase);
+  /* After unit u's work in `phase`; in backward its gradients for this
+   * micro-batch are complete. */
+  td_status (*release)(void *ctx, td_model *m, int u, td_phase phase);
+} td_model_hooks;
+
+struct td_model {
   const td_config *cfg;
   td_registry *reg;
   td_kernels *k;
@@ -53,7 +69,17 @@ typedef struct td_model {
   double act_bytes;      /* bytes of activations + scratch */
   int64_t valid_rows;    /* positions counted in the loss sum (default B·T;
                             evaluation of a partial micro-batch lowers it) */
-} td_model;
+  /* units (see above): flat ranges and where their elements live now */
+  int nunits;
+  int64_t *unit_begin, *unit_end;
+  float **unit_param, **unit_grad; /* element unit_begin[u] of params / grads */
+  td_model_hooks hooks;            /* none: every unit lives in params / grads */
+};
+
+/* Unit of a parameter. */
+int td_model_unit_of(const td_model *m, const td_param *p);
+/* Point every unit at the flat buffers params / grads (grads may be NULL). */
+void td_model_units_flat(td_model *m, float *params, float *grads);
 
 /* Allocate the model for this rank (registry, parameters, gradients, moments,
  * activations for micro-batches of B sequences) and initialise the
