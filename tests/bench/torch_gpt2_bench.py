@@ -3,7 +3,7 @@
 
 Run with Debian's interpreter (torch 1.13.1 CPU, OpenBLAS-pthread for GEMM):
 
-    OMP_WAIT_POLICY=PASSIVE MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=17179869184 \\
+    OMP_WAIT_POLICY=PASSIVE MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=17179869184 OPENBLAS_CORETYPE=SkylakeX \\
     /usr/bin/python3 tests/bench/torch_gpt2_bench.py --layers 6 --dim 384 --heads 6 \\
         --vocab 256 --seq-len 256 --batch 4 --steps 10 --warmup-steps 3 --threads 2
 
@@ -15,6 +15,13 @@ Environment (set by the driving shell script, the same for trident and torch):
   MALLOC_TRIM_THRESHOLD_=<large> never gives freed memory back: every step reuses
                                  the same heap pages instead of mmap/munmap + page
                                  faults for each activation (large win for torch).
+  OPENBLAS_CORETYPE=SkylakeX     Debian's OpenBLAS 0.3.21 does not recognise this
+                                 host's Xeon (family 6, model 207) and falls back
+                                 to SSE3 "Prescott" kernels (2-2.5x slower sgemm).
+                                 If unset, this script picks SkylakeX (AVX-512) or
+                                 Haswell (AVX2) from /proc/cpuinfo.  Anything else
+                                 linked to this OpenBLAS (trident's CBLAS path)
+                                 needs the same variable.
 This script also pins OMP_NUM_THREADS and OPENBLAS_NUM_THREADS to --threads
 before torch is imported (unless they are already set), calls
 torch.set_num_threads(threads) and openblas_set_num_threads(threads), and uses one
@@ -38,8 +45,11 @@ fastest faithful torch 1.13 formulation (chosen by measurement, --impl):
 Tokens are uniform random ids, drawn before timing.
 
 Output: ONE JSON line
-  {"tokens_per_s", "step_ms_median", "step_ms_mean", "peak_rss_bytes", "params", ...}
-tokens_per_s = batch*seq_len*steps / (sum of the timed steps' wall time);
+  {"tokens_per_s", "tokens_per_s_mean", "step_ms_median", "step_ms_mean", "step_ms_min",
+   "peak_rss_bytes", "params", "threads", "openblas_core", "first_loss", "last_loss", ...}
+tokens_per_s = batch*seq_len / (median timed step), robust to the noise of a
+shared host; tokens_per_s_mean = batch*seq_len*steps / (sum of the timed steps);
+a step = zero_grad + forward + backward + clip + AdamW step + loss.item();
 peak_rss_bytes = resource.getrusage(RUSAGE_SELF).ru_maxrss * 1024.
 """
 
@@ -83,24 +93,52 @@ os.environ.setdefault("OMP_NUM_THREADS", str(ARGS.threads))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", str(ARGS.threads))
 os.environ.setdefault("MKL_NUM_THREADS", str(ARGS.threads))
 
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+# Debian's OpenBLAS 0.3.21 (DYNAMIC_ARCH) does not know recent Xeons (e.g.
+# family 6 model 207) and falls back to its SSE3 "Prescott" kernels: sgemm
+# 2-2.5x slower.  Name the kernel family the CPU supports unless told otherwise.
+if "OPENBLAS_CORETYPE" not in os.environ:
+    _f = _cpu_flags()
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= _f:
+        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+    elif {"avx2", "fma"} <= _f:
+        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 
 def set_threads(n):
+    """Returns the OpenBLAS kernel family in use (or None)."""
     torch.set_num_threads(n)
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:
         pass
     import ctypes
+    core = None
     for lib in ("libopenblas.so.0", "libblas.so.3"):
         try:
-            h = ctypes.CDLL(lib, mode=ctypes.RTLD_NOLOAD if hasattr(ctypes, "RTLD_NOLOAD") else 0)
-            if hasattr(h, "openblas_set_num_threads"):
-                h.openblas_set_num_threads(ctypes.c_int(n))
+            h = ctypes.CDLL(lib, mode=getattr(os, "RTLD_NOLOAD", 0))
         except OSError:
-            pass
+            continue
+        if hasattr(h, "openblas_set_num_threads"):
+            h.openblas_set_num_threads(ctypes.c_int(n))
+            h.openblas_get_corename.restype = ctypes.c_char_p
+            core = h.openblas_get_corename().decode()
+            break
+    return core
 
 
 def make_params(a, layout):
@@ -136,7 +174,7 @@ def make_params(a, layout):
 
 
 def make_forward(a):
-    C, nh, L, V = a.dim, a.heads, a.layers, a.vocab
+    C, nh, L = a.dim, a.heads, a.layers
     hs = C // nh
     scale = 1.0 / math.sqrt(hs)
     T = a.seq_len
@@ -191,7 +229,7 @@ def make_forward(a):
 
 
 def main(a):
-    set_threads(a.threads)
+    blas_core = set_threads(a.threads)
     torch.manual_seed(a.seed)
     layout = "conv1d" if a.impl == "conv1d" else "linear"
     P = make_params(a, layout)
@@ -228,7 +266,8 @@ def main(a):
             return 3
     tokens = a.batch * a.seq_len
     out = {
-        "tokens_per_s": tokens * len(times) / sum(times),
+        "tokens_per_s": tokens / statistics.median(times),
+        "tokens_per_s_mean": tokens * len(times) / sum(times),
         "step_ms_median": 1e3 * statistics.median(times),
         "step_ms_mean": 1e3 * statistics.mean(times),
         "step_ms_min": 1e3 * min(times),
@@ -237,6 +276,7 @@ def main(a):
         "threads": a.threads,
         "torch": torch.__version__,
         "impl": a.impl,
+        "openblas_core": blas_core,
         "first_loss": losses[0],
         "last_loss": losses[-1],
     }

@@ -350,7 +350,6 @@ def _corrupt(src, dst, fn):
 
 
 def selftest(keep=None):
-    import h5py  # noqa: F401
     tmp = keep or tempfile.mkdtemp(prefix="trident_check_train_")
     os.makedirs(tmp, exist_ok=True)
     cfg = G.Config(vocab_size=64, seq_len=16, layers=2, dim=32, heads=4)
