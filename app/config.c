@@ -54,6 +54,48 @@ static const char *type_name(vtype t) {
   }
 }
 
+/* "an integer", "a number", ... */
+static const char *type_with_article(vtype t) {
+  switch (t) {
+    case T_INT: return "an integer";
+    case T_FLOAT: return "a number";
+    case T_STR: return "a string";
+    case T_BOOL: return "true or false";
+    case T_INTS: return "a list of integers";
+    default: return "a list of numbers";
+  }
+}
+
+/* How a scalar reads in a message: 'x', the quoted string "x", nothing, null. */
+static void describe_scalar(const td_yaml_node *n, char *buf, size_t cap) {
+  if (n->kind != TD_YAML_SCALAR)
+    snprintf(buf, cap, "%s", td_yaml_kind_name(n->kind));
+  else if (n->plain && n->value[0] == '\0')
+    snprintf(buf, cap, "nothing");
+  else if (n->plain && (!strcmp(n->value, "~") || !strcasecmp(n->value, "null")))
+    snprintf(buf, cap, "null");
+  else if (!n->plain)
+    snprintf(buf, cap, "the quoted string \"%s\"", n->value);
+  else
+    snprintf(buf, cap, "'%s'", n->value);
+}
+
+/* Shortest "%g" text of v that reads back exactly. */
+static void fmt_double(double v, char *buf, size_t cap) {
+  for (int prec = 6; prec <= 17; ++prec) {
+    snprintf(buf, cap, "%.*g", prec, v);
+    if (strtod(buf, NULL) == v) break;
+  }
+}
+
+/* A range bound: integers as integers, others exactly. */
+static void fmt_bound(const entry *e, double v, char *buf, size_t cap) {
+  if ((e->type == T_INT || e->type == T_INTS) && fabs(v) < 9.0e15)
+    snprintf(buf, cap, "%lld", (long long)v);
+  else
+    fmt_double(v, buf, cap);
+}
+
 /* Levenshtein distance, for "did you mean". */
 static int edit_distance(const char *a, const char *b) {
   int la = (int)strlen(a), lb = (int)strlen(b);
@@ -71,21 +113,33 @@ static int edit_distance(const char *a, const char *b) {
   return d[la][lb];
 }
 
-/* The closest known key of `sec` to `key` (any section if sec is NULL). */
+/* Largest edit distance still worth suggesting for a name of this length. */
+static int max_typo(const char *name) {
+  int n = (int)strlen(name);
+  return n <= 3 ? 1 : n <= 6 ? 2 : 3;
+}
+
+/* The known key closest to `key` (bare name): an exact name in another
+ * section first, then a near miss in `sec`, then a near miss anywhere.
+ * Returns the full "section.key", or NULL. */
 static const char *suggest_key(const char *sec, const char *key) {
+  for (int i = 0; i < NSCHEMA; ++i)
+    if (strcmp(k_schema[i].key, key) == 0 && (!sec || strcmp(k_schema[i].sec, sec) != 0))
+      return k_schema[i].full;
   const char *best = NULL;
-  int bestd = 4;
-  for (int i = 0; i < NSCHEMA; ++i) {
-    if (sec && strcmp(k_schema[i].sec, sec) != 0) continue;
-    int d = edit_distance(sec ? k_schema[i].key : k_schema[i].full, key);
-    if (d < bestd) bestd = d, best = sec ? k_schema[i].full : k_schema[i].full;
-  }
+  int bestd = max_typo(key) + 1;
+  for (int pass = 0; pass < 2 && !best; ++pass)
+    for (int i = 0; i < NSCHEMA; ++i) {
+      if (pass == 0 && (!sec || strcmp(k_schema[i].sec, sec) != 0)) continue;
+      int d = edit_distance(k_schema[i].key, key);
+      if (d < bestd) bestd = d, best = k_schema[i].full;
+    }
   return best;
 }
 
 static const char *suggest_section(const char *name) {
   const char *best = NULL;
-  int bestd = 4;
+  int bestd = max_typo(name) + 1;
   for (int i = 0; i < NSECTIONS; ++i) {
     int d = edit_distance(k_sections[i], name);
     if (d < bestd) bestd = d, best = k_sections[i];
@@ -117,15 +171,20 @@ static void place_node(place *p, const char *path, const td_yaml_node *n) {
 
 static td_status parse_int(const entry *e, const place *p, const td_yaml_node *n,
                            int64_t *out) {
-  if (n->kind != TD_YAML_SCALAR)
-    TD_FAIL(TD_ERR_DECK, "%s: %s: expected an integer, found %s", p->where, e->full,
-            td_yaml_kind_name(n->kind));
+  char what[TD_STR_MAX + 32];
+  describe_scalar(n, what, sizeof what);
+  if (n->kind != TD_YAML_SCALAR || !n->plain)
+    TD_FAIL(TD_ERR_DECK, "%s: %s: expected an integer, found %s", p->where, e->full, what);
+  const char *v0 = n->value + (n->value[0] == '-' || n->value[0] == '+');
+  if (v0[0] == '0' && v0[1] >= '0' && v0[1] <= '9')
+    TD_FAIL(TD_ERR_DECK, "%s: %s: '%s' has a leading zero (YAML 1.1 reads it as octal); write "
+            "the number without it", p->where, e->full, n->value);
   errno = 0;
   char *end = NULL;
-  long long v = strtoll(n->value, &end, 0);
+  long long v = strtoll(n->value, &end, 10);
   if (errno == ERANGE)
     TD_FAIL(TD_ERR_DECK, "%s: %s: %s does not fit in 64 bits", p->where, e->full, n->value);
-  if (!n->plain || end == n->value || *end != '\0') {
+  if (end == n->value || *end != '\0') {
     /* Accept 1e3-style integers that are exact. */
     char *fend = NULL;
     double d = strtod(n->value, &fend);
@@ -133,8 +192,7 @@ static td_status parse_int(const entry *e, const place *p, const td_yaml_node *n
       *out = (int64_t)d;
       return TD_OK;
     }
-    TD_FAIL(TD_ERR_DECK, "%s: %s: expected an integer, found '%s'", p->where, e->full,
-            n->value);
+    TD_FAIL(TD_ERR_DECK, "%s: %s: expected an integer, found %s", p->where, e->full, what);
   }
   *out = v;
   return TD_OK;
@@ -142,25 +200,28 @@ static td_status parse_int(const entry *e, const place *p, const td_yaml_node *n
 
 static td_status parse_float(const entry *e, const place *p, const td_yaml_node *n,
                              double *out) {
-  if (n->kind != TD_YAML_SCALAR)
-    TD_FAIL(TD_ERR_DECK, "%s: %s: expected a number, found %s", p->where, e->full,
-            td_yaml_kind_name(n->kind));
+  char what[TD_STR_MAX + 32];
+  describe_scalar(n, what, sizeof what);
+  if (n->kind != TD_YAML_SCALAR || !n->plain)
+    TD_FAIL(TD_ERR_DECK, "%s: %s: expected a number, found %s", p->where, e->full, what);
   char *end = NULL;
   double v = strtod(n->value, &end);
-  if (!n->plain || end == n->value || *end != '\0' || isnan(v) || isinf(v))
-    TD_FAIL(TD_ERR_DECK, "%s: %s: expected a number, found '%s'", p->where, e->full,
-            n->value);
+  if (end == n->value || *end != '\0' || isnan(v) || isinf(v))
+    TD_FAIL(TD_ERR_DECK, "%s: %s: expected a number, found %s", p->where, e->full, what);
   *out = v;
   return TD_OK;
 }
 
 static td_status check_range(const entry *e, const place *p, double v, const char *text) {
-  if (v < e->lo || v > e->hi) {
-    if (e->hi >= TD_BIG)
-      TD_FAIL(TD_ERR_DECK, "%s: %s: %s is out of range (must be >= %g)", p->where, e->full,
-              text, e->lo);
-    TD_FAIL(TD_ERR_DECK, "%s: %s: %s is out of range [%g, %g]", p->where, e->full, text,
-            e->lo, e->hi);
+  int unbounded = e->hi >= TD_BIG; /* 64-bit overflow is caught by the parser */
+  if (v < e->lo || (!unbounded && v > e->hi)) {
+    char lo[40], hi[40];
+    fmt_bound(e, e->lo, lo, sizeof lo);
+    fmt_bound(e, e->hi, hi, sizeof hi);
+    if (unbounded)
+      TD_FAIL(TD_ERR_DECK, "%s: %s: %s is out of range (must be >= %s)", p->where, e->full,
+              text, lo);
+    TD_FAIL(TD_ERR_DECK, "%s: %s: %s is out of range [%s, %s]", p->where, e->full, text, lo, hi);
   }
   return TD_OK;
 }
@@ -198,9 +259,10 @@ static td_status set_value(td_config *cfg, const entry *e, const place *p,
       return TD_OK;
     }
     case T_STR: {
-      if (n->kind != TD_YAML_SCALAR)
-        TD_FAIL(TD_ERR_DECK, "%s: %s: expected a string, found %s", p->where, e->full,
-                td_yaml_kind_name(n->kind));
+      char what[TD_STR_MAX + 32];
+      describe_scalar(n, what, sizeof what);
+      if (n->kind != TD_YAML_SCALAR || (n->plain && (!strcmp(what, "null") || !strcmp(what, "nothing"))))
+        TD_FAIL(TD_ERR_DECK, "%s: %s: expected a string, found %s", p->where, e->full, what);
       if (strlen(n->value) >= TD_STR_MAX)
         TD_FAIL(TD_ERR_DECK, "%s: %s: value longer than %d characters", p->where, e->full,
                 TD_STR_MAX - 1);
@@ -220,8 +282,8 @@ static td_status set_value(td_config *cfg, const entry *e, const place *p,
     case T_INTS:
     case T_FLOATS: {
       if (n->kind != TD_YAML_SEQ)
-        TD_FAIL(TD_ERR_DECK, "%s: %s: expected a %s like [1, 2], found %s", p->where, e->full,
-                type_name(e->type), n->kind == TD_YAML_SCALAR ? "a scalar" : "a mapping");
+        TD_FAIL(TD_ERR_DECK, "%s: %s: expected %s like [1, 2], found %s", p->where, e->full,
+                type_with_article(e->type), n->kind == TD_YAML_SCALAR ? "a scalar" : "a mapping");
       if (n->n > TD_LIST_MAX)
         TD_FAIL(TD_ERR_DECK, "%s: %s: at most %d elements, found %d", p->where, e->full,
                 TD_LIST_MAX, n->n);
@@ -279,8 +341,8 @@ static td_status set_from_text(td_config *cfg, const entry *e, const char *where
   if (doc->kind == TD_YAML_MAP && doc->n == 0) {
     /* empty text: an empty string */
     if (e->type != T_STR)
-      TD_FAIL_GOTO(TD_ERR_DECK, "%s: %s: expected a %s, found nothing", where, e->full,
-                   type_name(e->type));
+      TD_FAIL_GOTO(TD_ERR_DECK, "%s: %s: expected %s, found nothing", where, e->full,
+                   type_with_article(e->type));
     ((char *)cfg + e->off)[0] = '\0';
     goto done;
   }
@@ -307,16 +369,11 @@ static td_status apply_deck(td_config *cfg, const char *path, const td_yaml_node
   for (int i = 0; i < root->n; ++i) {
     const td_yaml_node *sk = root->keys[i], *sv = root->items[i];
     if (!is_section(sk->value)) {
-      const char *s = suggest_section(sk->value);
-      if (!s && sv->kind != TD_YAML_MAP) {
-        /* a flat key like "layers: 4" at top level */
-        const char *k = suggest_key(NULL, sk->value);
-        for (int j = 0; j < NSCHEMA && !k; ++j)
-          if (strcmp(k_schema[j].key, sk->value) == 0) k = k_schema[j].full;
-        if (k)
+      for (int j = 0; j < NSCHEMA; ++j) /* a flat key like "dp: 1" at the top level */
+        if (strcmp(k_schema[j].key, sk->value) == 0)
           TD_FAIL(TD_ERR_DECK, "%s:%d:%d: unknown section '%s' (did you mean '%s'?)", path,
-                  sk->line, sk->col, sk->value, k);
-      }
+                  sk->line, sk->col, sk->value, k_schema[j].full);
+      const char *s = suggest_section(sk->value);
       if (s)
         TD_FAIL(TD_ERR_DECK, "%s:%d:%d: unknown section '%s' (did you mean '%s'?)", path,
                 sk->line, sk->col, sk->value, s);
@@ -333,7 +390,6 @@ static td_status apply_deck(td_config *cfg, const char *path, const td_yaml_node
       const entry *e = find_entry(sk->value, kk->value);
       if (!e) {
         const char *s = suggest_key(sk->value, kk->value);
-        if (!s) s = suggest_key(NULL, kk->value);
         if (s)
           TD_FAIL(TD_ERR_DECK, "%s:%d:%d: unknown key '%s.%s' (did you mean '%s'?)", path,
                   kk->line, kk->col, sk->value, kk->value, s);
@@ -367,7 +423,7 @@ static td_status apply_set(td_config *cfg, const char *arg, marks *mk) {
   if (!e) {
     char full[160];
     snprintf(full, sizeof full, "%s.%s", sec, key);
-    const char *s = suggest_key(NULL, full);
+    const char *s = suggest_key(sec, key);
     if (s) TD_FAIL(TD_ERR_DECK, "%s: unknown key '%s' (did you mean '%s'?)", where, full, s);
     TD_FAIL(TD_ERR_DECK, "%s: unknown key '%s' (see `trident check --schema`)", where, full);
   }
@@ -394,18 +450,32 @@ static void where_of(const td_config *cfg, const marks *mk, const entry *e, char
 #define WHERE(sec, key) \
   (where_of(cfg, mk, find_entry(#sec, #key), wbuf, sizeof wbuf), wbuf)
 
+/* Where the grid was set: the first of parallel.dp/tp/pp given explicitly. */
+static const char *grid_where(const td_config *cfg, const marks *mk, char *buf, size_t cap) {
+  const char *keys[] = {"dp", "tp", "pp"};
+  for (int i = 0; i < 3; ++i) {
+    const entry *e = find_entry("parallel", keys[i]);
+    if (mk->set[entry_index(e)]) {
+      where_of(cfg, mk, e, buf, cap);
+      return buf;
+    }
+  }
+  where_of(cfg, mk, find_entry("parallel", "dp"), buf, cap);
+  return buf;
+}
+
 static td_status cross_check(td_config *cfg, const marks *mk) {
   char wbuf[TD_STR_MAX + 64];
   for (int i = 0; i < NSCHEMA; ++i)
     if ((k_schema[i].flags & TD_F_REQ) && !mk->set[i])
-      TD_FAIL(TD_ERR_DECK, "%s: missing required key '%s' (%s)", cfg->deck_path,
+      TD_FAIL(TD_ERR_DECK, "%s: missing required key '%s': %s", cfg->deck_path,
               k_schema[i].full, k_schema[i].doc);
   int64_t dp = cfg->parallel_dp, tp = cfg->parallel_tp, pp = cfg->parallel_pp;
   if (cfg->world > 0 && dp * tp * pp != cfg->world)
     TD_FAIL(TD_ERR_DECK,
             "%s: parallel: dp × tp × pp = %lld × %lld × %lld = %lld, but the job has %d rank%s "
             "(set parallel.dp/tp/pp so that their product is the number of MPI ranks)",
-            WHERE(parallel, dp), (long long)dp, (long long)tp, (long long)pp,
+            grid_where(cfg, mk, wbuf, sizeof wbuf), (long long)dp, (long long)tp, (long long)pp,
             (long long)(dp * tp * pp), cfg->world, cfg->world == 1 ? "" : "s");
   if (cfg->model_dim % cfg->model_heads != 0)
     TD_FAIL(TD_ERR_DECK, "%s: model.dim = %lld is not divisible by model.heads = %lld",
@@ -447,8 +517,6 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
     TD_FAIL(TD_ERR_DECK, "%s: schedule.warmup = %lld is longer than training.steps = %lld",
             WHERE(schedule, warmup), (long long)cfg->schedule_warmup,
             (long long)cfg->training_steps);
-  if (cfg->model_vocab_size > 65536 * 32768LL)
-    TD_FAIL(TD_ERR_DECK, "%s: model.vocab_size too large", WHERE(model, vocab_size));
   if (cfg->data_train[0] == '\0')
     TD_FAIL(TD_ERR_DECK, "%s: data.train is empty", WHERE(data, train));
   return TD_OK;
@@ -518,11 +586,8 @@ static void print_str(FILE *out, const char *s) {
 
 /* Shortest "%g" form of v that reads back exactly. */
 static void print_double(FILE *out, double v) {
-  char buf[40];
-  for (int prec = 6; prec <= 17; ++prec) {
-    snprintf(buf, sizeof buf, "%.*g", prec, v);
-    if (strtod(buf, NULL) == v) break;
-  }
+  char buf[48];
+  fmt_double(v, buf, sizeof buf - 4);
   /* keep it a YAML number that reads as a float */
   if (!strpbrk(buf, ".eEni")) strcat(buf, ".0");
   fputs(buf, out);
@@ -583,13 +648,22 @@ void td_config_print_schema(FILE *out) {
   for (int i = 0; i < NSCHEMA; ++i) {
     const entry *e = &k_schema[i];
     char allowed[128] = "";
-    if (e->choices)
-      snprintf(allowed, sizeof allowed, "%s", e->choices);
-    else if (e->type == T_INT || e->type == T_FLOAT || e->type == T_INTS || e->type == T_FLOATS) {
+    if (e->choices) {
+      for (const char *c = e->choices; *c && strlen(allowed) + 3 < sizeof allowed; ++c) {
+        size_t l = strlen(allowed);
+        if (*c == '|')
+          snprintf(allowed + l, sizeof allowed - l, ", ");
+        else
+          allowed[l] = *c, allowed[l + 1] = '\0';
+      }
+    } else if (e->type == T_INT || e->type == T_FLOAT || e->type == T_INTS || e->type == T_FLOATS) {
+      char lo[40], hi[40];
+      fmt_bound(e, e->lo, lo, sizeof lo);
+      fmt_bound(e, e->hi, hi, sizeof hi);
       if (e->hi >= TD_BIG)
-        snprintf(allowed, sizeof allowed, "≥ %g", e->lo);
+        snprintf(allowed, sizeof allowed, "≥ %s", lo);
       else
-        snprintf(allowed, sizeof allowed, "%g … %g", e->lo, e->hi);
+        snprintf(allowed, sizeof allowed, "%s … %s", lo, hi);
       if (e->flags & TD_F_LEN2) strncat(allowed, ", 2 elements", sizeof allowed - strlen(allowed) - 1);
     }
     char def[64];

@@ -61,14 +61,14 @@ static const char *loc_desc(hid_t loc, char *buf, size_t cap) {
 
 /* ---- files ----------------------------------------------------------------- */
 
-static hid_t make_fapl(MPI_Comm comm) {
+static hid_t make_fapl_info(MPI_Comm comm, MPI_Info info) {
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   if (fapl < 0) return fapl;
   herr_t e;
   if (comm == MPI_COMM_NULL) {
     e = H5Pset_fapl_sec2(fapl);
   } else {
-    e = H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+    e = H5Pset_fapl_mpio(fapl, comm, info);
     if (e >= 0) e = H5Pset_all_coll_metadata_ops(fapl, 1);
     if (e >= 0) e = H5Pset_coll_metadata_write(fapl, 1);
   }
@@ -83,9 +83,22 @@ static hid_t make_fapl(MPI_Comm comm) {
   return fapl;
 }
 
+static hid_t make_fapl(MPI_Comm comm) { return make_fapl_info(comm, MPI_INFO_NULL); }
+
 td_status td_h5_create(const char *path, MPI_Comm comm, hid_t *out) {
+  TD_CHECK(td_h5_create_aligned(path, comm, MPI_INFO_NULL, 0, 0, out));
+  return TD_OK;
+}
+
+td_status td_h5_create_aligned(const char *path, MPI_Comm comm, MPI_Info info,
+                               size_t threshold, size_t alignment, hid_t *out) {
   *out = -1;
-  hid_t fapl = make_fapl(comm);
+  hid_t fapl = make_fapl_info(comm, info);
+  if (fapl >= 0 && alignment > 1 &&
+      H5Pset_alignment(fapl, (hsize_t)threshold, (hsize_t)alignment) < 0) {
+    H5Pclose(fapl);
+    fapl = -1;
+  }
   if (fapl < 0)
     TD_FAIL(TD_ERR_HDF5, "%s: cannot set up file access: %s", path,
             td_h5_error_text());
@@ -211,6 +224,11 @@ td_status td_h5_attr_write_f64(hid_t loc, const char *name, double v) {
   return TD_OK;
 }
 
+td_status td_h5_attr_write_u64(hid_t loc, const char *name, uint64_t v) {
+  TD_CHECK(attr_write_scalar(loc, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v));
+  return TD_OK;
+}
+
 td_status td_h5_attr_write_i64v(hid_t loc, const char *name, const int64_t *v,
                                 int n) {
   TD_CHECK(attr_write_vec(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, n, v));
@@ -305,6 +323,12 @@ static td_status attr_read_num(hid_t loc, const char *file, const char *name,
 td_status td_h5_attr_read_i64(hid_t loc, const char *file, const char *name,
                               int64_t *v) {
   TD_CHECK(attr_read_num(loc, file, name, H5T_NATIVE_INT64, 0, 1, v));
+  return TD_OK;
+}
+
+td_status td_h5_attr_read_u64(hid_t loc, const char *file, const char *name,
+                              uint64_t *v) {
+  TD_CHECK(attr_read_num(loc, file, name, H5T_NATIVE_UINT64, 0, 1, v));
   return TD_OK;
 }
 

@@ -33,6 +33,13 @@ const char *td_h5_error_text(void);
  * the file system supports it and skipped where it does not. */
 td_status td_h5_create(const char *path, MPI_Comm comm, hid_t *out);
 td_status td_h5_open(const char *path, MPI_Comm comm, int writable, hid_t *out);
+/* td_h5_create for large parallel writes: objects (datasets) of at least
+ * `threshold` bytes start at file addresses that are multiples of
+ * `alignment` (H5Pset_alignment; alignment <= 1 leaves HDF5's default), and
+ * `info` (MPI_INFO_NULL or MPI-IO hints such as romio_cb_write) is given to
+ * the MPI-IO driver (ignored for a serial file). */
+td_status td_h5_create_aligned(const char *path, MPI_Comm comm, MPI_Info info,
+                               size_t threshold, size_t alignment, hid_t *out);
 /* Close a file (or any object: group, dataset, ...); accepts negative ids and
  * sets *h to -1. Closing a file closes it fully (H5F_CLOSE_SEMI is not used). */
 void td_h5_close(hid_t *h);
@@ -47,6 +54,8 @@ int td_h5_exists(hid_t loc, const char *path);
 td_status td_h5_attr_write_i64(hid_t loc, const char *name, int64_t v);
 td_status td_h5_attr_write_f64(hid_t loc, const char *name, double v);
 td_status td_h5_attr_write_str(hid_t loc, const char *name, const char *v);
+/* Unsigned 64-bit (H5T_STD_U64LE; numpy.uint64 in h5py), for checksums. */
+td_status td_h5_attr_write_u64(hid_t loc, const char *name, uint64_t v);
 td_status td_h5_attr_write_i64v(hid_t loc, const char *name, const int64_t *v,
                                 int n);
 td_status td_h5_attr_write_f64v(hid_t loc, const char *name, const double *v,
@@ -61,6 +70,8 @@ td_status td_h5_attr_read_i64(hid_t loc, const char *file, const char *name,
                               int64_t *v);
 td_status td_h5_attr_read_f64(hid_t loc, const char *file, const char *name,
                               double *v);
+td_status td_h5_attr_read_u64(hid_t loc, const char *file, const char *name,
+                              uint64_t *v);
 td_status td_h5_attr_read_str(hid_t loc, const char *file, const char *name,
                               char *buf, size_t cap);
 td_status td_h5_attr_read_i64v(hid_t loc, const char *file, const char *name,

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
 const char *td_yaml_kind_name(td_yaml_kind k) {
@@ -105,6 +106,9 @@ td_status td_yaml_load(const char *path, const char *text, td_yaml_node **out) {
   yaml_document_t doc;
   int have_parser = 0, have_doc = 0;
   if (!text) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+      TD_FAIL(TD_ERR_DECK, "%s: cannot read the job deck: it is a directory, not a YAML file", path);
     f = fopen(path, "rb");
     if (!f) TD_FAIL(TD_ERR_DECK, "%s: cannot open the job deck: %s", path, strerror(errno));
   }
@@ -133,6 +137,24 @@ td_status td_yaml_load(const char *path, const char *text, td_yaml_node **out) {
     goto done;
   }
   TD_CHECK_GOTO(convert(&doc, root, 0, path, out));
+  {
+    /* One document per file: a second one after "---" would be ignored silently. */
+    yaml_document_t next;
+    if (!yaml_parser_load(&parser, &next)) {
+      td_yaml_free(out);
+      TD_FAIL_GOTO(TD_ERR_DECK, "%s:%zu:%zu: YAML syntax error: %s", path,
+                   parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+                   parser.problem ? parser.problem : "syntax error");
+    }
+    yaml_node_t *extra = yaml_document_get_root_node(&next);
+    size_t line = next.start_mark.line + 1, col = next.start_mark.column + 1;
+    yaml_document_delete(&next);
+    if (extra) {
+      td_yaml_free(out);
+      TD_FAIL_GOTO(TD_ERR_DECK, "%s:%zu:%zu: a second YAML document; a job deck is one document "
+                   "(remove the '---' line)", path, line, col);
+    }
+  }
 done:
   if (have_doc) yaml_document_delete(&doc);
   if (have_parser) yaml_parser_delete(&parser);

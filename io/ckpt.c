@@ -1,0 +1,724 @@
+/* ckpt.c — writing and reading checkpoint tensors with parallel HDF5
+ * (td_ckpt.h): boxes -> hyperslab selections, one collective H5Dwrite /
+ * H5Dread per tensor, grid-independent checksums, and the save life cycle
+ * (.tmp, commit, abort).
+ *
+ * Selections. The file selection of a rank is the union of its boxes; HDF5
+ * walks it in row-major order of GLOBAL coordinates, and walks the memory
+ * selection (a union of strided 1-D hyperslabs of src) in ascending address
+ * order, pairing elements in those two orders. When the boxes' memory
+ * addresses increase in the file's order (one box; boxes split by rows;
+ * column blocks laid out row-interleaved) the data goes straight from/to the
+ * caller's buffer. Otherwise (e.g. two column blocks stored one after the
+ * other) it is packed into / scattered from a staging buffer in file order. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "io/ckpt_internal.h"
+#include "io/td_ckpt.h"
+#include "io/td_h5.h"
+#include "parallel/td_mpi.h"
+#include "td_build.h"
+
+/* Datasets of 1 MiB or more start on 1 MiB boundaries (file-system stripes
+ * and pages); the padding is never written, so it costs no disk blocks. */
+#define CKPT_ALIGN_THRESHOLD ((size_t)1 << 20)
+#define CKPT_ALIGNMENT ((size_t)1 << 20)
+
+struct td_ckpt_writer {
+  MPI_Comm comm; /* duplicate of the caller's */
+  MPI_Comm node; /* ranks of comm on this node (fsync once per node) */
+  int rank;
+  hid_t file, dxpl;
+  int64_t step;
+  int ntensor; /* tensors written so far */
+  int crash;   /* TD_TEST_CRASH_SAVE */
+  char dir[TD_CKPT_PATH_MAX], name[64];
+  char tmp[TD_CKPT_PATH_MAX], final_[TD_CKPT_PATH_MAX];
+};
+
+struct td_ckpt_reader {
+  MPI_Comm comm;
+  hid_t file, dxpl;
+  char path[TD_CKPT_PATH_MAX];
+};
+
+/* ---- checksum ---------------------------------------------------------------------- */
+
+/* Sum of the element hashes mix64(k ^ (bits << 32)) of x[0..n), k = k0 + i.
+ * On x86-64 with GCC, also built for AVX2 and AVX-512 and picked at run time
+ * (the 64-bit multiplies vectorise there); the result is the same. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 9
+__attribute__((target_clones("default", "avx2", "arch=skylake-avx512")))
+#endif
+static uint64_t hash_run(const float *x, int64_t n, uint64_t k0) {
+  const uint32_t *b = (const uint32_t *)(const void *)x;
+  uint64_t s = 0;
+  for (int64_t i = 0; i < n; ++i)
+    s += td_ckpt_mix64((k0 + (uint64_t)i) ^ ((uint64_t)b[i] << 32));
+  return s;
+}
+
+#define CKPT_CHUNK ((int64_t)1 << 16) /* elements per parallel piece */
+
+uint64_t td_ckpt_checksum(const float *x, int64_t n, int64_t k0) {
+  if (n < 4 * CKPT_CHUNK) return hash_run(x, n, (uint64_t)k0);
+  uint64_t s = 0;
+  int64_t nchunk = (n + CKPT_CHUNK - 1) / CKPT_CHUNK;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+  for (int64_t c = 0; c < nchunk; ++c) {
+    int64_t i0 = c * CKPT_CHUNK, m = n - i0 < CKPT_CHUNK ? n - i0 : CKPT_CHUNK;
+    s += hash_run(x + i0, m, (uint64_t)(k0 + i0));
+  }
+  return s;
+}
+
+/* Partial checksum of one box of a tensor with `cols` columns, data at base. */
+static uint64_t box_checksum(const td_ckpt_box *b, int64_t cols, const float *base) {
+  if (b->nr <= 0 || b->nc <= 0) return 0;
+  const float *x = base + b->src_off;
+  /* Whole rows stored contiguously (and every 1-D box stored contiguously):
+   * one run of consecutive indices. */
+  if (b->nr == 1 || (b->nc == cols && b->src_ld == b->nc))
+    return td_ckpt_checksum(x, b->nr * b->nc, b->r0 * cols + b->c0);
+  uint64_t s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static) if (b->nr * b->nc >= 4 * CKPT_CHUNK)
+  for (int64_t i = 0; i < b->nr; ++i)
+    s += hash_run(x + i * b->src_ld, b->nc, (uint64_t)((b->r0 + i) * cols + b->c0));
+  return s;
+}
+
+/* ---- boxes and selections ------------------------------------------------------------- */
+
+void td_ckpt_shape_text(char *buf, size_t cap, int ndim, const int64_t *d) {
+  size_t u = (size_t)snprintf(buf, cap, "(");
+  for (int i = 0; i < ndim && u < cap; ++i)
+    u += (size_t)snprintf(buf + u, cap - u, "%s%lld", i ? ", " : "", (long long)d[i]);
+  if (u < cap) snprintf(buf + u, cap - u, ")");
+}
+
+/* Check the boxes against (rows, cols); *nelem = their element count. */
+static td_status boxes_check(const char *what, const char *path, int64_t rows,
+                             int64_t cols, int nbox, const td_ckpt_box *bx,
+                             const void *buf, int64_t *nelem) {
+  int64_t n = 0;
+  TD_REQUIRE(nbox >= 0 && (nbox == 0 || bx), TD_ERR_INTERNAL,
+             "tensor %s: bad box list (%d boxes)", path, nbox);
+  for (int i = 0; i < nbox; ++i) {
+    const td_ckpt_box *b = &bx[i];
+    TD_REQUIRE(b->nr >= 0 && b->nc >= 0, TD_ERR_INTERNAL,
+               "tensor %s: %s box %d has a negative size", path, what, i);
+    if (b->nr == 0 || b->nc == 0) continue;
+    TD_REQUIRE(b->r0 >= 0 && b->c0 >= 0 && b->r0 + b->nr <= rows &&
+                   b->c0 + b->nc <= cols,
+               TD_ERR_INTERNAL,
+               "tensor %s (%lld x %lld): %s box %d, rows [%lld, %lld) x cols "
+               "[%lld, %lld), lies outside it",
+               path, (long long)rows, (long long)cols, what, i, (long long)b->r0,
+               (long long)(b->r0 + b->nr), (long long)b->c0,
+               (long long)(b->c0 + b->nc));
+    TD_REQUIRE(b->src_off >= 0 && (b->nr == 1 || b->src_ld >= b->nc), TD_ERR_INTERNAL,
+               "tensor %s: %s box %d has offset %lld and leading dimension %lld "
+               "for %lld columns",
+               path, what, i, (long long)b->src_off, (long long)b->src_ld,
+               (long long)b->nc);
+    TD_REQUIRE(buf != NULL, TD_ERR_INTERNAL, "tensor %s: %s boxes but no buffer",
+               path, what);
+    n += b->nr * b->nc;
+  }
+  *nelem = n;
+  return TD_OK;
+}
+
+/* Walk the boxes' segments (one row of one box) in the file's row-major
+ * order. pack != NULL: copy each segment from base to pack (dir = 0) or from
+ * pack to base (dir = 1). Returns whether the segments' memory addresses are
+ * strictly increasing and disjoint in that order (only computed when
+ * pack == NULL); -1 if out of memory. */
+static int walk_segments(int nbox, const td_ckpt_box *bx, float *base,
+                         float *pack, int dir) {
+  int *idx = malloc((size_t)(nbox > 0 ? nbox : 1) * sizeof *idx);
+  int m = 0;
+  int64_t rlo = INT64_MAX, rhi = 0;
+  if (!idx) return -1;
+  /* Non-empty boxes by column (insertion sort: a rank holds few boxes). */
+  for (int i = 0; i < nbox; ++i) {
+    if (bx[i].nr == 0 || bx[i].nc == 0) continue;
+    int t = m++;
+    while (t > 0 && bx[idx[t - 1]].c0 > bx[i].c0) {
+      idx[t] = idx[t - 1];
+      --t;
+    }
+    idx[t] = i;
+    if (bx[i].r0 < rlo) rlo = bx[i].r0;
+    if (bx[i].r0 + bx[i].nr > rhi) rhi = bx[i].r0 + bx[i].nr;
+  }
+  int ordered = 1;
+  int64_t prev_end = -1, pos = 0;
+  for (int64_t r = rlo; r < rhi && (ordered || pack); ++r) {
+    for (int t = 0; t < m; ++t) {
+      const td_ckpt_box *b = &bx[idx[t]];
+      if (r < b->r0 || r >= b->r0 + b->nr) continue;
+      int64_t a = b->src_off + (r - b->r0) * b->src_ld;
+      if (pack) {
+        if (dir == 0)
+          memcpy(pack + pos, base + a, (size_t)b->nc * sizeof(float));
+        else
+          memcpy(base + a, pack + pos, (size_t)b->nc * sizeof(float));
+        pos += b->nc;
+      } else {
+        if (a < prev_end) {
+          ordered = 0;
+          break;
+        }
+        prev_end = a + b->nc;
+      }
+    }
+  }
+  free(idx);
+  return ordered;
+}
+
+/* A rank's selections for one tensor. */
+typedef struct {
+  hid_t fspace, mspace;
+  float *stage; /* staging buffer (file order) or NULL: direct */
+  int64_t nelem;
+} sel_t;
+
+static void sel_free(sel_t *s) {
+  td_h5_close(&s->fspace);
+  td_h5_close(&s->mspace);
+  td_free(s->stage);
+  s->stage = NULL;
+}
+
+/* Build the file and memory selections for the boxes (already checked).
+ * empty: select nothing (a rank whose boxes were rejected still takes part
+ * in the collective call). */
+static td_status sel_build(const char *fname, const char *path, int ndim,
+                           const int64_t *gshape, int nbox, const td_ckpt_box *bx,
+                           const float *buf, int empty, int64_t nelem, sel_t *s) {
+  td_status st = TD_OK;
+  hsize_t dims[2] = {(hsize_t)gshape[0], ndim == 2 ? (hsize_t)gshape[1] : 1};
+  s->fspace = s->mspace = -1;
+  s->stage = NULL;
+  s->nelem = empty ? 0 : nelem;
+  s->fspace = H5Screate_simple(ndim, dims, NULL);
+  if (s->fspace < 0 || H5Sselect_none(s->fspace) < 0)
+    TD_FAIL_GOTO(TD_ERR_HDF5, "%s: tensor %s: cannot make a dataspace: %s", fname,
+                 path, td_h5_error_text());
+  if (s->nelem == 0) {
+    hsize_t one = 1;
+    s->mspace = H5Screate_simple(1, &one, NULL);
+    if (s->mspace < 0 || H5Sselect_none(s->mspace) < 0)
+      TD_FAIL_GOTO(TD_ERR_HDF5, "%s: tensor %s: cannot make a dataspace: %s",
+                   fname, path, td_h5_error_text());
+    goto done;
+  }
+  int first = 1;
+  int64_t extent = 0;
+  for (int i = 0; i < nbox; ++i) {
+    const td_ckpt_box *b = &bx[i];
+    if (b->nr == 0 || b->nc == 0) continue;
+    hsize_t start[2] = {(hsize_t)b->r0, (hsize_t)b->c0};
+    hsize_t count[2] = {(hsize_t)b->nr, (hsize_t)b->nc};
+    if (H5Sselect_hyperslab(s->fspace, first ? H5S_SELECT_SET : H5S_SELECT_OR,
+                            start, NULL, count, NULL) < 0)
+      TD_FAIL_GOTO(TD_ERR_HDF5, "%s: tensor %s: cannot select box %d: %s", fname,
+                   path, i, td_h5_error_text());
+    first = 0;
+    int64_t end = b->src_off + (b->nr - 1) * b->src_ld + b->nc;
+    if (end > extent) extent = end;
+  }
+  int ordered = walk_segments(nbox, bx, (float *)buf, NULL, 0);
+  if (ordered < 0)
+    TD_FAIL_GOTO(TD_ERR_NOMEM, "tensor %s: out of memory sorting boxes", path);
+  if (ordered) {
+    hsize_t ext = (hsize_t)extent;
+    s->mspace = H5Screate_simple(1, &ext, NULL);
+    if (s->mspace < 0)
+      TD_FAIL_GOTO(TD_ERR_HDF5, "%s: tensor %s: cannot make a dataspace: %s",
+                   fname, path, td_h5_error_text());
+    first = 1;
+    for (int i = 0; i < nbox; ++i) {
+      const td_ckpt_box *b = &bx[i];
+      if (b->nr == 0 || b->nc == 0) continue;
+      hsize_t start = (hsize_t)b->src_off, stride, count, block;
+      if (b->nr == 1 || b->src_ld == b->nc) { /* contiguous */
+        stride = 1;
+        count = 1;
+        block = (hsize_t)(b->nr * b->nc);
+      } else {
+        stride = (hsize_t)b->src_ld;
+        count = (hsize_t)b->nr;
+        block = (hsize_t)b->nc;
+      }
+      if (H5Sselect_hyperslab(s->mspace, first ? H5S_SELECT_SET : H5S_SELECT_OR,
+                              &start, &stride, &count, &block) < 0)
+        TD_FAIL_GOTO(TD_ERR_HDF5, "%s: tensor %s: cannot select memory of box %d: %s",
+                     fname, path, i, td_h5_error_text());
+      first = 0;
+    }
+  } else {
+    TD_CHECK_GOTO(td_alloc((void **)&s->stage, (size_t)nelem * sizeof(float),
+                           "checkpoint staging buffer"));
+    hsize_t n = (hsize_t)nelem;
+    s->mspace = H5Screate_simple(1, &n, NULL);
+    if (s->mspace < 0)
+      TD_FAIL_GOTO(TD_ERR_HDF5, "%s: tensor %s: cannot make a dataspace: %s",
+                   fname, path, td_h5_error_text());
+  }
+  if (H5Sget_select_npoints(s->fspace) != (hssize_t)nelem ||
+      H5Sget_select_npoints(s->mspace) != (hssize_t)nelem)
+    TD_FAIL_GOTO(TD_ERR_INTERNAL,
+                 "tensor %s: this rank's boxes overlap (%lld elements in the "
+                 "boxes, %lld in the file selection)",
+                 path, (long long)nelem, (long long)H5Sget_select_npoints(s->fspace));
+done:
+  if (st != TD_OK) sel_free(s);
+  return st;
+}
+
+/* One allreduce of (checksum, element count, failed ranks) (sum mod 2^64). */
+static td_status reduce3(MPI_Comm comm, uint64_t v[3]) {
+  uint64_t in[3] = {v[0], v[1], v[2]};
+  TD_MPI_CHECK(MPI_Allreduce(in, v, 3, MPI_UINT64_T, MPI_SUM, comm));
+  return TD_OK;
+}
+
+static hid_t make_dxpl(void) {
+  hid_t p = H5Pcreate(H5P_DATASET_XFER);
+  if (p >= 0 && getenv("XIND")) { H5Pset_dxpl_mpio(p, H5FD_MPIO_COLLECTIVE); H5Pset_dxpl_mpio_collective_opt(p, H5FD_MPIO_INDIVIDUAL_IO); return p; }
+  if (p >= 0 && H5Pset_dxpl_mpio(p, H5FD_MPIO_COLLECTIVE) < 0) {
+    H5Pclose(p);
+    return -1;
+  }
+  return p;
+}
+
+/* ---- saving ---------------------------------------------------------------------------- */
+
+static void writer_free(td_ckpt_writer *w) {
+  if (!w) return;
+  td_h5_close(&w->dxpl);
+  td_h5_close(&w->file);
+  if (w->node != MPI_COMM_NULL) MPI_Comm_free(&w->node);
+  if (w->comm != MPI_COMM_NULL) MPI_Comm_free(&w->comm);
+  td_free(w);
+}
+
+/* MPI-IO hints for the checkpoint file. */
+static MPI_Info write_info(void) {
+  MPI_Info info = MPI_INFO_NULL;
+  if (MPI_Info_create(&info) != MPI_SUCCESS) return MPI_INFO_NULL;
+  /* Collective buffering: each aggregator writes large contiguous pieces. */
+  const char *e = getenv("XCB");
+  if (!e || strcmp(e, "none") != 0) MPI_Info_set(info, "romio_cb_write", e ? e : "enable");
+  const char *bsz = getenv("XCBSIZE");
+  MPI_Info_set(info, "cb_buffer_size", bsz ? bsz : "16777216");
+  return info;
+}
+
+td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
+                             td_ckpt_writer **out) {
+  td_status st = TD_OK;
+  td_ckpt_writer *w = NULL;
+  MPI_Info info = MPI_INFO_NULL;
+  *out = NULL;
+  TD_REQUIRE(dir && dir[0] && strlen(dir) < TD_CKPT_PATH_MAX - 64, TD_ERR_IO,
+             "checkpoint folder name is empty or too long");
+  TD_REQUIRE(step >= 0, TD_ERR_INTERNAL, "checkpoint step %lld < 0", (long long)step);
+  TD_CHECK(td_alloc((void **)&w, sizeof *w, "checkpoint writer"));
+  w->comm = w->node = MPI_COMM_NULL;
+  w->file = w->dxpl = -1;
+  w->step = step;
+  const char *crash = getenv("TD_TEST_CRASH_SAVE");
+  w->crash = crash && strcmp(crash, "1") == 0;
+  snprintf(w->dir, sizeof w->dir, "%s", dir);
+  td_ckpt_file_name(step, w->name, sizeof w->name);
+  snprintf(w->final_, sizeof w->final_, "%s/%s", dir, w->name);
+  snprintf(w->tmp, sizeof w->tmp, "%s/%s.tmp", dir, w->name);
+  if (MPI_Comm_dup(comm, &w->comm) != MPI_SUCCESS) {
+    w->comm = MPI_COMM_NULL;
+    TD_FAIL_GOTO(TD_ERR_MPI, "cannot duplicate the checkpoint communicator");
+  }
+  MPI_Comm_rank(w->comm, &w->rank);
+  if (MPI_Comm_split_type(w->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                          &w->node) != MPI_SUCCESS) {
+    w->node = MPI_COMM_NULL;
+    TD_FAIL_GOTO(TD_ERR_MPI, "cannot split the checkpoint communicator by node");
+  }
+  if (w->rank == 0) st = td_ckpt_mkdir_p(dir);
+  TD_CHECK_GOTO(td_agree(w->comm, st));
+  info = write_info();
+  w->dxpl = make_dxpl();
+  if (w->dxpl < 0)
+    st = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__,
+                      "cannot make a transfer property list: %s", td_h5_error_text());
+  else
+    st = td_h5_create_aligned(w->tmp, w->comm, info, CKPT_ALIGN_THRESHOLD,
+                              CKPT_ALIGNMENT, &w->file);
+  if (st == TD_OK) st = td_h5_attr_write_str(w->file, "format", TD_CKPT_FORMAT);
+  if (st == TD_OK)
+    st = td_h5_attr_write_i64(w->file, "format_version", TD_CKPT_FORMAT_VERSION);
+  if (st == TD_OK)
+    st = td_h5_attr_write_str(w->file, "trident_version",
+                              TD_VERSION " (" TD_GIT_DESCRIBE ")");
+  TD_CHECK_GOTO(td_agree(w->comm, st));
+  *out = w;
+  w = NULL;
+done:
+  if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+  writer_free(w);
+  return st;
+}
+
+hid_t td_ckpt_writer_file(td_ckpt_writer *w) { return w ? w->file : -1; }
+
+/* Create the float32 dataset: contiguous, allocated at creation, never
+ * filled (every element is written). */
+static hid_t create_tensor(hid_t file, const char *path, int ndim,
+                           const int64_t *gshape) {
+  hid_t d = -1, sp = -1, dcpl = -1, lcpl = -1;
+  hsize_t dims[2] = {(hsize_t)gshape[0], ndim == 2 ? (hsize_t)gshape[1] : 1};
+  sp = H5Screate_simple(ndim, dims, NULL);
+  dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  lcpl = H5Pcreate(H5P_LINK_CREATE);
+  if (sp >= 0 && dcpl >= 0 && lcpl >= 0 && H5Pset_layout(dcpl, H5D_CONTIGUOUS) >= 0 &&
+      H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) >= 0 &&
+      H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0 &&
+      H5Pset_create_intermediate_group(lcpl, 1) >= 0)
+    d = H5Dcreate2(file, path, H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT);
+  if (lcpl >= 0) H5Pclose(lcpl);
+  if (dcpl >= 0) H5Pclose(dcpl);
+  if (sp >= 0) H5Sclose(sp);
+  return d;
+}
+
+static td_status check_shape_arg(const char *path, int ndim, const int64_t *gshape) {
+  TD_REQUIRE(path && path[0] == '/', TD_ERR_INTERNAL,
+             "checkpoint tensor path '%s' must be absolute", path ? path : "(null)");
+  TD_REQUIRE((ndim == 1 || ndim == 2) && gshape && gshape[0] >= 0 &&
+                 (ndim == 1 || gshape[1] >= 0),
+             TD_ERR_INTERNAL, "tensor %s: bad shape (rank %d)", path, ndim);
+  return TD_OK;
+}
+
+td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
+                               const int64_t *gshape, int nbox,
+                               const td_ckpt_box *boxes, const float *src) {
+  td_status st = TD_OK, local = TD_OK;
+  hid_t d = -1;
+  sel_t sel = {-1, -1, NULL, 0};
+  TD_REQUIRE(w && w->file >= 0, TD_ERR_INTERNAL, "checkpoint writer is not open");
+  TD_CHECK(check_shape_arg(path, ndim, gshape));
+  int64_t rows = gshape[0], cols = ndim == 2 ? gshape[1] : 1;
+  int64_t nelem = 0;
+  local = boxes_check("write", path, rows, cols, nbox, boxes, src, &nelem);
+  d = create_tensor(w->file, path, ndim, gshape);
+  if (d < 0) /* metadata: fails alike on every rank */
+    TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot create dataset %s: %s", w->tmp, path,
+                 td_h5_error_text());
+  if (local == TD_OK) {
+    local = sel_build(w->tmp, path, ndim, gshape, nbox, boxes, src, 0, nelem, &sel);
+  }
+  if (local != TD_OK) /* take part with nothing selected */
+    TD_CHECK_GOTO(sel_build(w->tmp, path, ndim, gshape, 0, NULL, NULL, 1, 0, &sel));
+  const float *data = src;
+  float dummy = 0.0f;
+  if (sel.stage) {
+    (void)walk_segments(nbox, boxes, (float *)src, sel.stage, 0);
+    data = sel.stage;
+  } else if (sel.nelem == 0 || !data) {
+    data = &dummy;
+  }
+  /* An empty tensor has no storage to write to (the same on every rank). */
+  if (rows * cols > 0 &&
+      H5Dwrite(d, H5T_NATIVE_FLOAT, sel.mspace, sel.fspace, w->dxpl, data) < 0 &&
+      local == TD_OK)
+    local = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__,
+                         "%s: cannot write tensor %s: %s", w->tmp, path,
+                         td_h5_error_text());
+  uint64_t v[3] = {0, 0, local != TD_OK};
+  if (local == TD_OK) {
+    for (int i = 0; i < nbox; ++i) v[0] += box_checksum(&boxes[i], cols, src);
+    v[1] = (uint64_t)nelem;
+  }
+  TD_CHECK_GOTO(reduce3(w->comm, v));
+  if (v[2]) TD_CHECK_GOTO(td_agree(w->comm, local));
+  if (v[1] != (uint64_t)(rows * cols))
+    TD_FAIL_GOTO(TD_ERR_INTERNAL,
+                 "tensor %s: the ranks' boxes hold %llu elements, the tensor %lld",
+                 path, (unsigned long long)v[1], (long long)(rows * cols));
+  TD_CHECK_GOTO(td_h5_attr_write_u64(d, "checksum", v[0]));
+  w->ntensor++;
+  if (w->crash && w->ntensor == 3) {
+    H5Dclose(d);
+    d = -1;
+    MPI_Barrier(w->comm);
+    fprintf(stderr, "TD_TEST_CRASH_SAVE: killing rank %d in the middle of %s\n",
+            w->rank, w->tmp);
+    fflush(stderr);
+    raise(SIGKILL);
+  }
+done:
+  sel_free(&sel);
+  if (d >= 0) H5Dclose(d);
+  return st;
+}
+
+td_status td_ckpt_save_commit(td_ckpt_writer **wp, int keep, char *final_path,
+                              size_t cap) {
+  td_status st = TD_OK;
+  td_ckpt_writer *w = wp ? *wp : NULL;
+  int renamed = 0;
+  if (cap) final_path[0] = '\0';
+  TD_REQUIRE(w && w->file >= 0, TD_ERR_INTERNAL, "checkpoint writer is not open");
+  *wp = NULL;
+  td_h5_close(&w->dxpl);
+  /* 1. close: every rank's data is handed to the OS. */
+  if (H5Fclose(w->file) < 0)
+    st = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__,
+                      "%s: cannot close: %s", w->tmp, td_h5_error_text());
+  w->file = -1;
+  TD_CHECK_GOTO(td_agree(w->comm, st));
+  /* 2. durable: one fsync per node flushes what that node wrote. */
+  int node_rank = 0;
+  MPI_Comm_rank(w->node, &node_rank);
+  if (node_rank == 0) st = td_ckpt_fsync_path(w->tmp, 0);
+  TD_CHECK_GOTO(td_agree(w->comm, st));
+  /* 3. publish: rename, then `latest`, then prune (rank 0). */
+  if (w->rank == 0)
+    st = td_ckpt_publish(w->dir, w->tmp, w->final_, w->name, w->step, keep, &renamed);
+  MPI_Bcast(&renamed, 1, MPI_INT, 0, w->comm);
+  TD_CHECK_GOTO(td_agree(w->comm, st));
+  int n = snprintf(final_path, cap, "%s", w->final_);
+  if (n < 0 || (size_t)n >= cap)
+    TD_FAIL_GOTO(TD_ERR_INTERNAL, "checkpoint path %s longer than %zu", w->final_, cap);
+done:
+  if (st != TD_OK && !renamed && w->rank == 0) unlink(w->tmp);
+  writer_free(w);
+  return st;
+}
+
+void td_ckpt_save_abort(td_ckpt_writer **wp) {
+  if (!wp || !*wp) return;
+  td_ckpt_writer *w = *wp;
+  *wp = NULL;
+  td_h5_close(&w->dxpl);
+  if (w->file >= 0) H5Fclose(w->file);
+  w->file = -1;
+  H5Eclear2(H5E_DEFAULT);
+  MPI_Barrier(w->comm);
+  if (w->rank == 0) unlink(w->tmp);
+  writer_free(w);
+}
+
+/* ---- loading ------------------------------------------------------------------------------ */
+
+static void reader_free(td_ckpt_reader *r) {
+  if (!r) return;
+  td_h5_close(&r->dxpl);
+  td_h5_close(&r->file);
+  if (r->comm != MPI_COMM_NULL) MPI_Comm_free(&r->comm);
+  td_free(r);
+}
+
+/* Replace the pending error by TD_ERR_CKPT "prefix: <old message>". */
+static td_status as_ckpt_error(const char *file, int line, const char *func,
+                               const char *path, const char *what) {
+  char msg[1536];
+  snprintf(msg, sizeof msg, "%s", td_error_message());
+  td_error_clear();
+  return td_error_set(TD_ERR_CKPT, file, line, func, "%s: %s (%s)", path, what, msg);
+}
+
+/* Check the root attributes of an open file (any driver). */
+static td_status check_format(hid_t f, const char *path) {
+  char fmt[128] = "";
+  htri_t ex = H5Aexists(f, "format");
+  if (ex <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    TD_FAIL(TD_ERR_CKPT,
+            "%s: not a trident checkpoint (no root attribute 'format' = \"%s\")",
+            path, TD_CKPT_FORMAT);
+  }
+  if (td_h5_attr_read_str(f, path, "format", fmt, sizeof fmt) != TD_OK)
+    return as_ckpt_error(__FILE__, __LINE__, __func__, path,
+                         "not a trident checkpoint: bad attribute 'format'");
+  TD_REQUIRE(strcmp(fmt, TD_CKPT_FORMAT) == 0, TD_ERR_CKPT,
+             "%s: not a trident checkpoint (attribute 'format' is \"%s\", "
+             "expected \"%s\")",
+             path, fmt, TD_CKPT_FORMAT);
+  int64_t ver = 0;
+  if (td_h5_attr_read_i64(f, path, "format_version", &ver) != TD_OK)
+    return as_ckpt_error(__FILE__, __LINE__, __func__, path,
+                         "bad or missing attribute 'format_version'");
+  TD_REQUIRE(ver == TD_CKPT_FORMAT_VERSION, TD_ERR_CKPT,
+             "%s: checkpoint format_version is %lld; this trident reads version %d",
+             path, (long long)ver, TD_CKPT_FORMAT_VERSION);
+  return TD_OK;
+}
+
+td_status td_ckpt_open(MPI_Comm comm, const char *path, td_ckpt_reader **out) {
+  td_status st = TD_OK;
+  td_ckpt_reader *r = NULL;
+  *out = NULL;
+  TD_REQUIRE(path && path[0] && strlen(path) < TD_CKPT_PATH_MAX, TD_ERR_CKPT,
+             "checkpoint path is empty or too long");
+  TD_CHECK(td_alloc((void **)&r, sizeof *r, "checkpoint reader"));
+  r->comm = MPI_COMM_NULL;
+  r->file = r->dxpl = -1;
+  snprintf(r->path, sizeof r->path, "%s", path);
+  if (MPI_Comm_dup(comm, &r->comm) != MPI_SUCCESS) {
+    r->comm = MPI_COMM_NULL;
+    TD_FAIL_GOTO(TD_ERR_MPI, "cannot duplicate the checkpoint communicator");
+  }
+  if (access(path, R_OK) != 0)
+    st = td_error_set(TD_ERR_CKPT, __FILE__, __LINE__, __func__,
+                      "%s: cannot read checkpoint: %s", path, strerror(errno));
+  TD_CHECK_GOTO(td_agree(r->comm, st));
+  st = td_h5_open(path, r->comm, 0, &r->file);
+  if (st != TD_OK)
+    st = as_ckpt_error(__FILE__, __LINE__, __func__, path,
+                       "not a readable HDF5 checkpoint: missing, truncated or "
+                       "not HDF5");
+  if (st == TD_OK) st = check_format(r->file, path);
+  if (st == TD_OK) {
+    r->dxpl = make_dxpl();
+    if (r->dxpl < 0)
+      st = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__,
+                        "cannot make a transfer property list: %s", td_h5_error_text());
+  }
+  TD_CHECK_GOTO(td_agree(r->comm, st));
+  *out = r;
+  r = NULL;
+done:
+  reader_free(r);
+  return st;
+}
+
+hid_t td_ckpt_reader_file(td_ckpt_reader *r) { return r ? r->file : -1; }
+const char *td_ckpt_reader_path(td_ckpt_reader *r) { return r ? r->path : ""; }
+
+void td_ckpt_close(td_ckpt_reader **r) {
+  if (!r || !*r) return;
+  reader_free(*r);
+  *r = NULL;
+}
+
+/* Open tensor `path` and check it is a float dataset of shape gshape. Same
+ * result on every rank (metadata). */
+static td_status open_tensor(td_ckpt_reader *r, const char *path, int ndim,
+                             const int64_t *gshape, hid_t *out) {
+  td_status st = TD_OK;
+  hid_t d = -1, sp = -1, t = -1;
+  *out = -1;
+  if (!td_h5_exists(r->file, path))
+    TD_FAIL(TD_ERR_CKPT, "%s: tensor %s is missing", r->path, path);
+  d = H5Dopen2(r->file, path, H5P_DEFAULT);
+  if (d < 0)
+    TD_FAIL_GOTO(TD_ERR_CKPT, "%s: %s is not a readable tensor: %s", r->path, path,
+                 td_h5_error_text());
+  sp = H5Dget_space(d);
+  t = H5Dget_type(d);
+  int fr = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+  if (fr < 0 || t < 0)
+    TD_FAIL_GOTO(TD_ERR_CKPT, "%s: tensor %s: cannot inspect: %s", r->path, path,
+                 td_h5_error_text());
+  if (H5Tget_class(t) != H5T_FLOAT)
+    TD_FAIL_GOTO(TD_ERR_CKPT, "%s: tensor %s is not floating point", r->path, path);
+  hsize_t hd[H5S_MAX_RANK];
+  int64_t fd[H5S_MAX_RANK];
+  H5Sget_simple_extent_dims(sp, hd, NULL);
+  int same = fr == ndim;
+  for (int i = 0; i < fr; ++i) {
+    fd[i] = (int64_t)hd[i];
+    if (same && fd[i] != gshape[i]) same = 0;
+  }
+  if (!same) {
+    char want[256], got[256];
+    td_ckpt_shape_text(want, sizeof want, ndim, gshape);
+    td_ckpt_shape_text(got, sizeof got, fr, fd);
+    TD_FAIL_GOTO(TD_ERR_CKPT, "%s: tensor %s has shape %s, expected %s", r->path,
+                 path, got, want);
+  }
+  *out = d;
+  d = -1;
+done:
+  if (t >= 0) H5Tclose(t);
+  if (sp >= 0) H5Sclose(sp);
+  if (d >= 0) H5Dclose(d);
+  return st;
+}
+
+td_status td_ckpt_read_tensor(td_ckpt_reader *r, const char *path, int ndim,
+                              const int64_t *gshape, int nbox,
+                              const td_ckpt_box *boxes, float *dst, int verify,
+                              int nvbox, const td_ckpt_box *vboxes) {
+  td_status st = TD_OK, local = TD_OK;
+  hid_t d = -1;
+  sel_t sel = {-1, -1, NULL, 0};
+  TD_REQUIRE(r && r->file >= 0, TD_ERR_INTERNAL, "checkpoint reader is not open");
+  TD_CHECK(check_shape_arg(path, ndim, gshape));
+  int64_t rows = gshape[0], cols = ndim == 2 ? gshape[1] : 1;
+  int64_t nelem = 0, nv = 0;
+  TD_CHECK_GOTO(open_tensor(r, path, ndim, gshape, &d));
+  local = boxes_check("read", path, rows, cols, nbox, boxes, dst, &nelem);
+  if (local == TD_OK && verify)
+    local = boxes_check("verify", path, rows, cols, nvbox, vboxes, dst, &nv);
+  if (local == TD_OK)
+    local = sel_build(r->path, path, ndim, gshape, nbox, boxes, dst, 0, nelem, &sel);
+  if (local != TD_OK) /* take part with nothing selected */
+    TD_CHECK_GOTO(sel_build(r->path, path, ndim, gshape, 0, NULL, NULL, 1, 0, &sel));
+  float dummy = 0.0f;
+  float *data = sel.stage ? sel.stage : (sel.nelem == 0 || !dst) ? &dummy : dst;
+  if (rows * cols > 0 &&
+      H5Dread(d, H5T_NATIVE_FLOAT, sel.mspace, sel.fspace, r->dxpl, data) < 0 &&
+      local == TD_OK)
+    local = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__,
+                         "%s: cannot read tensor %s: %s", r->path, path,
+                         td_h5_error_text());
+  if (local == TD_OK && sel.stage) (void)walk_segments(nbox, boxes, dst, sel.stage, 1);
+  uint64_t v[3] = {0, 0, local != TD_OK};
+  if (local == TD_OK && verify) {
+    for (int i = 0; i < nvbox; ++i) v[0] += box_checksum(&vboxes[i], cols, dst);
+    v[1] = (uint64_t)nv;
+  }
+  TD_CHECK_GOTO(reduce3(r->comm, v));
+  if (v[2]) TD_CHECK_GOTO(td_agree(r->comm, local));
+  if (verify) {
+    if (v[1] != (uint64_t)(rows * cols))
+      TD_FAIL_GOTO(TD_ERR_INTERNAL,
+                   "tensor %s: the ranks' verify boxes hold %llu elements, the "
+                   "tensor %lld",
+                   path, (unsigned long long)v[1], (long long)(rows * cols));
+    uint64_t stored = 0;
+    htri_t ex = H5Aexists(d, "checksum");
+    if (ex <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      TD_FAIL_GOTO(TD_ERR_CKPT, "%s: tensor %s has no checksum attribute", r->path,
+                   path);
+    }
+    if (td_h5_attr_read_u64(d, r->path, "checksum", &stored) != TD_OK) {
+      st = as_ckpt_error(__FILE__, __LINE__, __func__, r->path,
+                         "bad checksum attribute");
+      goto done;
+    }
+    if (stored != v[0])
+      TD_FAIL_GOTO(TD_ERR_CKPT,
+                   "%s: tensor %s: CHECKSUM MISMATCH (stored 0x%016llx, computed "
+                   "0x%016llx): the file is damaged",
+                   r->path, path, (unsigned long long)stored,
+                   (unsigned long long)v[0]);
+  }
+done:
+  sel_free(&sel);
+  if (d >= 0) H5Dclose(d);
+  return st;
+}

@@ -1,0 +1,178 @@
+/* td_ckpt.h — parallel-HDF5 checkpoints (DESIGN.md "Checkpoint file (format 1)",
+ * invariants 2-4).
+ *
+ * This module knows nothing about GPT-2 or about how tensors are sharded:
+ * callers describe what each rank holds as boxes in GLOBAL coordinates, and
+ * every tensor is stored in its full logical shape, so any decomposition can
+ * read what any other wrote.
+ *
+ * Saving (all collective on the writer's comm, same calls in the same order
+ * on every rank):
+ *   td_ckpt_save_begin   -> <dir>/step_XXXXXXXX.h5.tmp
+ *   td_ckpt_write_tensor  (per tensor) + root attributes, /config, /data, /rng
+ *                         through td_ckpt_writer_file() and td_h5
+ *   td_ckpt_save_commit  -> close, fsync, rename to step_XXXXXXXX.h5, fsync the
+ *                           folder, then `latest` (atomically), then pruning
+ *   td_ckpt_save_abort    on error instead of commit
+ * A save that dies anywhere before the rename leaves only a .tmp file, which
+ * nothing reads; `latest` is only ever replaced (by rename) after the file it
+ * names is complete and durable.
+ *
+ * Checksum (attribute `checksum` on every tensor written here): an unsigned
+ * 64-bit integer attribute (H5T_STD_U64LE; h5py reads a numpy.uint64),
+ *     checksum = sum over elements, mod 2^64, of mix64(k ^ (bits << 32))
+ * where k is the element's row-major flat index in the GLOBAL shape, bits the
+ * 32 bits of the stored float32 (as an unsigned 64-bit integer, shifted into
+ * the high half) and mix64 is the splitmix64 finaliser td_mix64
+ * (common/td_rng.h), a bijection: changing any one element always changes
+ * the sum. The sum is order-free, so the value is the same whatever grid or
+ * boxes wrote or read the tensor. In NumPy (uint64 arithmetic wraps):
+ *   b = a.reshape(-1).view(np.uint32).astype(np.uint64)
+ *   k = np.arange(b.size, dtype=np.uint64)
+ *   checksum = mix64(k ^ (b << np.uint64(32))).sum(dtype=np.uint64)
+ *
+ * Test switch: environment variable TD_TEST_CRASH_SAVE=1 makes the THIRD
+ * td_ckpt_write_tensor call of a save, after its data is written and every
+ * rank has reached that point, raise(SIGKILL) on every rank — a save killed
+ * half-way, for the crash test (tests/unit/ckpt_crash.sh). Never set it
+ * outside tests.
+ *
+ * Errors: bad input (a file that is not a checkpoint, a missing tensor, a
+ * wrong shape, a checksum mismatch, a dangling `latest`) is TD_ERR_CKPT with
+ * a message naming the file and the tensor; I/O failures are TD_ERR_IO /
+ * TD_ERR_HDF5. The collective functions return the same status on every rank
+ * (agreed with td_agree), so callers can end the job cleanly. */
+#ifndef TD_CKPT_H
+#define TD_CKPT_H
+
+#include <hdf5.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "td_error.h"
+
+/* Format identification (root attributes `format`, `format_version`). */
+#define TD_CKPT_FORMAT "trident-checkpoint"
+#define TD_CKPT_FORMAT_VERSION 1
+
+/* A 2-D box of a global tensor held by this rank: rows [r0, r0+nr) x cols
+ * [c0, c0+nc) of the global (rows, cols) shape (1-D tensors: rows = n,
+ * cols = 1, so c0 = 0, nc = 1), whose data is at src[src_off + i*src_ld + j]
+ * (0 <= i < nr, 0 <= j < nc) of the writer's src (the reader's dst).
+ * A box with nr == 0 or nc == 0 is allowed and holds nothing. */
+typedef struct {
+  int64_t r0, nr, c0, nc;
+  int64_t src_off, src_ld;
+} td_ckpt_box;
+
+typedef struct td_ckpt_writer td_ckpt_writer;
+typedef struct td_ckpt_reader td_ckpt_reader;
+
+/* ---- saving ------------------------------------------------------------------ */
+
+/* Collective on comm: rank 0 creates dir (mkdir -p), then all ranks create
+ * <dir>/step_XXXXXXXX.h5.tmp (8-digit step, more digits past 99,999,999)
+ * with MPI-IO (truncating a stale .tmp of the same step), and write the root
+ * attributes this module owns: `format`, `format_version` and
+ * `trident_version` ("0.1.0 (git describe)"). The caller writes `step`,
+ * `tokens_seen`, `saved_grid`, /config, /data, /rng and the /optim
+ * attributes through td_ckpt_writer_file(). comm is duplicated; the writer
+ * does not keep the caller's. */
+td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
+                             td_ckpt_writer **out);
+
+/* Collective: every rank calls for every tensor in the same order, with the
+ * same path/ndim/gshape and its own boxes (nbox may be 0; src may then be
+ * NULL). Creates the float32 dataset `path` (e.g. "/model/wte.weight",
+ * intermediate groups created; contiguous layout) of global shape gshape
+ * (ndim 1: (n), ndim 2: (rows, cols)); each rank writes its boxes in one
+ * collective H5Dwrite. The boxes of all ranks must cover the tensor exactly
+ * once: boxes outside the shape and a total element count different from
+ * the tensor's are errors (TD_ERR_INTERNAL; overlaps that happen to
+ * compensate holes are not detected). Stores the attribute `checksum` (see
+ * above). */
+td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
+                               const int64_t *gshape, int nbox,
+                               const td_ckpt_box *boxes, const float *src);
+
+/* The open .tmp file, for root attributes, /config, /data, /rng written with
+ * td_h5 (collective metadata: every rank makes the same calls). */
+hid_t td_ckpt_writer_file(td_ckpt_writer *w);
+
+/* Collective: close the file; make it durable (one rank per node reopens it
+ * and fsyncs it); rank 0 renames .tmp -> .h5, fsyncs the folder, writes
+ * `latest` atomically (latest.tmp + fsync + rename + fsync folder) holding
+ * the file NAME on one line; then, if keep > 0, deletes the committed
+ * step_*.h5 files with a smaller step than this one beyond the newest `keep`
+ * (this one counted; files with a larger step, e.g. from a run resumed from
+ * an older checkpoint, are left alone) and stale step_*.h5.tmp files of
+ * other steps. final_path (cap bytes) receives <dir>/step_XXXXXXXX.h5 on
+ * every rank. *w is freed and set to NULL, whether or not commit succeeded;
+ * after a failure the .tmp is removed if the rename has not happened. */
+td_status td_ckpt_save_commit(td_ckpt_writer **w, int keep, char *final_path,
+                              size_t cap);
+
+/* Collective: abandon a save (on error): close the file and remove the
+ * .tmp. Accepts NULL / *w == NULL; sets *w = NULL. */
+void td_ckpt_save_abort(td_ckpt_writer **w);
+
+/* ---- loading ----------------------------------------------------------------- */
+
+/* Resolve checkpoint.resume. Not collective.
+ *   "never" -> *found = 0;
+ *   "auto"  -> the file named by <dir>/latest (*found = 1), or *found = 0 if
+ *              there is no `latest`;
+ *   else    -> a PATH to a checkpoint file (*found = 1), or to a folder,
+ *              which is resolved like "auto" on that folder but must hold
+ *              a `latest`.
+ * `latest` naming a missing file is TD_ERR_CKPT: "DIR/latest names
+ * step_X.h5, which does not exist; the newest committed checkpoint in DIR is
+ * step_Y.h5" (or "...; there is none"). A PATH that does not exist is
+ * TD_ERR_CKPT too. path (cap bytes) receives the file's path. */
+td_status td_ckpt_resolve(const char *dir, const char *resume, int *found,
+                          char *path, size_t cap);
+
+/* Collective on comm: open a checkpoint read-only with MPI-IO and check the
+ * root attributes `format` == "trident-checkpoint" and `format_version` == 1.
+ * A missing, truncated or non-HDF5 file, or one with another format, is
+ * TD_ERR_CKPT naming the file. comm is duplicated. */
+td_status td_ckpt_open(MPI_Comm comm, const char *path, td_ckpt_reader **out);
+/* The open file (collective metadata reads through td_h5). */
+hid_t td_ckpt_reader_file(td_ckpt_reader *r);
+const char *td_ckpt_reader_path(td_ckpt_reader *r);
+
+/* Collective: read this rank's boxes of tensor `path` into dst (boxes'
+ * src_off/src_ld index dst). Checks that it exists ("FILE: tensor /model/x
+ * is missing"), is floating point and has shape gshape ("FILE: tensor
+ * /model/x has shape (a, b), expected (c, d)"). Boxes may overlap across
+ * ranks (replicas read the same data). If verify (same value on every rank),
+ * the checksum is computed over vboxes — boxes of dst already read, which
+ * together over all ranks must cover the tensor exactly once (e.g. only one
+ * replica passes its boxes, the others nvbox = 0) — and compared with the
+ * stored `checksum`: a mismatch is TD_ERR_CKPT "FILE: tensor /model/x:
+ * CHECKSUM MISMATCH (stored 0x..., computed 0x...)"; a missing checksum
+ * attribute is TD_ERR_CKPT too. */
+td_status td_ckpt_read_tensor(td_ckpt_reader *r, const char *path, int ndim,
+                              const int64_t *gshape, int nbox,
+                              const td_ckpt_box *boxes, float *dst, int verify,
+                              int nvbox, const td_ckpt_box *vboxes);
+
+/* Collective: close. Accepts NULL / *r == NULL; sets *r = NULL. */
+void td_ckpt_close(td_ckpt_reader **r);
+
+/* ---- inspection -------------------------------------------------------------- */
+
+/* The checksum (as stored) of n contiguous elements whose global flat
+ * indices are k0, k0+1, ...: a partial sum; sums of partial sums add mod
+ * 2^64. For tests and tools. */
+uint64_t td_ckpt_checksum(const float *x, int64_t n, int64_t k0);
+
+/* Not collective (serial HDF5): print to out the step, tokens_seen,
+ * saved_grid, trident_version, /config, and every dataset under /model and
+ * /optim with its shape and "checksum ok" or "CHECKSUM MISMATCH (stored x,
+ * computed y)" (or "no checksum"). Returns TD_ERR_CKPT if any checksum
+ * mismatches or is missing, or the file is not a trident checkpoint. */
+td_status td_ckpt_info(const char *path, FILE *out);
+
+#endif
