@@ -39,11 +39,6 @@ static td_status dev_alloc(td_model *m, float **out, int64_t n, const char *what
 
 static td_status alloc_buffers(td_model *m) {
   int64_t N = m->B * m->T, L = m->L_count, C = m->C;
-  int64_t n = m->reg->total_local;
-  TD_CHECK(dev_alloc(m, &m->params, n, "parameters"));
-  TD_CHECK(dev_alloc(m, &m->grads, n, "gradients"));
-  TD_CHECK(dev_alloc(m, &m->exp_avg, n, "AdamW first moments"));
-  TD_CHECK(dev_alloc(m, &m->exp_avg_sq, n, "AdamW second moments"));
   ACT(encoded, N * C);
   ACT(ln1, L * N * C);
   ACT(ln1_mean, L * N);
@@ -81,7 +76,6 @@ static td_status alloc_buffers(td_model *m) {
 td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td_coll_stats *stats,
                           int64_t B, td_model **out) {
   td_status st = TD_OK;
-  float *host = NULL;
   *out = NULL;
   td_model *m = calloc(1, sizeof *m);
   if (!m) TD_FAIL(TD_ERR_NOMEM, "out of memory for the model");
@@ -100,13 +94,7 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->last_stage = grid->pp_rank == grid->pp - 1;
   TD_CHECK_GOTO(alloc_buffers(m));
   TD_CHECK_GOTO(units_create(m));
-  /* Initialise on the host from the counter-based generator, then copy. */
-  TD_CHECK_GOTO(td_alloc((void **)&host, (size_t)m->reg->total_local * sizeof(float),
-                         "host parameter staging"));
-  td_registry_init_params(m->reg, cfg, host);
-  TD_CHECK_GOTO(k->to_device(k, m->params, host, (size_t)m->reg->total_local * sizeof(float)));
 done:
-  td_free(host);
   if (st != TD_OK) {
     td_model_destroy(&m);
     return st;
@@ -119,7 +107,7 @@ void td_model_destroy(td_model **mp) {
   if (!mp || !*mp) return;
   td_model *m = *mp;
   if (m->k) {
-    float **bufs[] = {&m->params, &m->grads, &m->exp_avg, &m->exp_avg_sq, &m->a.encoded,
+    float **bufs[] = {&m->a.encoded,
                       &m->a.ln1, &m->a.ln1_mean, &m->a.ln1_rstd, &m->a.qkv, &m->a.atty, &m->a.att,
                       &m->a.res2, &m->a.ln2, &m->a.ln2_mean, &m->a.ln2_rstd, &m->a.fch,
                       &m->a.fch_gelu, &m->a.res3, &m->a.lnf, &m->a.lnf_mean, &m->a.lnf_rstd,
@@ -175,7 +163,6 @@ static td_status units_create(td_model *m) {
     if (p->offset < m->unit_begin[u]) m->unit_begin[u] = p->offset;
     if (end > m->unit_end[u]) m->unit_end[u] = end;
   }
-  td_model_units_flat(m, m->params, m->grads);
   return TD_OK;
 }
 

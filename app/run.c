@@ -95,7 +95,7 @@ static td_status dump_begin(td_trainer *t, dump_state *d) {
                  c->optimizer_eps, c->optimizer_weight_decay, c->training_grad_clip};
   for (int i = 0; i < 7; ++i) TD_CHECK(td_h5_attr_write_f64(f, fk[i], fv[i]));
   TD_CHECK(td_h5_attr_write_str(f, "decay", c->schedule_decay));
-  TD_CHECK(dump_tensors(t, f, "/model", t->model->params, 0));
+  TD_CHECK(dump_tensors(t, f, "/model", td_zero_owned_params(t->zero), 0));
   TD_CHECK(td_alloc((void **)&t->grad_snapshot, (size_t)t->model->reg->total_local * sizeof(float),
                     "gradient snapshot"));
   return TD_OK;
@@ -225,7 +225,7 @@ td_status td_trainer_run(td_trainer *t) {
       d.losses[s] = loss, d.norms[s] = norm, d.lrs[s] = lr;
       if (s == 0) {
         TD_CHECK_GOTO(dump_tensors(t, d.file, "/grad", t->grad_snapshot, 1));
-        TD_CHECK_GOTO(dump_tensors(t, d.file, "/model_after", t->model->params, 0));
+        TD_CHECK_GOTO(dump_tensors(t, d.file, "/model_after", td_zero_owned_params(t->zero), 0));
       }
     }
     double step_s = td_now() - t0;

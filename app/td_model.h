@@ -59,8 +59,6 @@ struct td_model {
   int64_t B, T, C, V, Vs, v0, L_first, L_count, NH, HS;
   int64_t C3, Cl, F; /* local 3C/tp, C/tp, 4C/tp */
   int first_stage, last_stage;
-  /* one allocation each, per-tensor views at registry offsets */
-  float *params, *grads, *exp_avg, *exp_avg_sq;
   /* activations and backward scratch */
   td_acts a;
   float *dres, *dtmp, *dln, *dqkv, *datty, *dfch, *datt_scratch;
@@ -73,7 +71,7 @@ struct td_model {
   int nunits;
   int64_t *unit_begin, *unit_end;
   float **unit_param, **unit_grad; /* element unit_begin[u] of params / grads */
-  td_model_hooks hooks;            /* none: every unit lives in params / grads */
+  td_model_hooks hooks;            /* place units (the trainer's ZeRO engine) */
 };
 
 /* Unit of a parameter. */
@@ -81,13 +79,13 @@ int td_model_unit_of(const td_model *m, const td_param *p);
 /* Point every unit at the flat buffers params / grads (grads may be NULL). */
 void td_model_units_flat(td_model *m, float *params, float *grads);
 
-/* Allocate the model for this rank (registry, parameters, gradients, moments,
- * activations for micro-batches of B sequences) and initialise the
- * parameters from the counter-based generator. */
+/* Allocate the model for this rank: registry, units, activations for
+ * micro-batches of B sequences. Parameters, gradients and optimizer state
+ * live elsewhere (td_zero); the hooks place each unit before use. */
 td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k,
                           td_coll_stats *stats, int64_t B, td_model **out);
 void td_model_destroy(td_model **m);
-/* Pointer to parameter (or gradient, moment) p inside a flat buffer. */
+/* Pointer to tensor p inside a flat buffer over the rank's local space. */
 static inline float *td_view(float *flat, const td_param *p) { return flat + p->offset; }
 
 /* Forward one micro-batch of B sequences: inputs/targets are (B·T) host

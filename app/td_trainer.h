@@ -13,6 +13,7 @@
 #include "io/td_sampler.h"
 #include "parallel/td_coll.h"
 #include "parallel/td_grid.h"
+#include "parallel/td_zero.h"
 #include "td_log.h"
 
 typedef struct td_trainer {
@@ -21,6 +22,7 @@ typedef struct td_trainer {
   td_grid *grid;
   td_kernels *k;
   td_model *model;
+  td_zero *zero;       /* parameters, gradients, moments (ZeRO stage 0–3) */
   td_dataset *train, *val;
   td_sampler *sampler;
   td_coll_stats stats;

@@ -67,6 +67,65 @@ static td_status open_data(td_trainer *t, int need_train, int need_val) {
   return st;
 }
 
+/* Model hooks: units live where the ZeRO engine puts them. */
+static td_status zero_acquire(void *ctx, td_model *m, int u, td_phase ph) {
+  return td_zero_acquire((td_zero *)ctx, u, ph == TD_PHASE_BACKWARD, &m->unit_param[u],
+                         &m->unit_grad[u]);
+}
+
+static td_status zero_release(void *ctx, td_model *m, int u, td_phase ph) {
+  return td_zero_release((td_zero *)ctx, u, ph == TD_PHASE_BACKWARD);
+}
+
+/* The ZeRO engine over this rank's local space, from the registry: tensors
+ * with their decay and gradient-norm flags (a tensor replicated over tp is
+ * counted on tp rank 0 only; the tied wte on the first stage only), units;
+ * then the parameters from the counter-based generator. */
+static td_status create_zero(td_trainer *t) {
+  td_config *c = &t->cfg;
+  td_model *m = t->model;
+  td_registry *r = m->reg;
+  td_status st = TD_OK;
+  float *host = NULL;
+  td_zero_tensor *tens = calloc((size_t)r->n + 1, sizeof *tens);
+  if (!tens) TD_FAIL(TD_ERR_NOMEM, "out of memory");
+  int nt = 0;
+  for (int i = 0; i < r->n; ++i) {
+    const td_param *p = &r->p[i];
+    if (!p->present) continue;
+    tens[nt].offset = p->offset;
+    tens[nt].numel = p->local_numel;
+    tens[nt].decay = p->decay;
+    tens[nt].in_norm = (p->split_dim >= 0 || t->grid->tp_rank == 0) &&
+                       !(p->tied_last && t->grid->pp_rank != 0);
+    nt++;
+  }
+  td_zero_opts o;
+  memset(&o, 0, sizeof o);
+  o.stage = (int)c->parallel_zero;
+  o.dp_comm = t->grid->dp_comm;
+  o.bucket_bytes = c->parallel_bucket_mb * 1048576.0;
+  o.n = r->total_local;
+  o.ntensors = nt;
+  o.tensors = tens;
+  o.nunits = m->nunits;
+  o.unit_begin = m->unit_begin;
+  o.unit_end = m->unit_end;
+  o.persistent_units[0] = 0;               /* {wte, wpe}: used at both ends */
+  o.persistent_units[1] = m->nunits - 1;   /* {ln_f} */
+  TD_CHECK_GOTO(td_zero_create(&o, t->k, &t->stats, &t->zero));
+  TD_CHECK_GOTO(td_alloc((void **)&host, (size_t)r->total_local * sizeof(float), "initial parameters"));
+  td_registry_init_params(r, c, host);
+  TD_CHECK_GOTO(td_zero_set_params(t->zero, host));
+  m->hooks.ctx = t->zero;
+  m->hooks.acquire = zero_acquire;
+  m->hooks.release = zero_release;
+done:
+  td_free(host);
+  free(tens);
+  return st;
+}
+
 td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, int need_val,
                             td_trainer **out) {
   td_status st = TD_OK;
@@ -86,10 +145,6 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
     st = td_error_set(TD_ERR_UNSUPPORTED, __FILE__, __LINE__, __func__,
                       "%s: parallel.pp = %lld: pipeline parallelism is not implemented yet",
                       c->deck_path, (long long)c->parallel_pp);
-  else if (c->parallel_zero > 0 && c->parallel_dp > 1)
-    st = td_error_set(TD_ERR_UNSUPPORTED, __FILE__, __LINE__, __func__,
-                      "%s: parallel.zero = %lld with dp > 1 is not implemented yet (use zero: 0)",
-                      c->deck_path, (long long)c->parallel_zero);
   TD_CHECK_GOTO(td_agree(app->world, st));
   TD_CHECK_GOTO(td_grid_create(app->world, (int)c->parallel_dp, (int)c->parallel_tp,
                                (int)c->parallel_pp, &t->grid));
@@ -99,6 +154,7 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   t->B = td_config_micro_batch(c);
   t->accum = td_config_accum_steps(c);
   st = td_model_create(c, t->grid, t->k, &t->stats, t->B, &t->model);
+  if (st == TD_OK) st = create_zero(t);
   TD_CHECK_GOTO(td_agree(app->world, st));
   st = open_data(t, need_train, need_val);
   TD_CHECK_GOTO(td_agree(app->world, st));
@@ -121,6 +177,7 @@ done:
 void td_trainer_destroy(td_trainer **tp) {
   if (!tp || !*tp) return;
   td_trainer *t = *tp;
+  td_zero_destroy(&t->zero);
   td_model_destroy(&t->model);
   td_kernels_destroy(&t->k);
   td_dataset_close(&t->train);
@@ -148,23 +205,6 @@ static td_status load_micro(td_trainer *t, td_dataset *d, const int64_t *w, int6
   return TD_OK;
 }
 
-/* Σ‖g‖² over the parameters this rank owns uniquely: tensor-parallel shards on
- * every tp rank, replicated tensors on tp rank 0 only. Host result. */
-static td_status local_sumsq(td_trainer *t, double *out) {
-  td_model *m = t->model;
-  double s = 0.0;
-  for (int i = 0; i < m->reg->n; ++i) {
-    const td_param *p = &m->reg->p[i];
-    if (!p->present) continue;
-    if (p->split_dim < 0 && t->grid->tp_rank != 0) continue;
-    double x = 0.0;
-    TD_CHECK(t->k->sumsq(t->k, td_view(m->grads, p), p->local_numel, &x));
-    s += x;
-  }
-  *out = s;
-  return TD_OK;
-}
-
 td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr) {
   td_config *c = &t->cfg;
   td_model *m = t->model;
@@ -178,7 +218,7 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
   td_timer_start(&t->timers, tid_data);
   TD_CHECK(td_sampler_next(t->sampler, G, t->windows));
   td_timer_stop(&t->timers, tid_data);
-  TD_CHECK(k->zero(k, m->grads, (size_t)m->reg->total_local * sizeof(float)));
+  TD_CHECK(td_zero_begin_step(t->zero, t->accum));
   double loss_sum = 0.0;
   const int64_t *mine = t->windows + t->grid->dp_rank * per_rank;
   for (int64_t j = 0; j < t->accum; ++j) {
@@ -186,6 +226,7 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
     TD_CHECK(load_micro(t, t->train, mine + j * t->B, t->B));
     td_timer_stop(&t->timers, tid_data);
     double ls = 0.0;
+    TD_CHECK(td_zero_begin_micro(t->zero, j));
     td_timer_start(&t->timers, tid_fwd);
     TD_CHECK(td_model_forward(m, t->tok_in, t->tok_tgt, &ls));
     td_timer_stop(&t->timers, tid_fwd);
@@ -195,15 +236,14 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
     td_timer_stop(&t->timers, tid_bwd);
     loss_sum += ls;
   }
-  /* Gradients: sum over data-parallel replicas (each holds Σ over its slice). */
-  TD_CHECK(td_coll_allreduce_f32(t->grid->dp_comm, m->grads, m->reg->total_local, MPI_SUM,
-                                 &t->stats));
+  /* Gradients: summed over data-parallel replicas (each holds Σ over its slice). */
+  td_timer_start(&t->timers, tid_opt);
+  TD_CHECK(td_zero_finish_grads(t->zero));
   TD_CHECK(td_coll_allreduce_f64(t->grid->dp_comm, &loss_sum, 1, MPI_SUM, &t->stats));
   *loss = loss_sum / global_tokens;
 
-  td_timer_start(&t->timers, tid_opt);
   double ss = 0.0;
-  TD_CHECK(local_sumsq(t, &ss));
+  TD_CHECK(td_zero_grad_sumsq(t->zero, &ss));
   TD_CHECK(td_coll_allreduce_f64(t->grid->tp_comm, &ss, 1, MPI_SUM, &t->stats));
   TD_CHECK(td_coll_allreduce_f64(t->grid->pp_comm, &ss, 1, MPI_SUM, &t->stats));
   *norm = sqrt(ss);
@@ -216,22 +256,20 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
     td_error_mark_agreed(); /* every rank computed the same reduced values */
     return TD_ERR_NUMERIC;
   }
-  if (t->grad_snapshot)
-    TD_CHECK(k->to_host(k, t->grad_snapshot, m->grads, (size_t)m->reg->total_local * sizeof(float)));
+  if (t->grad_snapshot) { /* --dump runs on one rank: the owned range is everything */
+    int64_t b = 0, e = 0;
+    td_zero_owned(t->zero, &b, &e);
+    TD_CHECK(k->to_host(k, t->grad_snapshot, td_zero_owned_grads(t->zero),
+                        (size_t)(e - b) * sizeof(float)));
+  }
   if (c->training_grad_clip > 0.0) {
     double coef = c->training_grad_clip / (*norm + 1e-6);
-    if (coef < 1.0) TD_CHECK(k->scale(k, m->grads, (float)coef, m->reg->total_local));
+    if (coef < 1.0) TD_CHECK(td_zero_scale_grads(t->zero, (float)coef));
   }
   *lr = td_lr_at(c, t->step);
-  for (int i = 0; i < m->reg->n; ++i) {
-    const td_param *p = &m->reg->p[i];
-    if (!p->present) continue;
-    TD_CHECK(k->adamw(k, td_view(m->params, p), td_view(m->grads, p), td_view(m->exp_avg, p),
-                      td_view(m->exp_avg_sq, p), p->local_numel, (float)*lr,
-                      (float)c->optimizer_betas[0], (float)c->optimizer_betas[1],
-                      (float)c->optimizer_eps, p->decay ? (float)c->optimizer_weight_decay : 0.0f,
-                      t->step + 1));
-  }
+  TD_CHECK(td_zero_adamw(t->zero, (float)*lr, (float)c->optimizer_betas[0],
+                         (float)c->optimizer_betas[1], (float)c->optimizer_eps,
+                         (float)c->optimizer_weight_decay, t->step + 1));
   TD_CHECK(k->sync(k));
   td_timer_stop(&t->timers, tid_opt);
   t->step++;
@@ -263,6 +301,7 @@ td_status td_trainer_eval(td_trainer *t, double *loss, int64_t *ntokens) {
     m->valid_rows = n * T;
     double ls = 0.0;
     td_status st = td_model_loss(m, t->tok_in, t->tok_tgt, &ls);
+    if (st == TD_OK) st = td_zero_end_forward(t->zero);
     m->valid_rows = t->B * T;
     TD_CHECK(st);
     sum += ls;

@@ -1,0 +1,109 @@
+/* td_zero.h — data-parallel state and gradient synchronisation, ZeRO stages 0–3.
+ *
+ * The engine owns a rank's parameters, gradients and AdamW moments as flat
+ * buffers over the rank's local index space [0, n) (its tensor/pipeline
+ * shard, laid out by the caller's registry) and keeps them consistent across
+ * dp_comm. The space is cut into dp equal shards of S = ceil(n/dp) elements
+ * (the last ones may be partly or wholly padding); dp rank r owns shard r.
+ *
+ *   stage 0: full parameters, gradients and moments; gradients all-reduced in
+ *            buckets launched as backward completes each unit.
+ *   stage 1: moments sharded; gradients reduce-scattered into the owned shard
+ *            after the last micro-batch; AdamW on the shard; parameters
+ *            all-gathered.
+ *   stage 2: gradients sharded too: each unit's gradients are computed in a
+ *            working buffer and reduce-scattered into the shard every
+ *            micro-batch; full parameters.
+ *   stage 3: parameters sharded too: a unit's parameters are all-gathered
+ *            into a working buffer before use (the next unit prefetched) and
+ *            dropped after; persistent memory 16 bytes × n / dp.
+ *
+ * Units are contiguous ranges of the local space used together (one
+ * transformer block, the embeddings, the final LayerNorm). The caller brackets
+ * every use of a unit with td_zero_acquire / td_zero_release. Gradients are
+ * SUMMED over dp (the caller scales the loss by the global token count). All
+ * communication is on dp_comm; every rank makes the same calls in the same
+ * order. Host memory (MPI back-end). */
+#ifndef TD_ZERO_H
+#define TD_ZERO_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "kernels/td_kernels.h"
+#include "parallel/td_coll.h"
+#include "td_error.h"
+
+typedef struct td_zero_tensor {
+  int64_t offset, numel; /* range in the local space */
+  int decay;             /* AdamW weight decay applies */
+  int in_norm;           /* counted in the gradient norm on this rank */
+} td_zero_tensor;
+
+typedef struct td_zero_opts {
+  int stage;             /* 0..3 */
+  MPI_Comm dp_comm;
+  double bucket_bytes;   /* stage 0: all-reduce bucket size */
+  int64_t n;             /* local elements */
+  int ntensors;
+  const td_zero_tensor *tensors;
+  int nunits;
+  const int64_t *unit_begin, *unit_end; /* ranges; begin ≥ end means empty */
+  int persistent_units[2]; /* units kept gathered for the whole step (stage 3), -1: none */
+} td_zero_opts;
+
+typedef struct td_zero td_zero;
+
+/* Collective on dp_comm. Allocates the stage's buffers. */
+td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *stats, td_zero **out);
+void td_zero_destroy(td_zero **z);
+
+/* Set the parameters from a full local host buffer of n floats (every rank
+ * passes the same values; stage 3 keeps its shard). */
+td_status td_zero_set_params(td_zero *z, const float *host);
+/* The full parameter buffer (stages 0–2; NULL at stage 3) and the full
+ * gradient buffer (stages 0–1; NULL at stages 2–3). */
+float *td_zero_params_full(td_zero *z);
+float *td_zero_grads_full(td_zero *z);
+/* This rank's shard [begin, end) of the local space (clipped to n) and the
+ * parameters, gradients and moments of its element `begin`. Every stage has
+ * one; checkpoints write it, so replicated data is written once, spread over
+ * the replicas. */
+void td_zero_owned(const td_zero *z, int64_t *begin, int64_t *end);
+float *td_zero_owned_params(td_zero *z);
+float *td_zero_owned_grads(td_zero *z); /* valid after td_zero_finish_grads */
+float *td_zero_owned_exp_avg(td_zero *z);
+float *td_zero_owned_exp_avg_sq(td_zero *z);
+
+/* ---- one optimizer step ---------------------------------------------------- */
+/* Start a step of `micro` micro-batches: zero the gradients. */
+td_status td_zero_begin_step(td_zero *z, int64_t micro);
+/* Start micro-batch j (0-based) of the step. */
+td_status td_zero_begin_micro(td_zero *z, int64_t j);
+/* Make unit u usable: *param (and, when backward, *grad) point at the unit's
+ * first element. Stage 3 gathers (and prefetches the next unit in order). */
+td_status td_zero_acquire(td_zero *z, int u, int backward, float **param, float **grad);
+/* Done with unit u; in backward its gradients of this micro-batch are final
+ * and their reduction is launched. */
+td_status td_zero_release(td_zero *z, int u, int backward);
+/* Finish a forward-only pass (evaluation): drop gathered units. */
+td_status td_zero_end_forward(td_zero *z);
+/* Wait for every reduction: the owned gradients are the sums over dp. */
+td_status td_zero_finish_grads(td_zero *z);
+/* Σ g² over the owned gradients of tensors with in_norm, summed over dp. */
+td_status td_zero_grad_sumsq(td_zero *z, double *out);
+/* Scale the owned gradients. */
+td_status td_zero_scale_grads(td_zero *z, float s);
+/* AdamW (td_kernels.h semantics) on the owned shard, then re-assemble the
+ * full parameters where the stage keeps them. */
+td_status td_zero_adamw(td_zero *z, float lr, float beta1, float beta2, float eps,
+                        float weight_decay, int64_t t);
+/* After loading owned parameters into td_zero_owned_params: re-assemble the
+ * full parameters (stages 1–2; stage 0 loads them whole). Collective. */
+td_status td_zero_gather_params(td_zero *z);
+
+/* Persistent bytes per rank of parameters, gradients, moments, and the
+ * working buffers (stage 2–3 gathered units, buckets). */
+void td_zero_bytes(const td_zero *z, int64_t *param, int64_t *grad, int64_t *optim, int64_t *work);
+
+#endif

@@ -1,0 +1,524 @@
+/* zero.c — ZeRO stages 0–3 over MPI (see td_zero.h for the contract). */
+#include "parallel/td_zero.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/td_mpi.h"
+#include "td_log.h"
+
+#define NBLOCK_SLOTS 2 /* rotating working buffers for transformer blocks */
+#define MAX_REQ 4096
+
+/* A working buffer holding one unit's gathered parameters (stage 3) or its
+ * gradients (stages 2–3). */
+typedef struct {
+  int unit;          /* unit held, -1 none */
+  int busy;          /* acquired and not yet released */
+  int pending;       /* a non-blocking collective is in flight */
+  int valid;         /* parameters: gathered and current */
+  MPI_Request req;
+  float *buf;        /* max unit size */
+  float *recv;       /* gradients: this rank's part of the reduce-scatter */
+  int64_t recv_off;  /* where recv goes in the gradient shard */
+  int recv_n;
+} slot;
+
+struct td_zero {
+  td_zero_opts o;
+  td_zero_tensor *tensors;
+  int64_t *ub, *ue;
+  td_kernels *k;
+  td_coll_stats *stats;
+  int dp, rank;
+  int64_t S, npad, own_b, own_e, max_unit;
+  float *params, *grads, *gshard, *m, *v;
+  slot pslots[2 + NBLOCK_SLOTS], gslots[2 + NBLOCK_SLOTS];
+  int nslots;
+  /* stage 0/1: outstanding reductions */
+  MPI_Request reqs[MAX_REQ];
+  int nreq;
+  int64_t bucket_lo, bucket_hi; /* stage 0: released range not yet launched */
+  int last_micro;
+  int64_t micro;
+  int64_t bytes_work;
+  int *ucounts;  /* (nunits, dp): elements of unit u in dp rank r's shard */
+  int *udispls;  /* (nunits, dp): where they start inside the unit */
+};
+
+static int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static int unit_empty(const td_zero *z, int u) { return z->ub[u] >= z->ue[u]; }
+
+/* Intersection of unit u with dp rank r's shard: [lo, hi) (lo ≥ hi: empty). */
+static void unit_part(const td_zero *z, int u, int r, int64_t *lo, int64_t *hi) {
+  *lo = imax(z->ub[u], (int64_t)r * z->S);
+  *hi = imin(z->ue[u], (int64_t)(r + 1) * z->S);
+}
+
+/* Counts and displacements of unit u over the dp shards (for the v-collectives). */
+static td_status unit_counts(td_zero *z, int u) {
+  for (int r = 0; r < z->dp; ++r) {
+    int64_t lo, hi;
+    unit_part(z, u, r, &lo, &hi);
+    int64_t c = hi > lo ? hi - lo : 0;
+    if (c > INT_MAX) TD_FAIL(TD_ERR_INTERNAL, "unit %d too large for MPI counts", u);
+    z->ucounts[(size_t)u * z->dp + r] = (int)c;
+    z->udispls[(size_t)u * z->dp + r] = (int)(c > 0 ? lo - z->ub[u] : 0);
+  }
+  return TD_OK;
+}
+#define UCOUNTS(z, u) ((z)->ucounts + (size_t)(u) * (z)->dp)
+#define UDISPLS(z, u) ((z)->udispls + (size_t)(u) * (z)->dp)
+
+static void count_stats(td_zero *z, td_coll_kind kind, double bytes) {
+  if (!z->stats) return;
+  z->stats->bytes[kind] += bytes;
+  z->stats->calls[kind]++;
+}
+
+/* Wait on request *r, charging the wait to the stats. */
+static td_status wait_req(td_zero *z, MPI_Request *r, td_coll_kind kind) {
+  double t0 = td_now();
+  TD_MPI_CHECK(MPI_Wait(r, MPI_STATUS_IGNORE));
+  if (z->stats) z->stats->ms[kind] += 1e3 * (td_now() - t0);
+  return TD_OK;
+}
+
+/* Let outstanding non-blocking collectives progress. */
+static td_status progress(td_zero *z) {
+  int flag = 0;
+  for (int i = 0; i < z->nreq; ++i)
+    if (z->reqs[i] != MPI_REQUEST_NULL) TD_MPI_CHECK(MPI_Test(&z->reqs[i], &flag, MPI_STATUS_IGNORE));
+  for (int i = 0; i < z->nslots; ++i) {
+    if (z->pslots[i].pending) TD_MPI_CHECK(MPI_Test(&z->pslots[i].req, &flag, MPI_STATUS_IGNORE));
+    if (z->gslots[i].pending) TD_MPI_CHECK(MPI_Test(&z->gslots[i].req, &flag, MPI_STATUS_IGNORE));
+  }
+  return TD_OK;
+}
+
+td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *stats, td_zero **out) {
+  td_status st = TD_OK;
+  *out = NULL;
+  td_zero *z = calloc(1, sizeof *z);
+  if (!z) TD_FAIL(TD_ERR_NOMEM, "out of memory");
+  z->o = *o;
+  z->k = k, z->stats = stats;
+  MPI_Comm_size(o->dp_comm, &z->dp);
+  MPI_Comm_rank(o->dp_comm, &z->rank);
+  z->tensors = malloc((size_t)(o->ntensors + 1) * sizeof *z->tensors);
+  z->ub = malloc((size_t)(o->nunits + 1) * sizeof(int64_t));
+  z->ue = malloc((size_t)(o->nunits + 1) * sizeof(int64_t));
+  if (!z->tensors || !z->ub || !z->ue) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
+  memcpy(z->tensors, o->tensors, (size_t)o->ntensors * sizeof *z->tensors);
+  memcpy(z->ub, o->unit_begin, (size_t)o->nunits * sizeof(int64_t));
+  memcpy(z->ue, o->unit_end, (size_t)o->nunits * sizeof(int64_t));
+  z->o.tensors = z->tensors, z->o.unit_begin = z->ub, z->o.unit_end = z->ue;
+  /* shards of S elements, a multiple of 16 floats (64 bytes) */
+  z->S = ((o->n + z->dp - 1) / z->dp + 15) / 16 * 16;
+  if (z->S == 0) z->S = 16;
+  z->npad = z->S * z->dp;
+  z->own_b = imin((int64_t)z->rank * z->S, o->n);
+  z->own_e = imin((int64_t)(z->rank + 1) * z->S, o->n);
+  z->ucounts = calloc((size_t)o->nunits * z->dp + 1, sizeof(int));
+  z->udispls = calloc((size_t)o->nunits * z->dp + 1, sizeof(int));
+  if (!z->ucounts || !z->udispls) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
+  for (int u = 0; u < o->nunits; ++u) {
+    if (unit_empty(z, u)) continue;
+    z->max_unit = imax(z->max_unit, z->ue[u] - z->ub[u]);
+    TD_CHECK_GOTO(unit_counts(z, u));
+  }
+  int stage = o->stage;
+  size_t full = (size_t)z->npad * sizeof(float), shard = (size_t)z->S * sizeof(float);
+  TD_CHECK_GOTO(k->alloc(k, (void **)&z->params, stage < 3 ? full : shard, "parameters"));
+  if (stage < 2) TD_CHECK_GOTO(k->alloc(k, (void **)&z->grads, full, "gradients"));
+  if (stage >= 1) TD_CHECK_GOTO(k->alloc(k, (void **)&z->gshard, shard, "gradient shard"));
+  TD_CHECK_GOTO(k->alloc(k, (void **)&z->m, stage == 0 ? full : shard, "AdamW first moments"));
+  TD_CHECK_GOTO(k->alloc(k, (void **)&z->v, stage == 0 ? full : shard, "AdamW second moments"));
+  /* working buffers: slots 0 and 1 for the persistent units, then block slots */
+  z->nslots = stage >= 2 ? 2 + NBLOCK_SLOTS : 0;
+  for (int i = 0; i < z->nslots; ++i) {
+    slot *ps = &z->pslots[i], *gs = &z->gslots[i];
+    ps->unit = gs->unit = -1;
+    ps->req = gs->req = MPI_REQUEST_NULL;
+    size_t ub = (size_t)(z->max_unit > 0 ? z->max_unit : 1) * sizeof(float);
+    if (stage == 3) {
+      TD_CHECK_GOTO(k->alloc(k, (void **)&ps->buf, ub, "gathered unit parameters"));
+      z->bytes_work += (int64_t)ub;
+    }
+    TD_CHECK_GOTO(k->alloc(k, (void **)&gs->buf, ub, "unit gradients"));
+    TD_CHECK_GOTO(k->alloc(k, (void **)&gs->recv, shard, "gradient shard receive buffer"));
+    z->bytes_work += (int64_t)ub + (int64_t)shard;
+  }
+  z->bucket_lo = z->bucket_hi = -1;
+done:
+  if (st != TD_OK) {
+    td_zero_destroy(&z);
+    return st;
+  }
+  *out = z;
+  return TD_OK;
+}
+
+void td_zero_destroy(td_zero **zp) {
+  if (!zp || !*zp) return;
+  td_zero *z = *zp;
+  for (int i = 0; i < z->nreq; ++i)
+    if (z->reqs[i] != MPI_REQUEST_NULL) MPI_Wait(&z->reqs[i], MPI_STATUS_IGNORE);
+  for (int i = 0; i < z->nslots; ++i) {
+    slot *ss[2] = {&z->pslots[i], &z->gslots[i]};
+    for (int j = 0; j < 2; ++j) {
+      if (ss[j]->pending) MPI_Wait(&ss[j]->req, MPI_STATUS_IGNORE);
+      if (ss[j]->buf) z->k->free(z->k, ss[j]->buf);
+      if (ss[j]->recv) z->k->free(z->k, ss[j]->recv);
+    }
+  }
+  float *bufs[] = {z->params, z->grads, z->gshard, z->m, z->v};
+  for (int i = 0; i < 5; ++i)
+    if (bufs[i]) z->k->free(z->k, bufs[i]);
+  free(z->ucounts);
+  free(z->udispls);
+  free(z->tensors);
+  free(z->ub);
+  free(z->ue);
+  free(z);
+  *zp = NULL;
+}
+
+td_status td_zero_set_params(td_zero *z, const float *host) {
+  td_kernels *k = z->k;
+  if (z->o.stage < 3)
+    return k->to_device(k, z->params, host, (size_t)z->o.n * sizeof(float));
+  TD_CHECK(k->zero(k, z->params, (size_t)z->S * sizeof(float)));
+  if (z->own_e > z->own_b)
+    TD_CHECK(k->to_device(k, z->params, host + z->own_b, (size_t)(z->own_e - z->own_b) * sizeof(float)));
+  return TD_OK;
+}
+
+float *td_zero_params_full(td_zero *z) { return z->o.stage < 3 ? z->params : NULL; }
+float *td_zero_grads_full(td_zero *z) { return z->o.stage < 2 ? z->grads : NULL; }
+void td_zero_owned(const td_zero *z, int64_t *b, int64_t *e) { *b = z->own_b, *e = z->own_e; }
+float *td_zero_owned_params(td_zero *z) { return z->o.stage < 3 ? z->params + z->own_b : z->params; }
+float *td_zero_owned_grads(td_zero *z) { return z->o.stage == 0 ? z->grads + z->own_b : z->gshard; }
+float *td_zero_owned_exp_avg(td_zero *z) { return z->o.stage == 0 ? z->m + z->own_b : z->m; }
+float *td_zero_owned_exp_avg_sq(td_zero *z) { return z->o.stage == 0 ? z->v + z->own_b : z->v; }
+
+void td_zero_bytes(const td_zero *z, int64_t *param, int64_t *grad, int64_t *optim, int64_t *work) {
+  int s = z->o.stage;
+  *param = 4 * (s < 3 ? z->npad : z->S);
+  *grad = 4 * ((s < 2 ? z->npad : 0) + (s >= 1 ? z->S : 0));
+  *optim = 8 * (s == 0 ? z->npad : z->S);
+  *work = z->bytes_work;
+}
+
+/* ---- stage 3: gathering units ------------------------------------------------ */
+
+static int is_persistent(const td_zero *z, int u) {
+  return u == z->o.persistent_units[0] || u == z->o.persistent_units[1];
+}
+
+static td_status start_gather(td_zero *z, int u, slot *s) {
+  int64_t lo, hi;
+  unit_part(z, u, z->rank, &lo, &hi);
+  const float *send = z->params + (hi > lo ? lo - (int64_t)z->rank * z->S : 0);
+  s->unit = u;
+  s->valid = 0;
+  s->pending = 1;
+  TD_CHECK(z->k->sync(z->k));
+  TD_MPI_CHECK(MPI_Iallgatherv(send, UCOUNTS(z, u)[z->rank], MPI_FLOAT, s->buf, UCOUNTS(z, u),
+                              UDISPLS(z, u), MPI_FLOAT, z->o.dp_comm, &s->req));
+  count_stats(z, TD_COLL_ALLGATHER,
+              (double)(z->ue[u] - z->ub[u]) * 4.0 * (double)(z->dp - 1) / z->dp);
+  return TD_OK;
+}
+
+static td_status finish_slot_gather(td_zero *z, slot *s) {
+  if (s->pending) {
+    TD_CHECK(wait_req(z, &s->req, TD_COLL_ALLGATHER));
+    s->pending = 0;
+    s->valid = 1;
+  }
+  return TD_OK;
+}
+
+/* The parameter slot for unit u (stage 3): its dedicated one if persistent,
+ * else the block slot holding it or a free block slot. */
+static td_status param_slot(td_zero *z, int u, int start, slot **out) {
+  *out = NULL;
+  if (is_persistent(z, u)) {
+    *out = &z->pslots[u == z->o.persistent_units[0] ? 0 : 1];
+  } else {
+    for (int i = 2; i < z->nslots; ++i)
+      if (z->pslots[i].unit == u) *out = &z->pslots[i];
+    if (!*out) {
+      if (!start) return TD_OK;
+      for (int i = 2; i < z->nslots && !*out; ++i)
+        if (!z->pslots[i].busy && !z->pslots[i].pending) *out = &z->pslots[i];
+      if (!*out) return TD_OK; /* no free slot to prefetch into */
+    }
+  }
+  slot *s = *out;
+  if (s->unit != u || (!s->valid && !s->pending)) {
+    if (!start) {
+      *out = NULL;
+      return TD_OK;
+    }
+    TD_CHECK(start_gather(z, u, s));
+  }
+  return TD_OK;
+}
+
+/* The next non-empty block unit after u in the order of the pass. */
+static int next_unit(const td_zero *z, int u, int backward) {
+  for (int v = backward ? u - 1 : u + 1; v >= 0 && v < z->o.nunits; v = backward ? v - 1 : v + 1)
+    if (!unit_empty(z, v) && !is_persistent(z, v)) return v;
+  return -1;
+}
+
+/* ---- gradients of stages 2–3 ----------------------------------------------------- */
+
+static td_status finish_grad_slot(td_zero *z, slot *s) {
+  if (!s->pending) return TD_OK;
+  TD_CHECK(wait_req(z, &s->req, TD_COLL_REDUCE_SCATTER));
+  s->pending = 0;
+  if (s->recv_n > 0)
+    TD_CHECK(z->k->add(z->k, z->gshard + s->recv_off, z->gshard + s->recv_off, s->recv, s->recv_n));
+  return TD_OK;
+}
+
+static td_status grad_slot(td_zero *z, int u, slot **out) {
+  slot *s = NULL;
+  if (is_persistent(z, u)) {
+    s = &z->gslots[u == z->o.persistent_units[0] ? 0 : 1];
+  } else {
+    /* the block slot whose reduction was launched longest ago */
+    for (int i = 2; i < z->nslots; ++i)
+      if (!z->gslots[i].busy && (!s || z->gslots[i].unit < 0 || (s->unit >= 0 && !s->pending)))
+        s = &z->gslots[i];
+    if (!s) TD_FAIL(TD_ERR_INTERNAL, "no free gradient buffer for unit %d", u);
+  }
+  TD_CHECK(finish_grad_slot(z, s));
+  s->unit = u;
+  TD_CHECK(z->k->zero(z->k, s->buf, (size_t)(z->ue[u] - z->ub[u]) * sizeof(float)));
+  *out = s;
+  return TD_OK;
+}
+
+static td_status launch_grad_slot(td_zero *z, int u, slot *s) {
+  int64_t lo, hi;
+  unit_part(z, u, z->rank, &lo, &hi);
+  s->recv_n = hi > lo ? (int)(hi - lo) : 0;
+  s->recv_off = hi > lo ? lo - (int64_t)z->rank * z->S : 0;
+  TD_CHECK(z->k->sync(z->k));
+  s->pending = 1;
+  TD_MPI_CHECK(MPI_Ireduce_scatter(s->buf, s->recv, UCOUNTS(z, u), MPI_FLOAT, MPI_SUM,
+                                   z->o.dp_comm, &s->req));
+  count_stats(z, TD_COLL_REDUCE_SCATTER,
+              (double)(z->ue[u] - z->ub[u]) * 4.0 * (double)(z->dp - 1) / z->dp);
+  return TD_OK;
+}
+
+/* ---- stages 0–1: reductions of the full gradient buffer ---------------------------- */
+
+static td_status push_req(td_zero *z, MPI_Request r) {
+  if (z->nreq == MAX_REQ) TD_FAIL(TD_ERR_INTERNAL, "too many outstanding reductions");
+  z->reqs[z->nreq++] = r;
+  return TD_OK;
+}
+
+static td_status launch_bucket(td_zero *z) {
+  if (z->bucket_lo < 0 || z->bucket_hi <= z->bucket_lo) return TD_OK;
+  int64_t lo = z->bucket_lo, n = z->bucket_hi - z->bucket_lo;
+  z->bucket_lo = z->bucket_hi = -1;
+  TD_CHECK(z->k->sync(z->k));
+  for (int64_t off = 0; off < n; off += INT_MAX) {
+    int c = (int)imin(n - off, INT_MAX);
+    MPI_Request r;
+    TD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, z->grads + lo + off, c, MPI_FLOAT, MPI_SUM,
+                                z->o.dp_comm, &r));
+    TD_CHECK(push_req(z, r));
+  }
+  count_stats(z, TD_COLL_ALLREDUCE, 2.0 * (double)(z->dp - 1) / z->dp * (double)n * 4.0);
+  return TD_OK;
+}
+
+/* Stage 1: reduce-scatter unit u of the full gradients straight into the shard. */
+static td_status launch_unit_rs(td_zero *z, int u) {
+  int64_t lo, hi;
+  unit_part(z, u, z->rank, &lo, &hi);
+  float *recv = z->gshard + (hi > lo ? lo - (int64_t)z->rank * z->S : 0);
+  MPI_Request r = MPI_REQUEST_NULL;
+  TD_CHECK(z->k->sync(z->k));
+  TD_MPI_CHECK(MPI_Ireduce_scatter(z->grads + z->ub[u], recv, UCOUNTS(z, u), MPI_FLOAT, MPI_SUM,
+                                   z->o.dp_comm, &r));
+  TD_CHECK(push_req(z, r));
+  count_stats(z, TD_COLL_REDUCE_SCATTER,
+              (double)(z->ue[u] - z->ub[u]) * 4.0 * (double)(z->dp - 1) / z->dp);
+  return TD_OK;
+}
+
+/* ---- the step ------------------------------------------------------------------------ */
+
+td_status td_zero_begin_step(td_zero *z, int64_t micro) {
+  td_kernels *k = z->k;
+  if (z->grads) TD_CHECK(k->zero(k, z->grads, (size_t)z->npad * sizeof(float)));
+  if (z->gshard) TD_CHECK(k->zero(k, z->gshard, (size_t)z->S * sizeof(float)));
+  z->micro = micro;
+  z->last_micro = micro <= 1;
+  return TD_OK;
+}
+
+td_status td_zero_begin_micro(td_zero *z, int64_t j) {
+  z->last_micro = j == z->micro - 1;
+  return TD_OK;
+}
+
+td_status td_zero_acquire(td_zero *z, int u, int backward, float **param, float **grad) {
+  int stage = z->o.stage;
+  if (unit_empty(z, u)) return TD_OK;
+  TD_CHECK(progress(z));
+  if (stage < 3) {
+    *param = z->params + z->ub[u];
+  } else {
+    slot *s = NULL;
+    TD_CHECK(param_slot(z, u, 1, &s));
+    if (!s) TD_FAIL(TD_ERR_INTERNAL, "no working buffer for unit %d", u);
+    TD_CHECK(finish_slot_gather(z, s));
+    s->busy++;
+    *param = s->buf;
+    int nu = next_unit(z, u, backward);
+    if (nu >= 0 && !is_persistent(z, u)) { /* prefetch the next block */
+      slot *ns = NULL;
+      TD_CHECK(param_slot(z, nu, 1, &ns));
+    }
+  }
+  if (backward && grad) {
+    if (stage < 2) {
+      *grad = z->grads + z->ub[u];
+    } else {
+      slot *g = NULL;
+      TD_CHECK(grad_slot(z, u, &g));
+      g->busy = 1;
+      *grad = g->buf;
+    }
+  }
+  return TD_OK;
+}
+
+td_status td_zero_release(td_zero *z, int u, int backward) {
+  int stage = z->o.stage;
+  if (unit_empty(z, u)) return TD_OK;
+  if (stage == 3) {
+    for (int i = 0; i < z->nslots; ++i)
+      if (z->pslots[i].unit == u && z->pslots[i].busy) z->pslots[i].busy--;
+  }
+  if (backward) {
+    if (stage >= 2) {
+      slot *g = NULL;
+      for (int i = 0; i < z->nslots; ++i)
+        if (z->gslots[i].unit == u && z->gslots[i].busy) g = &z->gslots[i];
+      if (!g) TD_FAIL(TD_ERR_INTERNAL, "unit %d released without its gradient buffer", u);
+      g->busy = 0;
+      TD_CHECK(launch_grad_slot(z, u, g));
+    } else if (z->last_micro && z->dp > 1) {
+      if (stage == 1) {
+        TD_CHECK(launch_unit_rs(z, u));
+      } else {
+        if (z->bucket_lo >= 0 && z->ue[u] != z->bucket_lo) TD_CHECK(launch_bucket(z));
+        if (z->bucket_lo < 0) z->bucket_hi = z->ue[u];
+        z->bucket_lo = z->ub[u];
+        if ((double)(z->bucket_hi - z->bucket_lo) * 4.0 >= z->o.bucket_bytes)
+          TD_CHECK(launch_bucket(z));
+      }
+    }
+  }
+  TD_CHECK(progress(z));
+  return TD_OK;
+}
+
+td_status td_zero_end_forward(td_zero *z) {
+  for (int i = 0; i < z->nslots; ++i) TD_CHECK(finish_slot_gather(z, &z->pslots[i]));
+  return TD_OK;
+}
+
+td_status td_zero_finish_grads(td_zero *z) {
+  int stage = z->o.stage;
+  if (stage <= 1) {
+    TD_CHECK(launch_bucket(z));
+    double t0 = td_now();
+    for (int i = 0; i < z->nreq; ++i) TD_MPI_CHECK(MPI_Wait(&z->reqs[i], MPI_STATUS_IGNORE));
+    if (z->stats) z->stats->ms[stage == 0 ? TD_COLL_ALLREDUCE : TD_COLL_REDUCE_SCATTER] +=
+        1e3 * (td_now() - t0);
+    z->nreq = 0;
+    if (stage == 1 && z->dp == 1) /* one replica: the shard is the whole buffer */
+      TD_CHECK(z->k->add(z->k, z->gshard, z->gshard, z->grads, z->o.n));
+  }
+  for (int i = 0; i < z->nslots; ++i) {
+    TD_CHECK(finish_grad_slot(z, &z->gslots[i]));
+    TD_CHECK(finish_slot_gather(z, &z->pslots[i]));
+  }
+  return TD_OK;
+}
+
+td_status td_zero_grad_sumsq(td_zero *z, double *out) {
+  double s = 0.0;
+  const float *g = td_zero_owned_grads(z);
+  for (int i = 0; i < z->o.ntensors; ++i) {
+    const td_zero_tensor *t = &z->tensors[i];
+    int64_t lo = imax(t->offset, z->own_b), hi = imin(t->offset + t->numel, z->own_e);
+    if (!t->in_norm || hi <= lo) continue;
+    double x = 0.0;
+    TD_CHECK(z->k->sumsq(z->k, g + (lo - z->own_b), hi - lo, &x));
+    s += x;
+  }
+  TD_CHECK(td_coll_allreduce_f64(z->o.dp_comm, &s, 1, MPI_SUM, z->stats));
+  *out = s;
+  return TD_OK;
+}
+
+td_status td_zero_scale_grads(td_zero *z, float s) {
+  if (z->o.stage == 0) return z->k->scale(z->k, z->grads, s, z->npad);
+  return z->k->scale(z->k, z->gshard, s, z->S);
+}
+
+td_status td_zero_adamw(td_zero *z, float lr, float beta1, float beta2, float eps, float wd,
+                        int64_t t) {
+  int stage = z->o.stage;
+  td_kernels *k = z->k;
+  for (int i = 0; i < z->o.ntensors; ++i) {
+    const td_zero_tensor *x = &z->tensors[i];
+    int64_t lo = x->offset, hi = x->offset + x->numel;
+    if (stage > 0) lo = imax(lo, z->own_b), hi = imin(hi, z->own_e);
+    if (hi <= lo) continue;
+    int64_t base = stage == 0 ? 0 : z->own_b;
+    float *p = stage < 3 ? z->params + lo : z->params + (lo - z->own_b);
+    const float *g = stage == 0 ? z->grads + lo : z->gshard + (lo - base);
+    TD_CHECK(k->adamw(k, p, g, z->m + (lo - base), z->v + (lo - base), hi - lo, lr, beta1, beta2,
+                      eps, x->decay ? wd : 0.0f, t));
+  }
+  if (stage == 1 || stage == 2) TD_CHECK(td_zero_gather_params(z));
+  for (int i = 0; i < z->nslots; ++i) z->pslots[i].valid = 0; /* parameters changed */
+  return TD_OK;
+}
+
+td_status td_zero_gather_params(td_zero *z) {
+  int stage = z->o.stage;
+  if (z->dp == 1) return TD_OK;
+  if (stage == 1 || stage == 2) {
+    TD_CHECK(z->k->sync(z->k));
+    double t0 = td_now();
+    int c = 0;
+    TD_CHECK(td_mpi_count(z->S, &c));
+    TD_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, z->params, c, MPI_FLOAT,
+                               z->o.dp_comm));
+    if (z->stats) {
+      z->stats->ms[TD_COLL_ALLGATHER] += 1e3 * (td_now() - t0);
+      count_stats(z, TD_COLL_ALLGATHER, (double)z->npad * 4.0 * (double)(z->dp - 1) / z->dp);
+    }
+  }
+  for (int i = 0; i < z->nslots; ++i) z->pslots[i].valid = 0;
+  return TD_OK;
+}
+
