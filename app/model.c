@@ -26,10 +26,10 @@ static td_status dev_alloc(td_model *m, float **out, int64_t n, const char *what
   return m->k->alloc(m->k, (void **)out, (size_t)(n > 0 ? n : 1) * sizeof(float), what);
 }
 
-#define ACT(field, n)                                              \
-  do {                                                             \
-    TD_CHECK(dev_alloc(m, &m->a.field, (n), "activations " #field)); \
-    m->act_bytes += 4.0 * (double)(n);                             \
+#define ACT(field, n)                                            \
+  do {                                                           \
+    TD_CHECK(dev_alloc(m, &a->field, (n), "activations " #field)); \
+    m->act_bytes += 4.0 * (double)(n);                           \
   } while (0)
 #define SCR(field, n)                                                \
   do {                                                               \
@@ -37,7 +37,7 @@ static td_status dev_alloc(td_model *m, float **out, int64_t n, const char *what
     m->act_bytes += 4.0 * (double)(n);                               \
   } while (0)
 
-static td_status alloc_buffers(td_model *m) {
+static td_status alloc_slot(td_model *m, td_acts *a) {
   int64_t N = m->B * m->T, L = m->L_count, C = m->C;
   ACT(encoded, N * C);
   ACT(ln1, L * N * C);
@@ -59,7 +59,17 @@ static td_status alloc_buffers(td_model *m) {
   ACT(logits, m->last_stage ? N * m->Vs : 1);
   ACT(rowmax, N);
   ACT(sumexp, 2 * N); /* sumexp and tlogit adjacent: one all-reduce */
-  m->a.tlogit = m->a.sumexp + N;
+  a->tlogit = a->sumexp + N;
+  TD_CHECK(m->k->alloc(m->k, (void **)&a->inputs, (size_t)N * sizeof(int32_t), "input tokens"));
+  TD_CHECK(m->k->alloc(m->k, (void **)&a->targets, (size_t)N * sizeof(int32_t), "target tokens"));
+  return TD_OK;
+}
+
+static td_status alloc_buffers(td_model *m) {
+  int64_t N = m->B * m->T, C = m->C;
+  m->acts = calloc((size_t)m->nslots, sizeof *m->acts);
+  if (!m->acts) TD_FAIL(TD_ERR_NOMEM, "out of memory for activations");
+  for (int i = 0; i < m->nslots; ++i) TD_CHECK(alloc_slot(m, &m->acts[i]));
   SCR(dres, N * C);
   SCR(dtmp, N * C);
   SCR(dln, N * C);
@@ -67,19 +77,18 @@ static td_status alloc_buffers(td_model *m) {
   SCR(datty, N * m->Cl);
   SCR(dfch, N * m->F);
   SCR(datt_scratch, m->B * m->NH * m->T * m->T);
-  TD_CHECK(m->k->alloc(m->k, (void **)&m->inputs, (size_t)N * sizeof(int32_t), "input tokens"));
-  TD_CHECK(m->k->alloc(m->k, (void **)&m->targets, (size_t)N * sizeof(int32_t), "target tokens"));
   TD_CHECK(td_alloc((void **)&m->rowstat_host, (size_t)3 * N * sizeof(float), "loss statistics"));
   return TD_OK;
 }
 
 td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td_coll_stats *stats,
-                          int64_t B, td_model **out) {
+                          int64_t B, int nslots, td_model **out) {
   td_status st = TD_OK;
   *out = NULL;
   td_model *m = calloc(1, sizeof *m);
   if (!m) TD_FAIL(TD_ERR_NOMEM, "out of memory for the model");
   m->cfg = cfg, m->k = k, m->grid = grid, m->stats = stats;
+  m->nslots = nslots > 0 ? nslots : 1;
   TD_CHECK_GOTO(td_registry_create(cfg, grid->tp, grid->tp_rank, grid->pp, grid->pp_rank, &m->reg));
   int64_t tp = grid->tp;
   m->B = B, m->T = cfg->model_seq_len, m->C = cfg->model_dim, m->V = cfg->model_vocab_size;
@@ -107,17 +116,21 @@ void td_model_destroy(td_model **mp) {
   if (!mp || !*mp) return;
   td_model *m = *mp;
   if (m->k) {
-    float **bufs[] = {&m->a.encoded,
-                      &m->a.ln1, &m->a.ln1_mean, &m->a.ln1_rstd, &m->a.qkv, &m->a.atty, &m->a.att,
-                      &m->a.res2, &m->a.ln2, &m->a.ln2_mean, &m->a.ln2_rstd, &m->a.fch,
-                      &m->a.fch_gelu, &m->a.res3, &m->a.lnf, &m->a.lnf_mean, &m->a.lnf_rstd,
-                      &m->a.logits, &m->a.rowmax, &m->a.sumexp, &m->dres, &m->dtmp, &m->dln,
-                      &m->dqkv, &m->datty, &m->dfch, &m->datt_scratch};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i)
-      if (*bufs[i]) m->k->free(m->k, *bufs[i]);
-    if (m->inputs) m->k->free(m->k, m->inputs);
-    if (m->targets) m->k->free(m->k, m->targets);
+    for (int i = 0; m->acts && i < m->nslots; ++i) {
+      td_acts *a = &m->acts[i];
+      float *bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att,
+                       a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->res3,
+                       a->lnf, a->lnf_mean, a->lnf_rstd, a->logits, a->rowmax, a->sumexp};
+      for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; ++j)
+        if (bufs[j]) m->k->free(m->k, bufs[j]);
+      if (a->inputs) m->k->free(m->k, a->inputs);
+      if (a->targets) m->k->free(m->k, a->targets);
+    }
+    float *scr[] = {m->dres, m->dtmp, m->dln, m->dqkv, m->datty, m->dfch, m->datt_scratch};
+    for (size_t j = 0; j < sizeof scr / sizeof scr[0]; ++j)
+      if (scr[j]) m->k->free(m->k, scr[j]);
   }
+  free(m->acts);
   td_free(m->rowstat_host);
   free(m->unit_begin);
   free(m->unit_end);
@@ -199,21 +212,22 @@ static td_status tp_sum(td_model *m, float *x, int64_t n) {
 
 /* ---- forward -------------------------------------------------------------------- */
 
-static td_status forward_impl(td_model *m, const int32_t *inputs, const int32_t *targets,
-                              double *loss_sum) {
+static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
+                              const int32_t *targets, double *loss_sum) {
   td_kernels *k = m->k;
+  td_acts *a = &m->acts[slot];
   int64_t B = m->B, T = m->T, C = m->C, N = B * T;
   size_t tokbytes = (size_t)N * sizeof(int32_t);
-  TD_CHECK(k->to_device(k, m->inputs, inputs, tokbytes));
-  if (targets) TD_CHECK(k->to_device(k, m->targets, targets, tokbytes));
+  if (m->first_stage) TD_CHECK(k->to_device(k, a->inputs, inputs, tokbytes));
+  if (targets && m->last_stage) TD_CHECK(k->to_device(k, a->targets, targets, tokbytes));
 
-  float *x = m->a.encoded;
+  float *x = a->encoded;
   int U = m->nunits - 1; /* the head unit {ln_f} */
   if (m->first_stage || m->last_stage) TD_CHECK(hook(m, 1, 0, TD_PHASE_FORWARD));
   if (m->first_stage) {
     const float *wte = pv(m, 0, TD_PK_WTE, -1);
     const float *wpe = pv(m, 0, TD_PK_WPE, -1);
-    TD_CHECK(k->embed_fwd(k, x, m->inputs, wte, m->v0, m->Vs, m->grid->tp_rank == 0 ? wpe : NULL,
+    TD_CHECK(k->embed_fwd(k, x, a->inputs, wte, m->v0, m->Vs, m->grid->tp_rank == 0 ? wpe : NULL,
                           B, T, C));
     TD_CHECK(tp_sum(m, x, N * C));
   }
@@ -222,13 +236,13 @@ static td_status forward_impl(td_model *m, const int32_t *inputs, const int32_t 
     int u = (int)(1 + m->L_first + li);
     TD_CHECK(hook(m, 1, u, TD_PHASE_FORWARD));
     layer_views(m, 0, (int)(m->L_first + li), &w);
-    const float *resid = li == 0 ? x : m->a.res3 + (li - 1) * N * C;
-    float *ln1 = m->a.ln1 + li * N * C, *qkv = m->a.qkv + li * N * m->C3;
-    float *atty = m->a.atty + li * N * m->Cl, *att = m->a.att + li * B * m->NH * T * T;
-    float *res2 = m->a.res2 + li * N * C, *ln2 = m->a.ln2 + li * N * C;
-    float *fch = m->a.fch + li * N * m->F, *fcg = m->a.fch_gelu + li * N * m->F;
-    float *res3 = m->a.res3 + li * N * C;
-    TD_CHECK(k->layernorm_fwd(k, ln1, m->a.ln1_mean + li * N, m->a.ln1_rstd + li * N, resid, w.ln1w,
+    const float *resid = li == 0 ? x : a->res3 + (li - 1) * N * C;
+    float *ln1 = a->ln1 + li * N * C, *qkv = a->qkv + li * N * m->C3;
+    float *atty = a->atty + li * N * m->Cl, *att = a->att + li * B * m->NH * T * T;
+    float *res2 = a->res2 + li * N * C, *ln2 = a->ln2 + li * N * C;
+    float *fch = a->fch + li * N * m->F, *fcg = a->fch_gelu + li * N * m->F;
+    float *res3 = a->res3 + li * N * C;
+    TD_CHECK(k->layernorm_fwd(k, ln1, a->ln1_mean + li * N, a->ln1_rstd + li * N, resid, w.ln1w,
                               w.ln1b, N, C));
     TD_CHECK(k->gemm(k, 0, 0, N, m->C3, C, ln1, w.wqkv, 0.0f, qkv));
     TD_CHECK(k->bias_fwd(k, qkv, w.bqkv, N, m->C3));
@@ -237,7 +251,7 @@ static td_status forward_impl(td_model *m, const int32_t *inputs, const int32_t 
     TD_CHECK(tp_sum(m, m->dtmp, N * C));
     TD_CHECK(k->bias_fwd(k, m->dtmp, w.bproj, N, C));
     TD_CHECK(k->add(k, res2, resid, m->dtmp, N * C));
-    TD_CHECK(k->layernorm_fwd(k, ln2, m->a.ln2_mean + li * N, m->a.ln2_rstd + li * N, res2, w.ln2w,
+    TD_CHECK(k->layernorm_fwd(k, ln2, a->ln2_mean + li * N, a->ln2_rstd + li * N, res2, w.ln2w,
                               w.ln2b, N, C));
     TD_CHECK(k->gemm(k, 0, 0, N, m->F, C, ln2, w.wfc, 0.0f, fch));
     TD_CHECK(k->bias_fwd(k, fch, w.bfc, N, m->F));
@@ -254,74 +268,83 @@ static td_status forward_impl(td_model *m, const int32_t *inputs, const int32_t 
   }
   TD_CHECK(hook(m, 1, U, TD_PHASE_FORWARD));
 
-  const float *last = m->L_count > 0 ? m->a.res3 + (m->L_count - 1) * N * C : x;
-  TD_CHECK(k->layernorm_fwd(k, m->a.lnf, m->a.lnf_mean, m->a.lnf_rstd, last,
+  const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * N * C : x;
+  TD_CHECK(k->layernorm_fwd(k, a->lnf, a->lnf_mean, a->lnf_rstd, last,
                             pv(m, 0, TD_PK_LNF_W, -1), pv(m, 0, TD_PK_LNF_B, -1), N,
                             C));
   const float *wte = pv(m, 0, TD_PK_WTE, -1);
-  TD_CHECK(k->gemm(k, 0, 1, N, m->Vs, C, m->a.lnf, wte, 0.0f, m->a.logits));
+  TD_CHECK(k->gemm(k, 0, 1, N, m->Vs, C, a->lnf, wte, 0.0f, a->logits));
   TD_CHECK(hook(m, 0, U, TD_PHASE_FORWARD));
   TD_CHECK(hook(m, 0, 0, TD_PHASE_FORWARD));
   if (!targets) return TD_OK;
 
   /* Vocabulary-parallel cross-entropy: max, then Σexp and the target logit. */
   int64_t vvalid = m->V - m->v0 < m->Vs ? (m->V - m->v0 > 0 ? m->V - m->v0 : 0) : m->Vs;
-  TD_CHECK(k->xent_rowmax(k, m->a.rowmax, m->a.logits, N, m->Vs, vvalid));
+  TD_CHECK(k->xent_rowmax(k, a->rowmax, a->logits, N, m->Vs, vvalid));
   if (m->grid->tp > 1) {
     TD_CHECK(k->sync(k));
-    TD_CHECK(td_coll_allreduce_f32(m->grid->tp_comm, m->a.rowmax, N, MPI_MAX, m->stats));
+    TD_CHECK(td_coll_allreduce_f32(m->grid->tp_comm, a->rowmax, N, MPI_MAX, m->stats));
   }
-  TD_CHECK(k->xent_sumexp(k, m->a.sumexp, m->a.tlogit, m->a.logits, m->a.rowmax, m->targets, m->v0,
+  TD_CHECK(k->xent_sumexp(k, a->sumexp, a->tlogit, a->logits, a->rowmax, a->targets, m->v0,
                           N, m->Vs, vvalid));
-  TD_CHECK(tp_sum(m, m->a.sumexp, 2 * N));
+  TD_CHECK(tp_sum(m, a->sumexp, 2 * N));
   float *h = m->rowstat_host;
-  TD_CHECK(k->to_host(k, h, m->a.rowmax, (size_t)N * sizeof(float)));
-  TD_CHECK(k->to_host(k, h + N, m->a.sumexp, (size_t)2 * N * sizeof(float)));
+  TD_CHECK(k->to_host(k, h, a->rowmax, (size_t)N * sizeof(float)));
+  TD_CHECK(k->to_host(k, h + N, a->sumexp, (size_t)2 * N * sizeof(float)));
   double s = 0.0;
   for (int64_t i = 0; i < m->valid_rows && i < N; ++i) s += log((double)h[N + i]) + (double)h[i] - (double)h[2 * N + i];
   *loss_sum = s;
   return TD_OK;
 }
 
-td_status td_model_forward(td_model *m, const int32_t *inputs, const int32_t *targets,
+td_status td_model_forward(td_model *m, int slot, const int32_t *inputs, const int32_t *targets,
                            double *loss_sum) {
   *loss_sum = 0.0;
-  TD_CHECK(forward_impl(m, inputs, targets, loss_sum));
+  TD_CHECK(forward_impl(m, slot, inputs, targets, loss_sum));
   return TD_OK;
 }
 
-td_status td_model_loss(td_model *m, const int32_t *inputs, const int32_t *targets,
-                        double *loss_sum) {
-  TD_CHECK(td_model_forward(m, inputs, targets, loss_sum));
-  return TD_OK;
+float *td_model_stage_input(td_model *m, int slot) { return m->acts[slot].encoded; }
+
+const float *td_model_stage_output(const td_model *m, int slot) {
+  const td_acts *a = &m->acts[slot];
+  int64_t N = m->B * m->T;
+  return m->L_count > 0 ? a->res3 + (m->L_count - 1) * N * m->C : a->encoded;
 }
+
+const float *td_model_input_grad(const td_model *m) { return m->dres; }
 
 /* ---- backward -------------------------------------------------------------------- */
 
-td_status td_model_backward(td_model *m, float loss_scale) {
+td_status td_model_backward(td_model *m, int slot, float loss_scale, const float *dout) {
   td_kernels *k = m->k;
+  td_acts *a = &m->acts[slot];
   int64_t B = m->B, T = m->T, C = m->C, N = B * T;
-  float *x = m->a.encoded;
+  float *x = a->encoded;
   int U = m->nunits - 1;
   if (m->first_stage || m->last_stage) TD_CHECK(hook(m, 1, 0, TD_PHASE_BACKWARD));
   if (m->last_stage) {
     TD_CHECK(hook(m, 1, U, TD_PHASE_BACKWARD));
     int64_t vvalid = m->V - m->v0 < m->Vs ? (m->V - m->v0 > 0 ? m->V - m->v0 : 0) : m->Vs;
-    float *dl = m->a.logits; /* gradient in place */
-    TD_CHECK(k->xent_bwd(k, dl, m->a.logits, m->a.rowmax, m->a.sumexp, m->targets, m->v0,
+    float *dl = a->logits; /* gradient in place */
+    TD_CHECK(k->xent_bwd(k, dl, a->logits, a->rowmax, a->sumexp, a->targets, m->v0,
                          loss_scale, N, m->Vs, vvalid));
     const float *wte = pv(m, 0, TD_PK_WTE, -1);
     float *dwte = pv(m, 1, TD_PK_WTE, -1);
-    TD_CHECK(k->gemm(k, 1, 0, m->Vs, C, N, dl, m->a.lnf, 1.0f, dwte));
+    TD_CHECK(k->gemm(k, 1, 0, m->Vs, C, N, dl, a->lnf, 1.0f, dwte));
     TD_CHECK(k->gemm(k, 0, 0, N, C, m->Vs, dl, wte, 0.0f, m->dln));
     TD_CHECK(tp_sum(m, m->dln, N * C));
-    const float *last = m->L_count > 0 ? m->a.res3 + (m->L_count - 1) * N * C : x;
+    const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * N * C : x;
     TD_CHECK(k->zero(k, m->dres, (size_t)N * C * sizeof(float)));
     TD_CHECK(k->layernorm_bwd(k, m->dres, pv(m, 1, TD_PK_LNF_W, -1),
                               pv(m, 1, TD_PK_LNF_B, -1), m->dln, last,
-                              pv(m, 0, TD_PK_LNF_W, -1), m->a.lnf_mean, m->a.lnf_rstd, N,
+                              pv(m, 0, TD_PK_LNF_W, -1), a->lnf_mean, a->lnf_rstd, N,
                               C));
     TD_CHECK(hook(m, 0, U, TD_PHASE_BACKWARD));
+  } else {
+    /* gradient of this stage's output, from the next stage: dres = dout */
+    TD_CHECK(k->zero(k, m->dres, (size_t)N * C * sizeof(float)));
+    TD_CHECK(k->add(k, m->dres, m->dres, dout, N * C));
   }
   for (int64_t li = m->L_count - 1; li >= 0; --li) {
     layer_g w, g;
@@ -329,11 +352,11 @@ td_status td_model_backward(td_model *m, float loss_scale) {
     TD_CHECK(hook(m, 1, 1 + layer, TD_PHASE_BACKWARD));
     layer_views(m, 0, layer, &w);
     layer_views(m, 1, layer, &g);
-    const float *resid = li == 0 ? x : m->a.res3 + (li - 1) * N * C;
-    const float *ln1 = m->a.ln1 + li * N * C, *qkv = m->a.qkv + li * N * m->C3;
-    const float *atty = m->a.atty + li * N * m->Cl, *att = m->a.att + li * B * m->NH * T * T;
-    const float *res2 = m->a.res2 + li * N * C, *ln2 = m->a.ln2 + li * N * C;
-    const float *fch = m->a.fch + li * N * m->F, *fcg = m->a.fch_gelu + li * N * m->F;
+    const float *resid = li == 0 ? x : a->res3 + (li - 1) * N * C;
+    const float *ln1 = a->ln1 + li * N * C, *qkv = a->qkv + li * N * m->C3;
+    const float *atty = a->atty + li * N * m->Cl, *att = a->att + li * B * m->NH * T * T;
+    const float *res2 = a->res2 + li * N * C, *ln2 = a->ln2 + li * N * C;
+    const float *fch = a->fch + li * N * m->F, *fcg = a->fch_gelu + li * N * m->F;
     /* m->dres holds d loss / d res3. MLP: res3 = res2 + gelu(ln2·Wfc + bfc)·Wfcp + bfcp */
     TD_CHECK(k->bias_bwd(k, g.bfcp, m->dres, N, C));
     TD_CHECK(k->gemm(k, 1, 0, m->F, C, N, fcg, m->dres, 1.0f, g.wfcp));
@@ -344,7 +367,7 @@ td_status td_model_backward(td_model *m, float loss_scale) {
     TD_CHECK(k->gemm(k, 0, 1, N, C, m->F, m->dfch, w.wfc, 0.0f, m->dln));
     TD_CHECK(tp_sum(m, m->dln, N * C));
     TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln2w, g.ln2b, m->dln, res2, w.ln2w,
-                              m->a.ln2_mean + li * N, m->a.ln2_rstd + li * N, N, C));
+                              a->ln2_mean + li * N, a->ln2_rstd + li * N, N, C));
     /* m->dres now holds d loss / d res2. Attention: res2 = x + attn(...)·Wproj + bproj */
     TD_CHECK(k->bias_bwd(k, g.bproj, m->dres, N, C));
     TD_CHECK(k->gemm(k, 1, 0, m->Cl, C, N, atty, m->dres, 1.0f, g.wproj));
@@ -355,25 +378,26 @@ td_status td_model_backward(td_model *m, float loss_scale) {
     TD_CHECK(k->gemm(k, 0, 1, N, C, m->C3, m->dqkv, w.wqkv, 0.0f, m->dln));
     TD_CHECK(tp_sum(m, m->dln, N * C));
     TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln1w, g.ln1b, m->dln, resid, w.ln1w,
-                              m->a.ln1_mean + li * N, m->a.ln1_rstd + li * N, N, C));
+                              a->ln1_mean + li * N, a->ln1_rstd + li * N, N, C));
     /* m->dres now holds d loss / d (block input) */
     TD_CHECK(hook(m, 0, 1 + layer, TD_PHASE_BACKWARD));
   }
   if (m->first_stage) {
     TD_CHECK(k->embed_bwd(k, pv(m, 1, TD_PK_WTE, -1), pv(m, 1, TD_PK_WPE, -1),
-                          m->dres, m->inputs, m->v0, m->Vs, B, T, C));
+                          m->dres, a->inputs, m->v0, m->Vs, B, T, C));
   }
   if (m->first_stage || m->last_stage) TD_CHECK(hook(m, 0, 0, TD_PHASE_BACKWARD));
   return TD_OK;
 }
 
-td_status td_model_logits_at(td_model *m, int64_t pos, float *out) {
+td_status td_model_logits_at(td_model *m, int slot, int64_t pos, float *out) {
+  td_acts *a = &m->acts[slot];
   td_kernels *k = m->k;
   int64_t Vs = m->Vs;
   float *shard = NULL;
   td_status st = TD_OK;
   TD_CHECK(td_alloc((void **)&shard, (size_t)Vs * m->grid->tp * sizeof(float), "logits"));
-  TD_CHECK_GOTO(k->to_host(k, shard, m->a.logits + pos * Vs, (size_t)Vs * sizeof(float)));
+  TD_CHECK_GOTO(k->to_host(k, shard, a->logits + pos * Vs, (size_t)Vs * sizeof(float)));
   if (m->grid->tp > 1) {
     int n = 0;
     TD_CHECK_GOTO(td_mpi_count(Vs, &n));

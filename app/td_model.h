@@ -30,7 +30,7 @@ typedef struct td_acts {
   float *lnf, *lnf_mean, *lnf_rstd;/* (N, C), (N), (N) last stage */
   float *logits;                   /* (N, V/tp) last stage; gradient in place */
   float *rowmax, *sumexp, *tlogit; /* (N) cross-entropy statistics */
-  float *rowloss;                  /* (N) loss per position (host-visible copy) */
+  int32_t *inputs, *targets;       /* (N) tokens of this micro-batch */
 } td_acts;
 
 typedef struct td_model td_model;
@@ -59,11 +59,12 @@ struct td_model {
   int64_t B, T, C, V, Vs, v0, L_first, L_count, NH, HS;
   int64_t C3, Cl, F; /* local 3C/tp, C/tp, 4C/tp */
   int first_stage, last_stage;
-  /* activations and backward scratch */
-  td_acts a;
+  /* activations of up to nslots micro-batches in flight (pipeline), and
+   * backward scratch shared by all */
+  int nslots;
+  td_acts *acts;
   float *dres, *dtmp, *dln, *dqkv, *datty, *dfch, *datt_scratch;
   float *rowstat_host;   /* (3N) host staging for cross-entropy statistics */
-  int32_t *inputs, *targets; /* (N) tokens of the current micro-batch */
   double act_bytes;      /* bytes of activations + scratch */
   int64_t valid_rows;    /* positions counted in the loss sum (default B·T;
                             evaluation of a partial micro-batch lowers it) */
@@ -83,24 +84,34 @@ void td_model_units_flat(td_model *m, float *params, float *grads);
  * micro-batches of B sequences. Parameters, gradients and optimizer state
  * live elsewhere (td_zero); the hooks place each unit before use. */
 td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k,
-                          td_coll_stats *stats, int64_t B, td_model **out);
+                          td_coll_stats *stats, int64_t B, int nslots, td_model **out);
 void td_model_destroy(td_model **m);
 /* Pointer to tensor p inside a flat buffer over the rank's local space. */
 static inline float *td_view(float *flat, const td_param *p) { return flat + p->offset; }
 
-/* Forward one micro-batch of B sequences: inputs/targets are (B·T) host
- * tokens. On the last stage, *loss_sum = Σ per-position losses (the caller
- * divides by the global token count). Collective on tp_comm. */
-td_status td_model_forward(td_model *m, const int32_t *inputs, const int32_t *targets,
+/* Forward one micro-batch of B sequences held in activation slot `slot`:
+ * inputs/targets are (B·T) host tokens (inputs used on the first stage,
+ * targets on the last; targets may be NULL for logits only). A stage other
+ * than the first reads its input from td_model_stage_input(m, slot). On the
+ * last stage, *loss_sum = Σ per-position losses of the first valid_rows
+ * positions (the caller divides by the global token count). Collective on
+ * tp_comm. */
+td_status td_model_forward(td_model *m, int slot, const int32_t *inputs, const int32_t *targets,
                            double *loss_sum);
-/* Backward of the last forward, accumulating into m->grads; loss_scale is
- * d(global loss)/d(per-position loss) = 1 / (global tokens). Collective on tp_comm. */
-td_status td_model_backward(td_model *m, float loss_scale);
-/* Forward only, returning per-position losses summed (evaluation). */
-td_status td_model_loss(td_model *m, const int32_t *inputs, const int32_t *targets,
-                        double *loss_sum);
-/* Logits of position `pos` of sequence 0 after a forward with targets NULL
- * allowed: copies V floats (full vocabulary, gathered over tp) to host out. */
-td_status td_model_logits_at(td_model *m, int64_t pos, float *out);
+/* Backward of the forward in `slot`, accumulating gradients through the
+ * hooks; loss_scale = 1 / (global tokens). A stage other than the last takes
+ * dout (N, C), the gradient of its output, in the back-end's memory. After
+ * it, td_model_input_grad holds the gradient of the stage input. Collective
+ * on tp_comm. */
+td_status td_model_backward(td_model *m, int slot, float loss_scale, const float *dout);
+/* (N, C) buffers: a stage's input (filled by the caller on stages > 0), its
+ * output after forward, and the gradient of its input after backward. */
+float *td_model_stage_input(td_model *m, int slot);
+const float *td_model_stage_output(const td_model *m, int slot);
+const float *td_model_input_grad(const td_model *m);
+/* Logits of position `pos` (row of the micro-batch) after a forward in slot:
+ * copies V floats (full vocabulary, gathered over tp) to host out. Collective
+ * on tp_comm. */
+td_status td_model_logits_at(td_model *m, int slot, int64_t pos, float *out);
 
 #endif

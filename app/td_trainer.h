@@ -9,6 +9,7 @@
 #include "app/td_app.h"
 #include "app/td_config.h"
 #include "app/td_model.h"
+#include "app/td_pipeline.h"
 #include "io/td_dataset.h"
 #include "io/td_sampler.h"
 #include "parallel/td_coll.h"
@@ -23,6 +24,9 @@ typedef struct td_trainer {
   td_kernels *k;
   td_model *model;
   td_zero *zero;       /* parameters, gradients, moments (ZeRO stage 0–3) */
+  td_pipe *pipe;       /* micro-batch schedule over the pipeline stages */
+  int64_t micro_j;     /* micro-batch whose backward runs now */
+  int embed_pending;   /* unit 0's backward release waits for td_trainer_embed_sync */
   td_dataset *train, *val;
   td_sampler *sampler;
   td_coll_stats stats;
@@ -51,6 +55,13 @@ double td_lr_at(const td_config *cfg, int64_t s);
 td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr);
 /* Validation loss by the DESIGN.md protocol. Collective on the world. */
 td_status td_trainer_eval(td_trainer *t, double *loss, int64_t *ntokens);
+/* Read the windows w[0..n) into the host token buffers (rows past n repeat
+ * the last window; their loss is not counted). */
+td_status td_trainer_load_micro(td_trainer *t, td_dataset *d, const int64_t *w, int64_t n);
+/* After a micro-batch's backward (and its pipeline send): sum the tied wte
+ * gradients over the first and last stage (embed_comm) and release unit 0 to
+ * the ZeRO engine. No-op unless a release is pending. */
+td_status td_trainer_embed_sync(td_trainer *t);
 /* The training loop: steps, logging, evaluation, checkpoints. */
 td_status td_trainer_run(td_trainer *t);
 

@@ -69,12 +69,37 @@ static td_status open_data(td_trainer *t, int need_train, int need_val) {
 
 /* Model hooks: units live where the ZeRO engine puts them. */
 static td_status zero_acquire(void *ctx, td_model *m, int u, td_phase ph) {
-  return td_zero_acquire((td_zero *)ctx, u, ph == TD_PHASE_BACKWARD, &m->unit_param[u],
+  return td_zero_acquire(((td_trainer *)ctx)->zero, u, ph == TD_PHASE_BACKWARD, &m->unit_param[u],
                          &m->unit_grad[u]);
 }
 
 static td_status zero_release(void *ctx, td_model *m, int u, td_phase ph) {
-  return td_zero_release((td_zero *)ctx, u, ph == TD_PHASE_BACKWARD);
+  td_trainer *t = ctx;
+  if (u == 0 && ph == TD_PHASE_BACKWARD && t->grid->pp > 1) {
+    /* The tied wte: its gradient is summed over the first and last stage
+     * after this micro-batch's gradients have been sent down the pipeline
+     * (td_trainer_embed_sync), so no stage waits on another in a cycle. */
+    t->embed_pending = 1;
+    return TD_OK;
+  }
+  return td_zero_release(t->zero, u, ph == TD_PHASE_BACKWARD);
+}
+
+td_status td_trainer_embed_sync(td_trainer *t) {
+  if (!t->embed_pending) return TD_OK;
+  t->embed_pending = 0;
+  td_model *m = t->model;
+  const td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);
+  int stage = (int)t->cfg.parallel_zero;
+  /* stages 0–1 accumulate all micro-batches in one buffer: sum once, at the last */
+  if (wte->present && t->grid->embed_comm != MPI_COMM_NULL &&
+      (stage >= 2 || t->micro_j == t->accum - 1)) {
+    float *g = m->unit_grad[0] + (wte->offset - m->unit_begin[0]);
+    TD_CHECK(t->k->sync(t->k));
+    TD_CHECK(td_coll_allreduce_f32(t->grid->embed_comm, g, wte->local_numel, MPI_SUM, &t->stats));
+  }
+  TD_CHECK(td_zero_release(t->zero, 0, 1));
+  return TD_OK;
 }
 
 /* The ZeRO engine over this rank's local space, from the registry: tensors
@@ -117,7 +142,7 @@ static td_status create_zero(td_trainer *t) {
   TD_CHECK_GOTO(td_alloc((void **)&host, (size_t)r->total_local * sizeof(float), "initial parameters"));
   td_registry_init_params(r, c, host);
   TD_CHECK_GOTO(td_zero_set_params(t->zero, host));
-  m->hooks.ctx = t->zero;
+  m->hooks.ctx = t;
   m->hooks.acquire = zero_acquire;
   m->hooks.release = zero_release;
 done:
@@ -141,10 +166,6 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
     st = td_error_set(TD_ERR_DECK, __FILE__, __LINE__, __func__,
                       "%s: training.precision: %s is not supported on run.device: cpu yet "
                       "(use fp32)", c->deck_path, c->training_precision);
-  else if (c->parallel_pp > 1)
-    st = td_error_set(TD_ERR_UNSUPPORTED, __FILE__, __LINE__, __func__,
-                      "%s: parallel.pp = %lld: pipeline parallelism is not implemented yet",
-                      c->deck_path, (long long)c->parallel_pp);
   TD_CHECK_GOTO(td_agree(app->world, st));
   TD_CHECK_GOTO(td_grid_create(app->world, (int)c->parallel_dp, (int)c->parallel_tp,
                                (int)c->parallel_pp, &t->grid));
@@ -153,8 +174,16 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   TD_CHECK_GOTO(td_agree(app->world, st));
   t->B = td_config_micro_batch(c);
   t->accum = td_config_accum_steps(c);
-  st = td_model_create(c, t->grid, t->k, &t->stats, t->B, &t->model);
+  int nslots = td_pipe_slots(t->grid->pp, t->grid->pp_rank, t->accum,
+                             c->parallel_pp_schedule[0] == 'g');
+  if (t->grid->pp > 1 && t->accum < t->grid->pp)
+    td_warn("%lld micro-batch%s per pipeline for %d stages: the pipeline bubble is at least %.0f%% "
+            "(raise training.global_batch or lower parallel.micro_batch)",
+            (long long)t->accum, t->accum == 1 ? "" : "es", t->grid->pp,
+            100.0 * (t->grid->pp - 1) / (double)(t->accum + t->grid->pp - 1));
+  st = td_model_create(c, t->grid, t->k, &t->stats, t->B, nslots, &t->model);
   if (st == TD_OK) st = create_zero(t);
+  if (st == TD_OK) st = td_pipe_create(t, &t->pipe);
   TD_CHECK_GOTO(td_agree(app->world, st));
   st = open_data(t, need_train, need_val);
   TD_CHECK_GOTO(td_agree(app->world, st));
@@ -177,6 +206,7 @@ done:
 void td_trainer_destroy(td_trainer **tp) {
   if (!tp || !*tp) return;
   td_trainer *t = *tp;
+  td_pipe_destroy(&t->pipe);
   td_zero_destroy(&t->zero);
   td_model_destroy(&t->model);
   td_kernels_destroy(&t->k);
@@ -193,9 +223,7 @@ void td_trainer_destroy(td_trainer **tp) {
   *tp = NULL;
 }
 
-/* Read `n` windows (indices w[0..n)) into the host token buffers; rows past n
- * repeat the last window (their loss is not counted). */
-static td_status load_micro(td_trainer *t, td_dataset *d, const int64_t *w, int64_t n) {
+td_status td_trainer_load_micro(td_trainer *t, td_dataset *d, const int64_t *w, int64_t n) {
   int64_t T = t->cfg.model_seq_len;
   for (int64_t b = 0; b < t->B; ++b) {
     TD_CHECK(td_dataset_read_window(d, w[b < n ? b : n - 1], T, t->tok_win));
@@ -207,12 +235,11 @@ static td_status load_micro(td_trainer *t, td_dataset *d, const int64_t *w, int6
 
 td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr) {
   td_config *c = &t->cfg;
-  td_model *m = t->model;
   td_kernels *k = t->k;
   int64_t G = c->training_global_batch, T = c->model_seq_len, dp = t->grid->dp;
   int64_t per_rank = G / dp;
   double global_tokens = (double)G * (double)T;
-  int tid_fwd = td_timer_id(&t->timers, "forward"), tid_bwd = td_timer_id(&t->timers, "backward");
+  int tid_fwd = td_timer_id(&t->timers, "forward+backward");
   int tid_opt = td_timer_id(&t->timers, "optimizer"), tid_data = td_timer_id(&t->timers, "data");
 
   td_timer_start(&t->timers, tid_data);
@@ -221,25 +248,15 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
   TD_CHECK(td_zero_begin_step(t->zero, t->accum));
   double loss_sum = 0.0;
   const int64_t *mine = t->windows + t->grid->dp_rank * per_rank;
-  for (int64_t j = 0; j < t->accum; ++j) {
-    td_timer_start(&t->timers, tid_data);
-    TD_CHECK(load_micro(t, t->train, mine + j * t->B, t->B));
-    td_timer_stop(&t->timers, tid_data);
-    double ls = 0.0;
-    TD_CHECK(td_zero_begin_micro(t->zero, j));
-    td_timer_start(&t->timers, tid_fwd);
-    TD_CHECK(td_model_forward(m, t->tok_in, t->tok_tgt, &ls));
-    td_timer_stop(&t->timers, tid_fwd);
-    td_timer_start(&t->timers, tid_bwd);
-    TD_CHECK(td_model_backward(m, (float)(1.0 / global_tokens)));
-    TD_CHECK(k->sync(k));
-    td_timer_stop(&t->timers, tid_bwd);
-    loss_sum += ls;
-  }
+  td_timer_start(&t->timers, tid_fwd);
+  TD_CHECK(td_pipe_train(t, mine, &loss_sum));
+  TD_CHECK(k->sync(k));
+  td_timer_stop(&t->timers, tid_fwd);
   /* Gradients: summed over data-parallel replicas (each holds Σ over its slice). */
   td_timer_start(&t->timers, tid_opt);
   TD_CHECK(td_zero_finish_grads(t->zero));
   TD_CHECK(td_coll_allreduce_f64(t->grid->dp_comm, &loss_sum, 1, MPI_SUM, &t->stats));
+  TD_CHECK(td_coll_allreduce_f64(t->grid->pp_comm, &loss_sum, 1, MPI_SUM, &t->stats)); /* last stage's */
   *loss = loss_sum / global_tokens;
 
   double ss = 0.0;
@@ -297,16 +314,16 @@ td_status td_trainer_eval(td_trainer *t, double *loss, int64_t *ntokens) {
       first = 0;
     }
     for (int64_t b = 0; b < t->B; ++b) w[b] = first + (b < n ? b : 0);
-    TD_CHECK(load_micro(t, t->val, w, n > 0 ? n : 1));
+    TD_CHECK(td_trainer_load_micro(t, t->val, w, n > 0 ? n : 1));
     m->valid_rows = n * T;
     double ls = 0.0;
-    td_status st = td_model_loss(m, t->tok_in, t->tok_tgt, &ls);
-    if (st == TD_OK) st = td_zero_end_forward(t->zero);
+    td_status st = td_pipe_forward(t, t->tok_in, t->tok_tgt, &ls);
     m->valid_rows = t->B * T;
     TD_CHECK(st);
     sum += ls;
   }
   TD_CHECK(td_coll_allreduce_f64(t->grid->dp_comm, &sum, 1, MPI_SUM, &t->stats));
+  TD_CHECK(td_coll_allreduce_f64(t->grid->pp_comm, &sum, 1, MPI_SUM, &t->stats));
   *ntokens = total * T;
   *loss = sum / (double)(total * T);
   return TD_OK;

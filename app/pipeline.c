@@ -1,0 +1,210 @@
+/* pipeline.c — GPipe and 1F1B schedules over pp_comm (see td_pipeline.h).
+ *
+ * Micro-batch j uses activation slot j mod nslots: with 1F1B at most
+ * pp − stage micro-batches are in flight on a stage, with GPipe all m.
+ * Messages: the activation of micro-batch j goes from stage s to s+1 with
+ * tag 2j, its gradient from s+1 back to s with tag 2j+1. Sends are
+ * non-blocking and complete before their buffer is reused; receives block,
+ * and the time spent in them is the stage's measured idle time. */
+#include "app/td_pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/td_trainer.h"
+#include "parallel/td_mpi.h"
+
+struct td_pipe {
+  td_kernels *k;
+  int pp, stage, nslots, gpipe;
+  int64_t N, C;
+  float *grad_in;        /* (N, C) gradient of this stage's output, from the next stage */
+  float **grad_send;     /* per slot (N, C): gradient of the stage input, being sent */
+  MPI_Request *req_act;  /* per slot: activation send in flight */
+  MPI_Request *req_grad; /* per slot: gradient send in flight */
+  double idle, t_start, t_end;
+  int live, live_peak;
+};
+
+int td_pipe_slots(int pp, int stage, int64_t micro, int gpipe) {
+  if (pp <= 1) return 1;
+  if (gpipe) return (int)micro;
+  int64_t n = pp - stage < micro ? pp - stage : micro;
+  return (int)(n > 0 ? n : 1);
+}
+
+void td_pipe_destroy(td_pipe **pp) {
+  if (!pp || !*pp) return;
+  td_pipe *p = *pp;
+  for (int i = 0; p->req_act && i < p->nslots; ++i) {
+    if (p->req_act[i] != MPI_REQUEST_NULL) MPI_Wait(&p->req_act[i], MPI_STATUS_IGNORE);
+    if (p->req_grad[i] != MPI_REQUEST_NULL) MPI_Wait(&p->req_grad[i], MPI_STATUS_IGNORE);
+  }
+  for (int i = 0; p->grad_send && i < p->nslots; ++i)
+    if (p->grad_send[i]) p->k->free(p->k, p->grad_send[i]);
+  if (p->grad_in) p->k->free(p->k, p->grad_in);
+  free(p->grad_send);
+  free(p->req_act);
+  free(p->req_grad);
+  free(p);
+  *pp = NULL;
+}
+
+td_status td_pipe_create(struct td_trainer *t, td_pipe **out) {
+  td_status st = TD_OK;
+  *out = NULL;
+  td_pipe *p = calloc(1, sizeof *p);
+  if (!p) TD_FAIL(TD_ERR_NOMEM, "out of memory");
+  p->k = t->k;
+  p->pp = t->grid->pp, p->stage = t->grid->pp_rank;
+  p->gpipe = t->cfg.parallel_pp_schedule[0] == 'g';
+  p->nslots = t->model->nslots;
+  p->N = t->B * t->cfg.model_seq_len, p->C = t->cfg.model_dim;
+  p->grad_send = calloc((size_t)p->nslots, sizeof(float *));
+  p->req_act = malloc((size_t)p->nslots * sizeof(MPI_Request));
+  p->req_grad = malloc((size_t)p->nslots * sizeof(MPI_Request));
+  if (!p->grad_send || !p->req_act || !p->req_grad) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < p->nslots; ++i) p->req_act[i] = p->req_grad[i] = MPI_REQUEST_NULL;
+  if (p->pp > 1) {
+    size_t bytes = (size_t)(p->N * p->C) * sizeof(float);
+    TD_CHECK_GOTO(t->k->alloc(t->k, (void **)&p->grad_in, bytes, "pipeline gradient buffer"));
+    if (p->stage > 0)
+      for (int i = 0; i < p->nslots; ++i)
+        TD_CHECK_GOTO(t->k->alloc(t->k, (void **)&p->grad_send[i], bytes, "pipeline send buffer"));
+  }
+done:
+  if (st != TD_OK) {
+    td_pipe_destroy(&p);
+    return st;
+  }
+  *out = p;
+  return TD_OK;
+}
+
+void td_pipe_stats(const td_pipe *p, double *idle_s, double *step_s, int *live_peak) {
+  *idle_s = p->idle;
+  *step_s = p->t_end - p->t_start;
+  *live_peak = p->live_peak;
+}
+
+/* Blocking receive of n floats from pipeline rank `src`, counted as idle time. */
+static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src, int tag) {
+  int n = 0;
+  TD_CHECK(td_mpi_count(p->N * p->C, &n));
+  double t0 = td_now();
+  TD_MPI_CHECK(MPI_Recv(buf, n, MPI_FLOAT, src, tag, t->grid->pp_comm, MPI_STATUS_IGNORE));
+  double dt = td_now() - t0;
+  p->idle += dt;
+  t->stats.bytes[TD_COLL_SENDRECV] += (double)n * 4.0;
+  t->stats.ms[TD_COLL_SENDRECV] += 1e3 * dt;
+  t->stats.calls[TD_COLL_SENDRECV]++;
+  return TD_OK;
+}
+
+static td_status send_to(struct td_trainer *t, td_pipe *p, const float *buf, int dst, int tag,
+                         MPI_Request *req) {
+  int n = 0;
+  TD_CHECK(td_mpi_count(p->N * p->C, &n));
+  TD_CHECK(t->k->sync(t->k));
+  TD_MPI_CHECK(MPI_Isend(buf, n, MPI_FLOAT, dst, tag, t->grid->pp_comm, req));
+  t->stats.bytes[TD_COLL_SENDRECV] += (double)n * 4.0;
+  t->stats.calls[TD_COLL_SENDRECV]++;
+  return TD_OK;
+}
+
+static td_status wait_send(struct td_trainer *t, td_pipe *p, MPI_Request *req) {
+  if (*req == MPI_REQUEST_NULL) return TD_OK;
+  double t0 = td_now();
+  TD_MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE));
+  p->idle += td_now() - t0;
+  return TD_OK;
+}
+
+/* Forward of micro-batch j (its windows w[0..B)). */
+static td_status fwd(struct td_trainer *t, td_pipe *p, int64_t j, const int64_t *w, double *loss) {
+  int slot = (int)(j % p->nslots);
+  td_model *m = t->model;
+  /* the slot's output may still be on its way to the next stage */
+  TD_CHECK(wait_send(t, p, &p->req_act[slot]));
+  if (p->stage > 0) TD_CHECK(recv_from(t, p, td_model_stage_input(m, slot), p->stage - 1, (int)(2 * j)));
+  TD_CHECK(td_trainer_load_micro(t, t->train, w, t->B));
+  double ls = 0.0;
+  TD_CHECK(td_model_forward(m, slot, t->tok_in, t->tok_tgt, &ls));
+  *loss += ls;
+  if (p->stage < p->pp - 1)
+    TD_CHECK(send_to(t, p, td_model_stage_output(m, slot), p->stage + 1, (int)(2 * j),
+                     &p->req_act[slot]));
+  if (++p->live > p->live_peak) p->live_peak = p->live;
+  return TD_OK;
+}
+
+/* Backward of micro-batch j. */
+static td_status bwd(struct td_trainer *t, td_pipe *p, int64_t j, double global_tokens) {
+  int slot = (int)(j % p->nslots);
+  td_model *m = t->model;
+  td_kernels *k = t->k;
+  TD_CHECK(td_zero_begin_micro(t->zero, j));
+  t->micro_j = j;
+  if (p->stage < p->pp - 1) TD_CHECK(recv_from(t, p, p->grad_in, p->stage + 1, (int)(2 * j + 1)));
+  TD_CHECK(td_model_backward(m, slot, (float)(1.0 / global_tokens), p->grad_in));
+  if (p->stage > 0) {
+    TD_CHECK(wait_send(t, p, &p->req_grad[slot]));
+    size_t bytes = (size_t)(p->N * p->C) * sizeof(float);
+    TD_CHECK(k->zero(k, p->grad_send[slot], bytes));
+    TD_CHECK(k->add(k, p->grad_send[slot], p->grad_send[slot], td_model_input_grad(m), p->N * p->C));
+    TD_CHECK(send_to(t, p, p->grad_send[slot], p->stage - 1, (int)(2 * j + 1), &p->req_grad[slot]));
+  }
+  TD_CHECK(td_trainer_embed_sync(t));
+  p->live--;
+  return TD_OK;
+}
+
+td_status td_pipe_train(struct td_trainer *t, const int64_t *windows, double *loss_sum) {
+  td_pipe *p = t->pipe;
+  int64_t m = t->accum, B = t->B;
+  double G = (double)t->cfg.training_global_batch * (double)t->cfg.model_seq_len;
+  *loss_sum = 0.0;
+  p->idle = 0.0;
+  p->live = 0;
+  p->t_start = td_now();
+  if (p->gpipe || p->pp == 1) {
+    for (int64_t j = 0; j < m; ++j) {
+      TD_CHECK(fwd(t, p, j, windows + j * B, loss_sum));
+      if (p->pp == 1) TD_CHECK(bwd(t, p, j, G));
+    }
+    if (p->pp > 1)
+      for (int64_t j = 0; j < m; ++j) TD_CHECK(bwd(t, p, j, G));
+  } else {
+    int64_t warm = p->pp - p->stage - 1;
+    if (warm > m) warm = m;
+    int64_t f = 0, b = 0;
+    for (; f < warm; ++f) TD_CHECK(fwd(t, p, f, windows + f * B, loss_sum));
+    for (; f < m; ++f, ++b) {
+      TD_CHECK(fwd(t, p, f, windows + f * B, loss_sum));
+      TD_CHECK(bwd(t, p, b, G));
+    }
+    for (; b < m; ++b) TD_CHECK(bwd(t, p, b, G));
+  }
+  for (int i = 0; i < p->nslots; ++i) {
+    TD_CHECK(wait_send(t, p, &p->req_act[i]));
+    TD_CHECK(wait_send(t, p, &p->req_grad[i]));
+  }
+  p->t_end = td_now();
+  return TD_OK;
+}
+
+td_status td_pipe_forward(struct td_trainer *t, const int32_t *inputs, const int32_t *targets,
+                          double *loss_sum) {
+  td_pipe *p = t->pipe;
+  td_model *m = t->model;
+  *loss_sum = 0.0;
+  if (p->stage > 0) TD_CHECK(recv_from(t, p, td_model_stage_input(m, 0), p->stage - 1, 0));
+  TD_CHECK(td_model_forward(m, 0, inputs, targets, loss_sum));
+  if (p->stage < p->pp - 1) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    TD_CHECK(send_to(t, p, td_model_stage_output(m, 0), p->stage + 1, 0, &r));
+    TD_CHECK(wait_send(t, p, &r));
+  }
+  TD_CHECK(td_zero_end_forward(t->zero));
+  return TD_OK;
+}
