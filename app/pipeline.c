@@ -197,6 +197,7 @@ td_status td_pipe_forward(struct td_trainer *t, const int32_t *inputs, const int
                           double *loss_sum) {
   td_pipe *p = t->pipe;
   td_model *m = t->model;
+  double idle = p->idle; /* a forward-only pass is not part of the step's bubble */
   *loss_sum = 0.0;
   if (p->stage > 0) TD_CHECK(recv_from(t, p, td_model_stage_input(m, 0), p->stage - 1, 0));
   TD_CHECK(td_model_forward(m, 0, inputs, targets, loss_sum));
@@ -205,6 +206,7 @@ td_status td_pipe_forward(struct td_trainer *t, const int32_t *inputs, const int
     TD_CHECK(send_to(t, p, td_model_stage_output(m, 0), p->stage + 1, 0, &r));
     TD_CHECK(wait_send(t, p, &r));
   }
+  p->idle = idle;
   TD_CHECK(td_zero_end_forward(t->zero));
   return TD_OK;
 }

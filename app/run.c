@@ -153,6 +153,17 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
   td_coll_stats_total(&t->stats, &cb, &cms);
   double cbmax = 0;
   TD_MPI_CHECK(MPI_Allreduce(&cb, &cbmax, 1, MPI_DOUBLE, MPI_MAX, t->app->world));
+  /* pipeline: each stage's measured idle fraction and peak live micro-batches,
+   * gathered to the first stage of this pipeline (world rank 0 for rank 0) */
+  int pp = t->grid->pp;
+  double idle = 0, busy = 0, fr[256] = {0};
+  int live = 0, lives[256] = {0};
+  td_pipe_stats(t->pipe, &idle, &busy, &live);
+  double mine = busy > 0 ? idle / busy : 0.0;
+  if (pp <= 256) {
+    TD_MPI_CHECK(MPI_Gather(&mine, 1, MPI_DOUBLE, fr, 1, MPI_DOUBLE, 0, t->grid->pp_comm));
+    TD_MPI_CHECK(MPI_Gather(&live, 1, MPI_INT, lives, 1, MPI_INT, 0, t->grid->pp_comm));
+  }
   if (t->app->rank != 0) return TD_OK;
   char eta[32];
   fmt_eta(elapsed / (double)steps_run * (double)(c->training_steps - t->step), eta, sizeof eta);
@@ -168,6 +179,15 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
             "\"comm_ms\": %.3f",
             (long long)t->step, loss, lr, norm, (long long)t->tokens_seen, step_s * 1e3, tps,
             (long long)rss_max, cbmax, cms);
+    if (pp > 1 && pp <= 256) {
+      double m = (double)t->accum;
+      fprintf(t->metrics, ", \"pp_idle\": [");
+      for (int i = 0; i < pp; ++i) fprintf(t->metrics, "%s%.4f", i ? ", " : "", fr[i]);
+      fprintf(t->metrics, "], \"pp_bubble_theory\": %.4f, \"pp_live_peak\": [",
+              (pp - 1) / (m + pp - 1));
+      for (int i = 0; i < pp; ++i) fprintf(t->metrics, "%s%d", i ? ", " : "", lives[i]);
+      fprintf(t->metrics, "]");
+    }
     if (has_val) fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
     fprintf(t->metrics, "}\n");
     fflush(t->metrics);

@@ -4,7 +4,7 @@
 #
 # tp_grid_*: tests/e2e/grid_invariance.sh trains the tiny deck 20 steps at the
 # reference grid (1,1,1,0) — run once and shared through a cached, flock'ed
-# reference in ${TD_TP_WORK} — and at the grid under test, then compares loss
+# reference in ${TD_GRID_WORK} — and at the grid under test, then compares loss
 # curves (rtol 1e-4) and, once checkpoints are written, the final /model
 # tensors (1e-5 of max|p|). Grids are "dp,tp,pp,zero[,micro_batch]".
 # tp_twice_tp2 runs tp=2 twice and demands bit-identical results.
@@ -12,32 +12,15 @@
 # combinations registered here are the ones trident must support.
 # tp_vocab250_tp4: vocabulary 250 on tp=4 (shards of 63, the last 61 real),
 # on a corpus whose tokens are all < 128.
-set(TD_TP_WORK ${CMAKE_CURRENT_BINARY_DIR}/grid_invariance)
-set(TD_TP_SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/e2e/grid_invariance.sh)
-set(TD_TP_ENV "OMP_NUM_THREADS=1;HWLOC_PLUGINS_BLACKLIST=hwloc_pci;MPIEXEC=${MPIEXEC_EXECUTABLE}")
-
-# td_add_grid_test(NAME name ARGS args...) — one grid_invariance.sh test.
-function(td_add_grid_test)
-  cmake_parse_arguments(T "" "NAME;TIMEOUT" "ARGS" ${ARGN})
-  if(NOT T_TIMEOUT)
-    set(T_TIMEOUT 300)
-  endif()
-  add_test(NAME ${T_NAME} COMMAND bash ${TD_TP_SCRIPT} ${T_ARGS})
-  set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} PROCESSORS 2
-    LABELS "e2e;mpi;tensor_parallel" ENVIRONMENT "${TD_TP_ENV}")
-endfunction()
-
-set(TD_TP_BIN $<TARGET_FILE:trident>)
-set(TD_TP_REF 1,1,1,0)
-td_add_grid_test(NAME tp_grid_tp2 ARGS ${TD_TP_BIN} ${TD_TP_WORK} tp_grid_tp2 ${TD_TP_REF} 1,2,1,0)
-td_add_grid_test(NAME tp_grid_tp4 ARGS ${TD_TP_BIN} ${TD_TP_WORK} tp_grid_tp4 ${TD_TP_REF} 1,4,1,0)
-td_add_grid_test(NAME tp_grid_dp2_tp2 ARGS ${TD_TP_BIN} ${TD_TP_WORK} tp_grid_dp2_tp2 ${TD_TP_REF} 2,2,1,0)
+td_add_grid_test(NAME tp_grid_tp2 LABELS tensor_parallel ARGS ${TD_GRID_BIN} ${TD_GRID_WORK} tp_grid_tp2 ${TD_GRID_REF} 1,2,1,0)
+td_add_grid_test(NAME tp_grid_tp4 LABELS tensor_parallel ARGS ${TD_GRID_BIN} ${TD_GRID_WORK} tp_grid_tp4 ${TD_GRID_REF} 1,4,1,0)
+td_add_grid_test(NAME tp_grid_dp2_tp2 LABELS tensor_parallel ARGS ${TD_GRID_BIN} ${TD_GRID_WORK} tp_grid_dp2_tp2 ${TD_GRID_REF} 2,2,1,0)
 # tp with gradient accumulation: micro-batch 2 of the global batch 8
-td_add_grid_test(NAME tp_grid_tp2_mb2 ARGS ${TD_TP_BIN} ${TD_TP_WORK} tp_grid_tp2_mb2 ${TD_TP_REF} 1,2,1,0,2)
+td_add_grid_test(NAME tp_grid_tp2_mb2 LABELS tensor_parallel ARGS ${TD_GRID_BIN} ${TD_GRID_WORK} tp_grid_tp2_mb2 ${TD_GRID_REF} 1,2,1,0,2)
 # ZeRO-3 under tensor parallelism: must train (a refusal fails the test)
-td_add_grid_test(NAME tp_grid_dp2_tp2_zero3 ARGS ${TD_TP_BIN} ${TD_TP_WORK} tp_grid_dp2_tp2_zero3 ${TD_TP_REF} 2,2,1,3)
-td_add_grid_test(NAME tp_twice_tp2 ARGS --twice ${TD_TP_BIN} ${TD_TP_WORK} tp_twice_tp2 1,2,1,0)
-td_add_grid_test(NAME tp_vocab250_tp4 ARGS --vocab 250 ${TD_TP_BIN} ${TD_TP_WORK} tp_vocab250_tp4 ${TD_TP_REF} 1,4,1,0)
+td_add_grid_test(NAME tp_grid_dp2_tp2_zero3 LABELS tensor_parallel ARGS ${TD_GRID_BIN} ${TD_GRID_WORK} tp_grid_dp2_tp2_zero3 ${TD_GRID_REF} 2,2,1,3)
+td_add_grid_test(NAME tp_twice_tp2 LABELS tensor_parallel ARGS --twice ${TD_GRID_BIN} ${TD_GRID_WORK} tp_twice_tp2 1,2,1,0)
+td_add_grid_test(NAME tp_vocab250_tp4 LABELS tensor_parallel ARGS --vocab 250 ${TD_GRID_BIN} ${TD_GRID_WORK} tp_vocab250_tp4 ${TD_GRID_REF} 1,4,1,0)
 
 # The vocabulary-parallel cross-entropy kernels + all-reduces vs float64.
 td_add_unit(test_vocab_xent ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_vocab_xent.c)

@@ -16,6 +16,8 @@
 #                      are all < 128 (the licenses with bytes >= 128 deleted,
 #                      its vocab_size attribute set to V): V need not divide tp.
 #   --steps S          (default 20)
+#   --run-set k=v      a --set for the run under test only (not the reference),
+#                      e.g. parallel.stage_layers=[1,3]
 #
 # WORKDIR is shared by several tests: the corpus is prepared once and each
 # reference run is cached in WORKDIR/ref_<grid>[_<key>] (key: a hash of the
@@ -28,11 +30,11 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
-twice=0 loss_rtol=1e-4 param_rtol=1e-5 vocab="" steps=20
+twice=0 loss_rtol=1e-4 param_rtol=1e-5 vocab="" steps=20 run_extra=()
 while [ $# -gt 0 ]; do
   case $1 in
     --twice) twice=1; shift ;;
@@ -40,6 +42,7 @@ while [ $# -gt 0 ]; do
     --param-rtol) param_rtol=$2; shift 2 ;;
     --vocab) vocab=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --run-set) run_extra+=(--set "$2"); shift 2 ;;
     -h|--help) usage ;;
     --) shift; break ;;
     -*) echo "grid_invariance: unknown option $1" >&2; usage ;;
@@ -136,15 +139,17 @@ common=(--set "data.train=$corpus" --set "training.steps=$steps" --set checkpoin
         --set "checkpoint.every=$steps")
 if [ -n "$vocab" ]; then common+=(--set "model.vocab_size=$vocab"); fi
 
-# train GRID DIR — one run into DIR (emptied first); exits the script on failure.
+# train GRID DIR [run] — one run into DIR (emptied first); exits the script on
+# failure. "run" adds the --run-set arguments.
 train() {
-  local grid=$1 dir=$2
+  local grid=$1 dir=$2 mine=()
+  [ "${3:-}" = run ] && mine=(${run_extra[@]+"${run_extra[@]}"})
   parse_grid "$grid"
   rm -rf "$dir"
   mkdir -p "$dir"
   local cmd=("$mpiexec" -n "$g_np" "$trident" train "$deck" "${common[@]}" "${g_args[@]}"
              --set "run.out_dir=$dir" --set "checkpoint.dir=$dir/ckpt"
-             ${extra[@]+"${extra[@]}"})
+             ${extra[@]+"${extra[@]}"} ${mine[@]+"${mine[@]}"})
   echo "+ ${cmd[*]}" >"$dir/command"
   local rc=0
   timeout -k 5 "$run_timeout" "${cmd[@]}" >"$dir/log" 2>&1 </dev/null || rc=$?
@@ -184,12 +189,12 @@ run_dir=$work/$name
 mkdir -p "$run_dir"
 if [ $twice = 1 ]; then
   echo "grid_invariance: grid $run_grid twice, bitwise"
-  train "$run_grid" "$run_dir/a"
-  train "$run_grid" "$run_dir/b"
+  train "$run_grid" "$run_dir/a" run
+  train "$run_grid" "$run_dir/b" run
   "$py" "$compare" "$run_dir/a" "$run_dir/b" --bitwise
 else
   with_lock "$ref_dir.lock" ensure_ref
   echo "grid_invariance: run at grid $run_grid -> $run_dir/run"
-  train "$run_grid" "$run_dir/run"
+  train "$run_grid" "$run_dir/run" run
   "$py" "$compare" "$ref_dir" "$run_dir/run" --loss-rtol "$loss_rtol" --param-rtol "$param_rtol"
 fi
