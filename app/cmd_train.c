@@ -1,6 +1,7 @@
 /* cmd_train.c — `trident train DECK [--set k=v]... [--dump FILE]`. */
 #include <string.h>
 
+#include "app/td_checkpoint.h"
 #include "app/td_trainer.h"
 #include "parallel/td_mpi.h"
 
@@ -24,7 +25,8 @@ td_status td_cmd_train(td_app *app, int argc, char **argv) {
   td_trainer *t = NULL;
   TD_CHECK(td_trainer_create(app, &cfg, 1, 1, &t));
   t->dump_path = dump;
-  st = td_trainer_run(t);
+  st = td_trainer_resume(t);
+  if (st == TD_OK) st = td_trainer_run(t);
   td_trainer_destroy(&t);
   return st;
 }

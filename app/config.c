@@ -539,7 +539,8 @@ static void derive_paths(td_config *cfg) {
   if (cfg->data_val[0] == '\0') snprintf(cfg->data_val, TD_STR_MAX, "%s", cfg->data_train);
 }
 
-td_status td_config_load(const char *path, int nset, char **sets, int world, td_config *cfg) {
+static td_status load_impl(const char *path, const char *text, int nset, char **sets, int world,
+                           td_config *cfg) {
   td_status st = TD_OK;
   td_yaml_node *root = NULL;
   marks *mk = calloc(1, sizeof *mk);
@@ -553,7 +554,7 @@ td_status td_config_load(const char *path, int nset, char **sets, int world, td_
     snprintf(where, sizeof where, "default of %s", k_schema[i].full);
     TD_CHECK_GOTO(set_from_text(cfg, &k_schema[i], where, k_schema[i].def));
   }
-  TD_CHECK_GOTO(td_yaml_load(path, NULL, &root));
+  TD_CHECK_GOTO(td_yaml_load(path, text, &root));
   TD_CHECK_GOTO(apply_deck(cfg, path, root, mk));
   for (int i = 0; i < nset; ++i) TD_CHECK_GOTO(apply_set(cfg, sets[i], mk));
   TD_CHECK_GOTO(cross_check(cfg, mk));
@@ -562,6 +563,14 @@ done:
   td_yaml_free(&root);
   free(mk);
   return st;
+}
+
+td_status td_config_load(const char *path, int nset, char **sets, int world, td_config *cfg) {
+  return load_impl(path, NULL, nset, sets, world, cfg);
+}
+
+td_status td_config_load_text(const char *name, const char *text, td_config *cfg) {
+  return load_impl(name, text, 0, NULL, 0, cfg);
 }
 
 /* Print a string as a YAML scalar, quoted when it needs to be. */

@@ -3,9 +3,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include "app/td_checkpoint.h"
 #include "app/td_trainer.h"
 #include "io/td_h5.h"
 #include "parallel/td_mpi.h"
@@ -128,6 +130,39 @@ static void dump_free(td_trainer *t, dump_state *d) {
   td_free(d->losses);
 }
 
+/* ---- signals ------------------------------------------------------------------------ */
+
+/* SIGTERM and SIGUSR1 (what Slurm sends before a time limit or preemption)
+ * only set this flag; the loop agrees on it at the next step boundary. */
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig) { g_signal = sig; }
+
+static void install_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);
+}
+
+/* The signal any rank received, agreed by all (0: none). Collective. */
+static td_status agree_signal(td_trainer *t, int *sig) {
+  int mine = (int)g_signal, any = 0;
+  TD_MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, t->app->world));
+  *sig = any;
+  return TD_OK;
+}
+
+static td_status save(td_trainer *t) {
+  char path[TD_STR_MAX + 64];
+  td_status st = td_trainer_save(t, path, sizeof path);
+  TD_CHECK(td_agree(t->app->world, st));
+  return TD_OK;
+}
+
 /* ---- logging --------------------------------------------------------------------- */
 
 static void fmt_eta(double s, char *buf, size_t cap) {
@@ -232,7 +267,9 @@ td_status td_trainer_run(td_trainer *t) {
          t->threads, t->threads == 1 ? "" : "s", t->k->name, t->k->matmul_name,
          (long long)c->training_steps, (long long)(c->training_global_batch * c->model_seq_len));
   double val = 0.0;
+  install_signals();
   if (c->eval_every > 0 && t->step == 0) TD_CHECK_GOTO(eval_and_log(t, &val));
+  if (t->step > 0) td_log("trident: resuming at step %lld\n", (long long)t->step);
   double t_start = td_now();
   int64_t first_step = t->step;
   while (t->step < c->training_steps) {
@@ -259,6 +296,19 @@ td_status td_trainer_run(td_trainer *t) {
     if (t->step % c->logging_every == 0 || last || has_val)
       TD_CHECK_GOTO(log_step(t, loss, norm, lr, step_s, td_now() - t_start, t->step - first_step,
                              has_val, val));
+    int sig = 0;
+    TD_CHECK_GOTO(agree_signal(t, &sig));
+    if ((c->checkpoint_every > 0 && t->step % c->checkpoint_every == 0) || last || sig)
+      TD_CHECK_GOTO(save(t));
+    if (sig && !last) {
+      st = td_error_set(TD_STOPPED, __FILE__, __LINE__, __func__,
+                        "stopped by %s at step %lld after committing its checkpoint in %s; run "
+                        "the same command to resume",
+                        sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal",
+                        (long long)t->step, c->checkpoint_dir);
+      td_error_mark_agreed();
+      goto done;
+    }
   }
   if (d.file >= 0) TD_CHECK_GOTO(dump_end(t, &d));
   td_log("trident: done, %lld steps in %.1f s\n", (long long)(t->step - first_step),

@@ -100,6 +100,9 @@ typedef struct td_config {
  * --set argument). Not collective. */
 td_status td_config_load(const char *path, int nset, char **sets, int world,
                          td_config *cfg);
+/* The same from YAML text (a checkpoint's /config), named `name` in errors,
+ * without the world-size check. */
+td_status td_config_load_text(const char *name, const char *text, td_config *cfg);
 /* Write the resolved deck as YAML (loadable by td_config_load). */
 void td_config_print(const td_config *cfg, FILE *out);
 /* The resolved deck as YAML text in a malloc'd string (for checkpoints). */

@@ -75,6 +75,10 @@ float *td_zero_owned_grads(td_zero *z); /* valid after td_zero_finish_grads */
 float *td_zero_owned_exp_avg(td_zero *z);
 float *td_zero_owned_exp_avg_sq(td_zero *z);
 
+/* The AdamW moment buffers and the local range [begin, end) they cover
+ * (stage 0: everything; stages 1–3: the owned shard). */
+void td_zero_moments(td_zero *z, float **exp_avg, float **exp_avg_sq, int64_t *begin, int64_t *end);
+
 /* ---- one optimizer step ---------------------------------------------------- */
 /* Start a step of `micro` micro-batches: zero the gradients. */
 td_status td_zero_begin_step(td_zero *z, int64_t micro);

@@ -205,6 +205,12 @@ float *td_zero_owned_grads(td_zero *z) { return z->o.stage == 0 ? z->grads + z->
 float *td_zero_owned_exp_avg(td_zero *z) { return z->o.stage == 0 ? z->m + z->own_b : z->m; }
 float *td_zero_owned_exp_avg_sq(td_zero *z) { return z->o.stage == 0 ? z->v + z->own_b : z->v; }
 
+void td_zero_moments(td_zero *z, float **m, float **v, int64_t *b, int64_t *e) {
+  *m = z->m, *v = z->v;
+  *b = z->o.stage == 0 ? 0 : z->own_b;
+  *e = z->o.stage == 0 ? z->o.n : z->own_e;
+}
+
 void td_zero_bytes(const td_zero *z, int64_t *param, int64_t *grad, int64_t *optim, int64_t *work) {
   int s = z->o.stage;
   *param = 4 * (s < 3 ? z->npad : z->S);
