@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <mpi.h>
@@ -20,6 +21,13 @@
 #include "io/td_ckpt.h"
 #include "io/td_h5.h"
 #include "td_log.h"
+
+/* CPU seconds used by this process (all threads). */
+static double cpu_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 typedef struct {
   char name[64];
@@ -138,7 +146,7 @@ int main(int argc, char **argv) {
       sync();
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = td_now();
+    double t0 = td_now(), c0 = cpu_now();
     td_ckpt_writer *w = NULL;
     td_status st = td_ckpt_save_begin(MPI_COMM_WORLD, dir, r + 1, &w);
     double t1 = td_now();
@@ -146,7 +154,8 @@ int main(int argc, char **argv) {
       st = td_ckpt_write_tensor(w, ts[i].name, ts[i].ndim, ts[i].shape, nb[i], bx[i], buf[i]);
     double t2 = td_now();
     if (st == TD_OK) st = td_ckpt_save_commit(&w, 0, fin, sizeof fin);
-    double t3 = td_now();
+    double t3 = td_now(), cpu = cpu_now() - c0, cpu_max = 0;
+    MPI_Reduce(&cpu, &cpu_max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (st != TD_OK) {
       fprintf(stderr, "[%d] %s\n%s", rank, td_error_message(), td_error_trace());
       MPI_Abort(MPI_COMM_WORLD, 1);
@@ -170,10 +179,11 @@ int main(int argc, char **argv) {
     }
     if (rank == 0)
       printf("dd %.0f MB/s | save %d: %.1f MB in %.3f s = %.0f MB/s = %.2f x dd (begin "
-             "%.3f, write %.3f, commit %.3f) | load+verify %.3f s = %.0f MB/s\n",
+             "%.3f, write %.3f, commit %.3f; max CPU of a rank %.3f s) | load+verify "
+             "%.3f s = %.0f MB/s\n",
              524.288 / dd, r + 1, mb, t3 - t0, mb / (t3 - t0),
-             (mb / (t3 - t0)) / (524.288 / dd), t1 - t0, t2 - t1, t3 - t2, r1 - r0,
-             mb / (r1 - r0));
+             (mb / (t3 - t0)) / (524.288 / dd), t1 - t0, t2 - t1, t3 - t2, cpu_max,
+             r1 - r0, mb / (r1 - r0));
   }
   for (int i = 0; i < nt; ++i) free(buf[i]);
   free(buf);
