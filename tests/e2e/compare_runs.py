@@ -165,6 +165,13 @@ def compare_params(ref_path, run_path, args, problems):
     if set(ref) != set(run):
         problems.append(f"checkpoint: tensor names differ (only ref: {sorted(set(ref) - set(run))[:5]}, "
                         f"only run: {sorted(set(run) - set(ref))[:5]})")
+    # The tolerance is relative to max |p| over the whole reference model:
+    # per tensor it cannot hold where a gradient is pure rounding noise (the
+    # key bias of attention has an exactly zero gradient in exact arithmetic,
+    # and AdamW turns its noise into updates), so per-tensor ratios are
+    # reported for information only.
+    gmax = max((float(np.max(np.abs(v.astype(np.float64)))) for v in ref.values() if v.size),
+               default=0.0)
     res = []
     for name in sorted(set(ref) & set(run)):
         a, b = run[name], ref[name]
@@ -179,16 +186,16 @@ def compare_params(ref_path, run_path, args, problems):
         if args.bitwise:
             ok = a.tobytes() == b.tobytes()
         else:
-            ok = bool(np.all(np.isfinite(a64))) and diff <= args.param_rtol * scale
+            ok = bool(np.all(np.isfinite(a64))) and diff <= args.param_rtol * gmax
         if not ok:
-            problems.append(f"/model/{name}: max abs diff {diff:.3e} > {args.param_rtol:g} x max|ref| {scale:.3e}"
+            problems.append(f"/model/{name}: max abs diff {diff:.3e} > {args.param_rtol:g} x max|p_ref| {gmax:.3e}"
                             if not args.bitwise else f"/model/{name}: not bitwise identical (max abs diff {diff:.3e})")
         res.append((diff / scale if scale > 0 else diff, name, diff, scale, ok))
     res.sort(reverse=True)
     print(f"{'tensor':<28} {'max|ref|':>10} {'max|diff|':>10} {'diff/max':>9}")
     for r, name, diff, scale, ok in res[:6] + [x for x in res[6:] if not x[4]][:10]:
         print(f"{name:<28} {scale:>10.3e} {diff:>10.3e} {r:>9.2e}{'' if ok else '  FAIL'}")
-    mode = "bitwise" if args.bitwise else f"rtol {args.param_rtol:g} of max|p_ref|"
+    mode = "bitwise" if args.bitwise else f"max abs diff <= {args.param_rtol:g} x max|p_ref| = {args.param_rtol * gmax:.3e}"
     print(f"params: {len(res)} tensors compared ({mode}): {os.path.basename(ref_path)} vs {os.path.basename(run_path)}")
 
 
