@@ -5,12 +5,12 @@
 # GPT on 4 MPI ranks (data parallel) for about two minutes, evaluate it and
 # sample text. Idempotent: reruns reuse the build and the dataset, and start
 # training afresh.
-#   bash jobs/quickstart.sh            (RANKS=4 STEPS=300 to change)
+#   bash jobs/quickstart.sh            (RANKS=4 STEPS=500 to change)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source jobs/deps.sh
 RANKS=${RANKS:-4}
-STEPS=${STEPS:-300}
+STEPS=${STEPS:-500}
 echo "== quickstart: dependencies"
 # shellcheck disable=SC2086
 td_deps $TD_BUILD_PACKAGES
@@ -35,6 +35,15 @@ rm -rf runs/quickstart
 export OMP_WAIT_POLICY=passive
 mpiexec -n "$RANKS" ./build/trident train inputs/quickstart.yaml --set parallel.dp="$RANKS" \
   --set training.steps="$STEPS" --set checkpoint.resume=never
+
+echo "== quickstart: evaluate the last checkpoint"
+mpiexec -n "$RANKS" ./build/trident eval inputs/quickstart.yaml --set parallel.dp="$RANKS" --json
+
+echo "== quickstart: sample text"
+ckpt=runs/quickstart/ckpt/$(cat runs/quickstart/ckpt/latest)
+./build/trident generate --checkpoint "$ckpt" --prompt "Everyone is permitted to " \
+  --tokens 300 --temperature 0.8 --top-k 40 --seed 1
+echo
 
 echo "== quickstart: validation loss before and after"
 /usr/bin/env python3 - runs/quickstart/metrics.jsonl <<'PY' || awk '/val_loss/' runs/quickstart/metrics.jsonl
