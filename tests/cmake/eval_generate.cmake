@@ -1,0 +1,7 @@
+# Evaluation against the PyTorch reference and deterministic generation,
+# through the command line, on 1 rank and on tensor/pipeline-parallel grids.
+add_test(NAME eval_generate
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/eval_generate.sh $<TARGET_FILE:trident>
+          ${MPIEXEC_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR}/eval_generate)
+set_tests_properties(eval_generate PROPERTIES TIMEOUT 300 PROCESSORS 2 LABELS "e2e;data"
+  ENVIRONMENT "HWLOC_PLUGINS_BLACKLIST=hwloc_pci")
