@@ -188,6 +188,10 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
   td_coll_stats_total(&t->stats, &cb, &cms);
   double cbmax = 0;
   TD_MPI_CHECK(MPI_Allreduce(&cb, &cbmax, 1, MPI_DOUBLE, MPI_MAX, t->app->world));
+  /* persistent model-state bytes of the largest rank, from the ZeRO engine */
+  int64_t zb[4], zmax[4];
+  td_zero_bytes(t->zero, &zb[0], &zb[1], &zb[2], &zb[3]);
+  TD_MPI_CHECK(MPI_Allreduce(zb, zmax, 4, MPI_INT64_T, MPI_MAX, t->app->world));
   /* pipeline: each stage's measured idle fraction and peak live micro-batches,
    * gathered to the first stage of this pipeline (world rank 0 for rank 0) */
   int pp = t->grid->pp;
@@ -214,6 +218,11 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
             "\"comm_ms\": %.3f",
             (long long)t->step, loss, lr, norm, (long long)t->tokens_seen, step_s * 1e3, tps,
             (long long)rss_max, cbmax, cms);
+    fprintf(t->metrics,
+            ", \"param_bytes\": %lld, \"grad_bytes\": %lld, \"optim_bytes\": %lld, "
+            "\"work_bytes\": %lld, \"act_bytes\": %.0f",
+            (long long)zmax[0], (long long)zmax[1], (long long)zmax[2], (long long)zmax[3],
+            t->model->act_bytes);
     if (pp > 1 && pp <= 256) {
       double m = (double)t->accum;
       fprintf(t->metrics, ", \"pp_idle\": [");

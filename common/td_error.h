@@ -10,6 +10,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* X(NAME, EXIT_CODE, TEXT): the one table of status codes. */
 #define TD_STATUS_LIST(X)                                              \
   X(TD_OK, 0, "ok")                                                    \
@@ -102,5 +106,9 @@ void td_error_clear(void);
  * Memory is zeroed. Free with td_free. */
 td_status td_alloc(void **out, size_t bytes, const char *what);
 void td_free(void *p);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

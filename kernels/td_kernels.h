@@ -14,6 +14,10 @@
 
 #include "td_error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct td_kernels td_kernels;
 
 struct td_kernels {
@@ -127,5 +131,9 @@ td_status td_kernels_cpu_create(int threads, td_kernels **out);
 td_status td_kernels_create(const char *device, int threads, td_kernels **out);
 /* Destroy a back-end; accepts NULL and sets *k = NULL. */
 void td_kernels_destroy(td_kernels **k);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
