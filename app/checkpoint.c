@@ -237,6 +237,7 @@ td_status td_trainer_load(td_trainer *t, const char *path, int load_optim) {
   double t0 = td_now();
   st = td_ckpt_open(t->app->world, path, &r);
   TD_CHECK(td_agree(t->app->world, st));
+  td_ckpt_read_defer(r, 1); /* one checksum reduction for the whole file */
   hid_t f = td_ckpt_reader_file(r);
   /* the model must be the deck's */
   st = td_h5_read_string(f, path, "/config", &text);
@@ -270,6 +271,7 @@ td_status td_trainer_load(td_trainer *t, const char *path, int load_optim) {
   TD_CHECK_GOTO(td_alloc((void **)&host, (size_t)(n > 0 ? n : 1) * sizeof(float), "checkpoint staging"));
   int verify = c->checkpoint_verify;
   st = read_group(t, r, "/model", 0, n, host, verify);
+  if (st == TD_OK) st = td_ckpt_read_finish(r);
   if (st == TD_OK) st = td_zero_set_params(t->zero, host);
   TD_CHECK_GOTO(td_agree(t->app->world, st));
   int64_t step = 0, tokens = 0, epoch = 0, position = 0;
@@ -281,6 +283,7 @@ td_status td_trainer_load(td_trainer *t, const char *path, int load_optim) {
     for (int which = 0; which < 2 && st == TD_OK; ++which) {
       memset(host, 0, (size_t)n * sizeof(float));
       st = read_group(t, r, prefix[which], lo, hi, host, verify);
+      if (st == TD_OK) st = td_ckpt_read_finish(r);
       if (st == TD_OK && hi > lo)
         st = k->to_device(k, mv[which], host, (size_t)(hi - lo) * sizeof(float));
     }

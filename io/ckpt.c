@@ -48,9 +48,14 @@ struct td_ckpt_writer {
   int rank, node_rank;
   int wb_fd;          /* node leader: the .tmp opened to start write-back */
   int64_t wb_pending; /* bytes written on this node since the last start */
-  hid_t file, dxpl;
+  hid_t file, dxpl, dxpl_ind;
   int64_t step;
   int ntensor; /* tensors written so far */
+  /* per tensor: (checksum, elements, failed) of this rank, reduced once at
+   * the commit so that small tensors cost no synchronisation each */
+  int npend, cap_pend;
+  char (*pend_path)[160];
+  uint64_t *pend; /* 3 per tensor */
   int crash;   /* TD_TEST_CRASH_SAVE */
   char dir[TD_CKPT_PATH_MAX], name[64];
   char tmp[TD_CKPT_PATH_MAX], final_[TD_CKPT_PATH_MAX];
@@ -58,8 +63,14 @@ struct td_ckpt_writer {
 
 struct td_ckpt_reader {
   MPI_Comm comm;
-  hid_t file, dxpl;
+  hid_t file, dxpl, dxpl_ind;
   char path[TD_CKPT_PATH_MAX];
+  /* deferred verification (td_ckpt_read_defer): per tensor the path, the
+   * stored checksum and this rank's (checksum, elements, failed) */
+  int defer, npend, cap_pend;
+  char (*pend_path)[160];
+  uint64_t *pend; /* 4 per tensor: stored, sum, elements, failed */
+  int64_t *pend_total;
 };
 
 /* ---- checksum ---------------------------------------------------------------------- */
@@ -331,6 +342,20 @@ static td_status reduce3(MPI_Comm comm, uint64_t v[3]) {
   return TD_OK;
 }
 
+/* Tensors smaller than this are written with independent I/O: collective
+ * buffering gains nothing on them, and every collective call costs a
+ * synchronisation of all ranks (expensive when ranks share cores). */
+#define CKPT_COLLECTIVE_BYTES ((int64_t)4 << 20)
+
+static hid_t make_dxpl_mode(H5FD_mpio_xfer_t mode) {
+  hid_t p = H5Pcreate(H5P_DATASET_XFER);
+  if (p >= 0 && H5Pset_dxpl_mpio(p, mode) < 0) {
+    H5Pclose(p);
+    return -1;
+  }
+  return p;
+}
+
 static hid_t make_dxpl(void) {
   hid_t p = H5Pcreate(H5P_DATASET_XFER);
   if (p >= 0 && H5Pset_dxpl_mpio(p, H5FD_MPIO_COLLECTIVE) < 0) {
@@ -360,7 +385,10 @@ static void writer_free(td_ckpt_writer *w) {
   if (!w) return;
   if (w->wb_fd >= 0) close(w->wb_fd);
   td_h5_close(&w->dxpl);
+  td_h5_close(&w->dxpl_ind);
   td_h5_close(&w->file);
+  free(w->pend_path);
+  free(w->pend);
   if (w->node != MPI_COMM_NULL) MPI_Comm_free(&w->node);
   if (w->comm != MPI_COMM_NULL) MPI_Comm_free(&w->comm);
   td_free(w);
@@ -376,7 +404,7 @@ td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
   TD_REQUIRE(step >= 0, TD_ERR_INTERNAL, "checkpoint step %lld < 0", (long long)step);
   TD_CHECK(td_alloc((void **)&w, sizeof *w, "checkpoint writer"));
   w->comm = w->node = MPI_COMM_NULL;
-  w->file = w->dxpl = -1;
+  w->file = w->dxpl = w->dxpl_ind = -1;
   w->wb_fd = -1;
   w->step = step;
   const char *crash = getenv("TD_TEST_CRASH_SAVE");
@@ -399,6 +427,7 @@ td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
   if (w->rank == 0) st = td_ckpt_mkdir_p(dir);
   TD_CHECK_GOTO(td_agree(w->comm, st));
   w->dxpl = make_dxpl();
+  w->dxpl_ind = make_dxpl_mode(H5FD_MPIO_INDEPENDENT);
   if (w->dxpl < 0)
     st = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__,
                       "cannot make a transfer property list: %s", td_h5_error_text());
@@ -480,25 +509,33 @@ td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
     data = &dummy;
   }
   /* An empty tensor has no storage to write to (the same on every rank). */
-  if (rows * cols > 0 &&
-      H5Dwrite(d, H5T_NATIVE_FLOAT, sel.mspace, sel.fspace, w->dxpl, data) < 0 &&
+  int collective = rows * cols * (int64_t)sizeof(float) >= CKPT_COLLECTIVE_BYTES;
+  if (rows * cols > 0 && (collective || sel.nelem > 0) &&
+      H5Dwrite(d, H5T_NATIVE_FLOAT, sel.mspace, sel.fspace, collective ? w->dxpl : w->dxpl_ind,
+               data) < 0 &&
       local == TD_OK)
     local = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__,
                          "%s: cannot write tensor %s: %s", w->tmp, path,
                          td_h5_error_text());
-  uint64_t v[3] = {0, 0, local != TD_OK};
+  if (w->npend == w->cap_pend) {
+    int cap = w->cap_pend ? 2 * w->cap_pend : 256;
+    void *np = realloc(w->pend_path, (size_t)cap * sizeof *w->pend_path);
+    if (np) w->pend_path = np;
+    void *nv = np ? realloc(w->pend, (size_t)cap * 3 * sizeof(uint64_t)) : NULL;
+    if (nv) w->pend = nv;
+    if (!np || !nv) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory for checkpoint checksums");
+    w->cap_pend = cap;
+  }
+  uint64_t *v = w->pend + 3 * (size_t)w->npend;
+  snprintf(w->pend_path[w->npend], sizeof w->pend_path[0], "%s", path);
+  v[0] = 0, v[1] = 0, v[2] = local != TD_OK;
   if (local == TD_OK) {
     for (int i = 0; i < nbox; ++i) v[0] += box_checksum(&boxes[i], cols, src);
     v[1] = (uint64_t)nelem;
   }
-  TD_CHECK_GOTO(reduce3(w->comm, v));
-  if (v[2]) TD_CHECK_GOTO(td_agree(w->comm, local));
-  if (v[1] != (uint64_t)(rows * cols))
-    TD_FAIL_GOTO(TD_ERR_INTERNAL,
-                 "tensor %s: the ranks' boxes hold %llu elements, the tensor %lld",
-                 path, (unsigned long long)v[1], (long long)(rows * cols));
-  TD_CHECK_GOTO(td_h5_attr_write_u64(d, "checksum", v[0]));
-  writeback_kick(w, (int64_t)(v[1] * sizeof(float))); /* v[1]: all ranks' elements */
+  w->npend++;
+  /* a rank that failed keeps its message; the commit agrees on it */
+  writeback_kick(w, (int64_t)((uint64_t)nelem * sizeof(float)) * (w->node_rank == 0));
   w->ntensor++;
   if (w->crash && w->ntensor == 3) {
     H5Dclose(d);
@@ -523,7 +560,46 @@ td_status td_ckpt_save_commit(td_ckpt_writer **wp, int keep, char *final_path,
   if (cap) final_path[0] = '\0';
   TD_REQUIRE(w && w->file >= 0, TD_ERR_INTERNAL, "checkpoint writer is not open");
   *wp = NULL;
+  /* 0. checksums and element counts of every tensor: one reduction, then the
+   * attributes (metadata, the same on every rank). */
+  {
+    int n = w->npend;
+    uint64_t *sum = calloc((size_t)3 * (n > 0 ? n : 1), sizeof(uint64_t));
+    if (!sum) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
+    uint64_t failed = 0;
+    for (int i = 0; i < n; ++i) failed |= w->pend[3 * i + 2];
+    st = failed ? td_error_status() : TD_OK;
+    if (n > 0 && MPI_Allreduce(w->pend, sum, 3 * n, MPI_UINT64_T, MPI_SUM, w->comm) != MPI_SUCCESS)
+      st = td_error_set(TD_ERR_MPI, __FILE__, __LINE__, __func__, "reducing checksums failed");
+    td_status agreed = td_agree(w->comm, st);
+    for (int i = 0; i < n && agreed == TD_OK; ++i) {
+      hid_t d = H5Dopen2(w->file, w->pend_path[i], H5P_DEFAULT);
+      hsize_t dims[2] = {1, 1};
+      hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
+      int nd = sp >= 0 ? H5Sget_simple_extent_dims(sp, dims, NULL) : -1;
+      if (sp >= 0) H5Sclose(sp);
+      uint64_t expect = nd == 2 ? dims[0] * dims[1] : nd == 1 ? dims[0] : 0;
+      if (d < 0)
+        agreed = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__, "%s: cannot reopen %s: %s",
+                              w->tmp, w->pend_path[i], td_h5_error_text());
+      else if (sum[3 * i + 1] != expect)
+        agreed = td_error_set(TD_ERR_INTERNAL, __FILE__, __LINE__, __func__,
+                              "tensor %s: the ranks' boxes hold %llu elements, the tensor %llu",
+                              w->pend_path[i], (unsigned long long)sum[3 * i + 1],
+                              (unsigned long long)expect);
+      else
+        agreed = td_h5_attr_write_u64(d, "checksum", sum[3 * i]);
+      if (d >= 0) H5Dclose(d);
+    }
+    free(sum);
+    st = agreed;
+    if (st != TD_OK) {
+      td_h5_close(&w->file);
+      goto done;
+    }
+  }
   td_h5_close(&w->dxpl);
+  td_h5_close(&w->dxpl_ind);
   /* 1. close: every rank's data is handed to the OS. */
   if (H5Fclose(w->file) < 0)
     st = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__,
@@ -565,6 +641,10 @@ void td_ckpt_save_abort(td_ckpt_writer **wp) {
 static void reader_free(td_ckpt_reader *r) {
   if (!r) return;
   td_h5_close(&r->dxpl);
+  td_h5_close(&r->dxpl_ind);
+  free(r->pend_path);
+  free(r->pend);
+  free(r->pend_total);
   td_h5_close(&r->file);
   if (r->comm != MPI_COMM_NULL) MPI_Comm_free(&r->comm);
   td_free(r);
@@ -614,7 +694,7 @@ td_status td_ckpt_open(MPI_Comm comm, const char *path, td_ckpt_reader **out) {
              "checkpoint path is empty or too long");
   TD_CHECK(td_alloc((void **)&r, sizeof *r, "checkpoint reader"));
   r->comm = MPI_COMM_NULL;
-  r->file = r->dxpl = -1;
+  r->file = r->dxpl = r->dxpl_ind = -1;
   snprintf(r->path, sizeof r->path, "%s", path);
   if (MPI_Comm_dup(comm, &r->comm) != MPI_SUCCESS) {
     r->comm = MPI_COMM_NULL;
@@ -632,6 +712,7 @@ td_status td_ckpt_open(MPI_Comm comm, const char *path, td_ckpt_reader **out) {
   if (st == TD_OK) st = check_format(r->file, path);
   if (st == TD_OK) {
     r->dxpl = make_dxpl();
+    r->dxpl_ind = make_dxpl_mode(H5FD_MPIO_INDEPENDENT);
     if (r->dxpl < 0)
       st = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__,
                         "cannot make a transfer property list: %s", td_h5_error_text());
@@ -646,6 +727,49 @@ done:
 
 hid_t td_ckpt_reader_file(td_ckpt_reader *r) { return r ? r->file : -1; }
 const char *td_ckpt_reader_path(td_ckpt_reader *r) { return r ? r->path : ""; }
+
+void td_ckpt_read_defer(td_ckpt_reader *r, int defer) { r->defer = defer; }
+
+td_status td_ckpt_read_finish(td_ckpt_reader *r) {
+  td_status st = TD_OK;
+  int n = r->npend;
+  uint64_t failed = 0;
+  uint64_t *mine = calloc((size_t)3 * (n > 0 ? n : 1), sizeof(uint64_t));
+  uint64_t *sum = calloc((size_t)3 * (n > 0 ? n : 1), sizeof(uint64_t));
+  if (!mine || !sum) {
+    free(mine);
+    free(sum);
+    TD_FAIL(TD_ERR_NOMEM, "out of memory");
+  }
+  for (int i = 0; i < n; ++i) {
+    mine[3 * i] = r->pend[4 * i + 1], mine[3 * i + 1] = r->pend[4 * i + 2];
+    mine[3 * i + 2] = r->pend[4 * i + 3];
+    failed |= r->pend[4 * i + 3];
+  }
+  st = failed ? td_error_status() : TD_OK;
+  if (n > 0 && MPI_Allreduce(mine, sum, 3 * n, MPI_UINT64_T, MPI_SUM, r->comm) != MPI_SUCCESS)
+    st = td_error_set(TD_ERR_MPI, __FILE__, __LINE__, __func__, "reducing checksums failed");
+  st = td_agree(r->comm, st);
+  for (int i = 0; i < n && st == TD_OK; ++i) {
+    if (r->pend_total[i] < 0) continue; /* not verified */
+    if (sum[3 * i + 1] != (uint64_t)r->pend_total[i])
+      st = td_error_set(TD_ERR_INTERNAL, __FILE__, __LINE__, __func__,
+                        "tensor %s: the ranks' verify boxes hold %llu elements, the tensor %lld",
+                        r->pend_path[i], (unsigned long long)sum[3 * i + 1],
+                        (long long)r->pend_total[i]);
+    else if (sum[3 * i] != r->pend[4 * i])
+      st = td_error_set(TD_ERR_CKPT, __FILE__, __LINE__, __func__,
+                        "%s: tensor %s: CHECKSUM MISMATCH (stored 0x%016llx, computed 0x%016llx): "
+                        "the file is damaged",
+                        r->path, r->pend_path[i], (unsigned long long)r->pend[4 * i],
+                        (unsigned long long)sum[3 * i]);
+  }
+  if (st != TD_OK) td_error_mark_agreed(); /* every rank found the same */
+  r->npend = 0;
+  free(mine);
+  free(sum);
+  return st;
+}
 
 void td_ckpt_close(td_ckpt_reader **r) {
   if (!r || !*r) return;
@@ -719,8 +843,10 @@ td_status td_ckpt_read_tensor(td_ckpt_reader *r, const char *path, int ndim,
     TD_CHECK_GOTO(sel_build(r->path, path, ndim, gshape, 0, NULL, NULL, 1, 0, &sel));
   float dummy = 0.0f;
   float *data = sel.stage ? sel.stage : (sel.nelem == 0 || !dst) ? &dummy : dst;
-  if (rows * cols > 0 &&
-      H5Dread(d, H5T_NATIVE_FLOAT, sel.mspace, sel.fspace, r->dxpl, data) < 0 &&
+  int collective = rows * cols * (int64_t)sizeof(float) >= CKPT_COLLECTIVE_BYTES;
+  if (rows * cols > 0 && (collective || sel.nelem > 0) &&
+      H5Dread(d, H5T_NATIVE_FLOAT, sel.mspace, sel.fspace,
+              collective || r->dxpl_ind < 0 ? r->dxpl : r->dxpl_ind, data) < 0 &&
       local == TD_OK)
     local = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__,
                          "%s: cannot read tensor %s: %s", r->path, path,
@@ -730,6 +856,36 @@ td_status td_ckpt_read_tensor(td_ckpt_reader *r, const char *path, int ndim,
   if (local == TD_OK && verify) {
     for (int i = 0; i < nvbox; ++i) v[0] += box_checksum(&vboxes[i], cols, dst);
     v[1] = (uint64_t)nv;
+  }
+  if (r->defer) { /* checked together by td_ckpt_read_finish */
+    if (r->npend == r->cap_pend) {
+      int cap = r->cap_pend ? 2 * r->cap_pend : 256;
+      void *np = realloc(r->pend_path, (size_t)cap * sizeof *r->pend_path);
+      if (np) r->pend_path = np;
+      void *nv2 = np ? realloc(r->pend, (size_t)cap * 4 * sizeof(uint64_t)) : NULL;
+      if (nv2) r->pend = nv2;
+      void *nt = nv2 ? realloc(r->pend_total, (size_t)cap * sizeof(int64_t)) : NULL;
+      if (nt) r->pend_total = nt;
+      if (!np || !nv2 || !nt) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory for checksums");
+      r->cap_pend = cap;
+    }
+    uint64_t *q = r->pend + 4 * (size_t)r->npend;
+    uint64_t stored = 0;
+    if (verify && local == TD_OK) {
+      htri_t ex = H5Aexists(d, "checksum");
+      if (ex <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        local = td_error_set(TD_ERR_CKPT, __FILE__, __LINE__, __func__,
+                             "%s: tensor %s has no checksum attribute", r->path, path);
+      } else if (td_h5_attr_read_u64(d, r->path, "checksum", &stored) != TD_OK) {
+        local = as_ckpt_error(__FILE__, __LINE__, __func__, r->path, "bad checksum attribute");
+      }
+    }
+    snprintf(r->pend_path[r->npend], sizeof r->pend_path[0], "%s", path);
+    q[0] = stored, q[1] = v[0], q[2] = v[1], q[3] = local != TD_OK;
+    r->pend_total[r->npend] = verify ? rows * cols : -1;
+    r->npend++;
+    goto done;
   }
   TD_CHECK_GOTO(reduce3(r->comm, v));
   if (v[2]) TD_CHECK_GOTO(td_agree(r->comm, local));

@@ -86,12 +86,14 @@ td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
  * same path/ndim/gshape and its own boxes (nbox may be 0; src may then be
  * NULL). Creates the float32 dataset `path` (e.g. "/model/wte.weight",
  * intermediate groups created; contiguous layout) of global shape gshape
- * (ndim 1: (n), ndim 2: (rows, cols)); each rank writes its boxes in one
- * collective H5Dwrite. The boxes of all ranks must cover the tensor exactly
- * once: boxes outside the shape and a total element count different from
- * the tensor's are errors (TD_ERR_INTERNAL; overlaps that happen to
- * compensate holes are not detected). Stores the attribute `checksum` (see
- * above). */
+ * (ndim 1: (n), ndim 2: (rows, cols)); each rank writes its boxes with one
+ * H5Dwrite: collective for tensors of 4 MiB or more, independent below (no
+ * synchronisation per small tensor). The boxes of all ranks must cover the
+ * tensor exactly once: boxes outside the shape and a total element count
+ * different from the tensor's are errors (TD_ERR_INTERNAL; overlaps that
+ * happen to compensate holes are not detected), reported — like a failed
+ * write on any rank — by td_ckpt_save_commit, which also stores every
+ * tensor's `checksum` attribute (see above) after one reduction for all. */
 td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
                                const int64_t *gshape, int nbox,
                                const td_ckpt_box *boxes, const float *src);
@@ -160,6 +162,13 @@ td_status td_ckpt_read_tensor(td_ckpt_reader *r, const char *path, int ndim,
 
 /* Collective: close. Accepts NULL / *r == NULL; sets *r = NULL. */
 void td_ckpt_close(td_ckpt_reader **r);
+/* Defer checksum verification (and failure agreement) of the following
+ * td_ckpt_read_tensor calls to td_ckpt_read_finish: one reduction for all
+ * tensors instead of one each. Same value on every rank. */
+void td_ckpt_read_defer(td_ckpt_reader *r, int defer);
+/* Verify every deferred tensor. Collective. A mismatch is TD_ERR_CKPT naming
+ * the file and the tensor, the same on every rank. */
+td_status td_ckpt_read_finish(td_ckpt_reader *r);
 
 /* ---- inspection -------------------------------------------------------------- */
 
