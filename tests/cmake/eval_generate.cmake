@@ -5,3 +5,10 @@ add_test(NAME eval_generate
           ${MPIEXEC_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR}/eval_generate)
 set_tests_properties(eval_generate PROPERTIES TIMEOUT 300 PROCESSORS 2 LABELS "e2e;data"
   ENVIRONMENT "HWLOC_PLUGINS_BLACKLIST=hwloc_pci")
+
+# Runtime and input errors of `trident train`: exit codes and one message.
+add_test(NAME train_errors
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_errors.sh $<TARGET_FILE:trident>
+          ${MPIEXEC_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR}/train_errors)
+set_tests_properties(train_errors PROPERTIES TIMEOUT 300 PROCESSORS 2 LABELS "e2e"
+  ENVIRONMENT "HWLOC_PLUGINS_BLACKLIST=hwloc_pci")
