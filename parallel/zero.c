@@ -139,6 +139,11 @@ td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *st
   TD_CHECK_GOTO(k->alloc(k, (void **)&z->v, stage == 0 ? full : shard, "AdamW second moments"));
   /* working buffers: slots 0 and 1 for the persistent units, then block slots */
   z->nslots = stage >= 2 ? 2 + NBLOCK_SLOTS : 0;
+  /* a reduce-scatter receives this rank's share of one unit */
+  int64_t share = 1;
+  for (int u = 0; u < o->nunits; ++u)
+    if (!unit_empty(z, u) && UCOUNTS(z, u)[z->rank] > share) share = UCOUNTS(z, u)[z->rank];
+  size_t rbytes = (size_t)share * sizeof(float);
   for (int i = 0; i < z->nslots; ++i) {
     slot *ps = &z->pslots[i], *gs = &z->gslots[i];
     ps->unit = gs->unit = -1;
@@ -149,8 +154,8 @@ td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *st
       z->bytes_work += (int64_t)ub;
     }
     TD_CHECK_GOTO(k->alloc(k, (void **)&gs->buf, ub, "unit gradients"));
-    TD_CHECK_GOTO(k->alloc(k, (void **)&gs->recv, shard, "gradient shard receive buffer"));
-    z->bytes_work += (int64_t)ub + (int64_t)shard;
+    TD_CHECK_GOTO(k->alloc(k, (void **)&gs->recv, rbytes, "gradient shard receive buffer"));
+    z->bytes_work += (int64_t)ub + (int64_t)rbytes;
   }
   z->bucket_lo = z->bucket_hi = -1;
 done:
@@ -189,6 +194,7 @@ void td_zero_destroy(td_zero **zp) {
 
 td_status td_zero_set_params(td_zero *z, const float *host) {
   td_kernels *k = z->k;
+  for (int i = 0; i < z->nslots; ++i) z->pslots[i].valid = 0; /* gathered copies are stale */
   if (z->o.stage < 3)
     return k->to_device(k, z->params, host, (size_t)z->o.n * sizeof(float));
   TD_CHECK(k->zero(k, z->params, (size_t)z->S * sizeof(float)));
@@ -511,6 +517,7 @@ td_status td_zero_adamw(td_zero *z, float lr, float beta1, float beta2, float ep
 
 td_status td_zero_gather_params(td_zero *z) {
   int stage = z->o.stage;
+  for (int i = 0; i < z->nslots; ++i) z->pslots[i].valid = 0; /* gathered copies are stale */
   if (z->dp == 1) return TD_OK;
   if (stage == 1 || stage == 2) {
     TD_CHECK(z->k->sync(z->k));
