@@ -53,11 +53,17 @@ td_status td_cpu_xent_sumexp(td_kernels *k, float *sumexp, float *tlogit,
   return TD_OK;
 }
 
-/* d_j = scale·exp(l_j − mx)/se for j < Vvalid, 0 for padding (aliasing ok). */
+/* d_j = scale·exp(l_j − mx)/se for j < Vvalid, 0 for padding (aliasing ok).
+ * Values below FLT_MIN are flushed to 0: subnormal entries of dlogits would
+ * slow both LM-head backward products (microcode assists) for no accuracy. */
 TD_CPU_CLONES static void row_softmax_grad(float *d, const float *l, int64_t Vs,
                                            int64_t V, float mx, float scale_se) {
 #pragma omp simd
-  for (int64_t j = 0; j < V; j++) d[j] = scale_se * td_cpu_expf(l[j] - mx);
+  for (int64_t j = 0; j < V; j++) {
+    float x = l[j] - mx;
+    float g = x < -87.0f ? 0.0f : scale_se * td_cpu_expf(x);
+    d[j] = g < 1.17549435e-38f ? 0.0f : g; /* FLT_MIN */
+  }
   for (int64_t j = V; j < Vs; j++) d[j] = 0.0f;
 }
 

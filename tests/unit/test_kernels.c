@@ -461,6 +461,65 @@ static void test_attention(td_kernels *k, int64_t B, int64_t T, int64_t NH, int6
   free(attd), free(R), free(rq), free(g);
 }
 
+/* Peaked attention (large scores): probabilities and their gradients that
+ * would be subnormal are flushed to 0 (subnormal operands slow every later
+ * product ~30x), and results still match the float64 reference. */
+static int is_subnormal(float x) { return x != 0.0f && fabsf(x) < 1.17549435e-38f; }
+
+static void test_attention_tiny(td_kernels *k) {
+  const int64_t B = 1, T = 67, NH = 2, HS = 8, C = NH * HS;
+  int64_t nq = B * T * 3 * C, no = B * T * C, na = B * NH * T * T;
+  float *qkv = NEWF(nq), *out = NEWF(no), *att = NEWF(na), *dout = NEWF(no);
+  float *dqkv = NEWF(nq), *scr = NEWF(na);
+  double *qd = NEWD(nq), *outd = NEWD(no), *attd = NEWD(na), *R = NEWD(no), *rq = NEWD(nq);
+  fill(qkv, qd, nq, 12.0); /* scores up to ~400: exp(s − max) underflows */
+  fill(dout, R, no, 1.0);
+  att_ctx c = {B, T, NH, HS, qd, R};
+  att_ref(&c, outd, attd);
+  int64_t tiny_ref = 0, sub = 0, bad = 0;
+  for (int64_t i = 0; i < na; i++) tiny_ref += attd[i] > 0.0 && attd[i] < 1.17549435e-38;
+  CK(k->attention_fwd(k, out, att, qkv, B, T, NH, HS));
+  for (int64_t i = 0; i < na; i++) {
+    sub += is_subnormal(att[i]);
+    bad += attd[i] < 1.17549435e-38 && att[i] != 0.0f;
+  }
+  report(tiny_ref > 0 && sub == 0 && bad == 0,
+         "attention_fwd: probabilities below FLT_MIN are 0 (no subnormals)", (double)sub, 0);
+  /* scores of ~400 carry float rounding of ~2e-5 (absolute), so exp does too */
+  check_close("attention_fwd out, peaked scores", out, outd, no, 2e-4);
+  CK(k->attention_bwd(k, dqkv, scr, dout, qkv, att, B, T, NH, HS));
+  att_ref_bwd(&c, attd, rq);
+  check_close("attention_bwd dqkv, peaked scores", dqkv, rq, nq, 2e-4);
+  free(qkv), free(out), free(att), free(dout), free(dqkv), free(scr), free(qd), free(outd);
+  free(attd), free(R), free(rq);
+}
+
+/* xent_bwd on logits spread over ~200: softmax terms below FLT_MIN are 0. */
+static void test_xent_tiny(td_kernels *k) {
+  const int64_t N = 5, V = 70;
+  float *lg = NEWF(N * V), *dl = NEWF(N * V), *mx = NEWF(N), *se = NEWF(N), *tl = NEWF(N);
+  int32_t tgt[5] = {0, 3, 69, 10, 1};
+  for (int64_t i = 0; i < N * V; i++) lg[i] = -3.0f * (float)(i % V) + (float)(i / V);
+  CK(k->xent_rowmax(k, mx, lg, N, V, V));
+  CK(k->xent_sumexp(k, se, tl, lg, mx, tgt, 0, N, V, V));
+  CK(k->xent_bwd(k, dl, lg, mx, se, tgt, 0, 0.5f, N, V, V));
+  int64_t sub = 0;
+  double worst = 0.0;
+  for (int64_t n = 0; n < N; n++) {
+    double m = mx[n], s = 0.0;
+    for (int64_t j = 0; j < V; j++) s += exp((double)lg[n * V + j] - m);
+    for (int64_t j = 0; j < V; j++) {
+      double r = 0.5 * (exp((double)lg[n * V + j] - m) / s - (j == tgt[n]));
+      double e = fabs((double)dl[n * V + j] - r);
+      worst = e > worst ? e : worst;
+      sub += is_subnormal(dl[n * V + j]);
+    }
+  }
+  report(sub == 0 && worst <= 1e-6, "xent_bwd: terms below FLT_MIN are 0 (no subnormals)",
+         worst, 1e-6);
+  free(lg), free(dl), free(mx), free(se), free(tl);
+}
+
 /* ---- gelu, pointwise --------------------------------------------------------------------- */
 
 static double gelu_d(double x) {
@@ -797,6 +856,7 @@ int main(int argc, char **argv) {
   test_attention(k, 2, 67, 3, 64, 0);
   test_attention(k, 1, 193, 2, 8, 0); /* causal row blocks: 3 uneven */
   test_attention(k, 2, 256, 1, 16, 0); /* causal row blocks: 4 */
+  test_attention_tiny(k);
 
   test_gelu(k, 1);
   test_gelu(k, 20);
@@ -806,6 +866,7 @@ int main(int argc, char **argv) {
 
   test_xent(k, 7);
   test_xent(k, 13);
+  test_xent_tiny(k);
 
   test_adamw(k, 13);
   test_adamw(k, 100003);
