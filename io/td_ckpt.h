@@ -87,8 +87,8 @@ td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
  * NULL). Creates the float32 dataset `path` (e.g. "/model/wte.weight",
  * intermediate groups created; contiguous layout) of global shape gshape
  * (ndim 1: (n), ndim 2: (rows, cols)); each rank writes its boxes with one
- * H5Dwrite: collective for tensors of 4 MiB or more, independent below (no
- * synchronisation per small tensor). The boxes of all ranks must cover the
+ * H5Dwrite: independent MPI-IO (no synchronisation per tensor), or collective
+ * for tensors of at least $TD_CKPT_COLLECTIVE_MB MiB when that is set. The boxes of all ranks must cover the
  * tensor exactly once: boxes outside the shape and a total element count
  * different from the tensor's are errors (TD_ERR_INTERNAL; overlaps that
  * happen to compensate holes are not detected), reported — like a failed
