@@ -133,8 +133,11 @@ td_status td_trainer_save(td_trainer *t, char *path_out, size_t cap) {
   td_zero_owned(t->zero, &ob, &oe);
   size_t nown = (size_t)(oe > ob ? oe - ob : 1);
   double t0 = td_now();
-  /* signals arriving during the save only set the flag again */
-  TD_CHECK(td_alloc((void **)&host, nown * sizeof(float), "checkpoint staging"));
+  /* Host back-ends write straight from their buffers; device back-ends
+   * stage through one host buffer kept for every save (no page faults). */
+  if (!k->host_memory && !t->ckpt_stage)
+    TD_CHECK(td_alloc((void **)&t->ckpt_stage, nown * sizeof(float), "checkpoint staging"));
+  host = t->ckpt_stage;
   TD_CHECK_GOTO(td_ckpt_save_begin(t->app->world, c->checkpoint_dir, t->step, &w));
   hid_t f = td_ckpt_writer_file(w);
   int64_t grid[3] = {c->parallel_dp, c->parallel_tp, c->parallel_pp};
@@ -152,7 +155,11 @@ td_status td_trainer_save(td_trainer *t, char *path_out, size_t cap) {
   float *src[3] = {td_zero_owned_params(t->zero), td_zero_owned_exp_avg(t->zero),
                    td_zero_owned_exp_avg_sq(t->zero)};
   for (int which = 0; which < 3; ++which) {
-    if (oe > ob) TD_CHECK_GOTO(k->to_host(k, host, src[which], (size_t)(oe - ob) * sizeof(float)));
+    const float *from = src[which];
+    if (!k->host_memory && oe > ob) {
+      TD_CHECK_GOTO(k->to_host(k, host, src[which], (size_t)(oe - ob) * sizeof(float)));
+      from = host;
+    }
     for (int i = 0; i < m->reg->n; ++i) {
       const td_param *p = &m->reg->p[i];
       td_ckpt_box boxes[MAX_BOX];
@@ -161,7 +168,7 @@ td_status td_trainer_save(td_trainer *t, char *path_out, size_t cap) {
       snprintf(name, sizeof name, "%s/%s", prefix[which], p->name);
       int64_t d[2];
       dims_of(p, d);
-      TD_CHECK_GOTO(td_ckpt_write_tensor(w, name, p->ndim, d, nb, boxes, host));
+      TD_CHECK_GOTO(td_ckpt_write_tensor(w, name, p->ndim, d, nb, boxes, from));
     }
   }
   hid_t g = -1;
@@ -197,7 +204,6 @@ td_status td_trainer_save(td_trainer *t, char *path_out, size_t cap) {
 done:
   if (w) td_ckpt_save_abort(&w);
   free(yaml);
-  td_free(host);
   return st;
 }
 

@@ -38,6 +38,7 @@ typedef struct td_trainer {
   int32_t *tok_in, *tok_tgt, *tok_win; /* host (B·T), (B·T), (T+1) */
   FILE *metrics;       /* rank 0 */
   int threads;
+  float *ckpt_stage;    /* host staging for checkpoints (device back-ends), kept */
   int quiet;           /* no progress lines on stdout (generate prints text there) */
   const char *dump_path; /* --dump FILE (testing) */
   float *grad_snapshot;  /* when set: host copy of the unclipped gradients of the last step */

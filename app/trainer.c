@@ -218,6 +218,7 @@ void td_trainer_destroy(td_trainer **tp) {
   td_free(t->tok_in);
   td_free(t->tok_tgt);
   td_free(t->tok_win);
+  td_free(t->ckpt_stage);
   if (t->metrics) fclose(t->metrics);
   free(t);
   *tp = NULL;

@@ -24,6 +24,7 @@ struct td_kernels {
   const char *name;        /* "cpu", "cuda" */
   const char *matmul_name; /* "onednn", "cblas", "cublas" */
   void *state;             /* back-end private state (primitive cache, ...) */
+  int host_memory;         /* buffers live in host memory (MPI and HDF5 may use them directly) */
 
   /* ---- memory ---------------------------------------------------------- */
   /* Zeroed allocation in the back-end's memory; `what` names it in errors. */

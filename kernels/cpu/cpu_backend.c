@@ -60,6 +60,7 @@ td_status td_kernels_cpu_create(int threads, td_kernels **out) {
   TD_CHECK_GOTO(td_cpu_mm_engine_create(s));
 
   k->name = "cpu";
+  k->host_memory = 1;
   k->matmul_name = td_cpu_mm_engine_name;
   k->alloc = cpu_alloc;
   k->free = cpu_free;
