@@ -1,0 +1,183 @@
+# shellcheck shell=bash disable=SC2034
+# ckpt_lib.sh — shared by the end-to-end checkpoint tests (tests/e2e/ckpt_*.sh);
+# sourced, not run. Every script takes TRIDENT WORKDIR first and calls
+#   ck_init TRIDENT WORKDIR      paths, environment, the corpus (prepared once)
+# then uses pass/fail/check_* to print PASS/FAIL lines and ck_finish to print
+# "N passed, M failed" and exit 0 only when nothing failed.
+#
+# Runs use inputs/tiny.yaml (4 layers, dim 128, vocab 256, T 64, global batch
+# 8) on the license texts. A grid is "dp,tp,pp,zero[,micro_batch]".
+#
+# WORKDIR is shared by the tests: the corpus and the single-rank reference
+# runs (ck_ensure_ref) are made once, under flock, and stamped with a
+# checksum of TRIDENT so a rebuilt binary makes fresh ones.
+#
+# Environment: MPIEXEC (default mpiexec), OMP_NUM_THREADS (default 1),
+# TD_RUN_TIMEOUT seconds per trident run (default 300).
+
+ck_npass=0
+ck_nfail=0
+pass() { echo "PASS $*"; ck_npass=$((ck_npass + 1)); }
+fail() { echo "FAIL $*"; ck_nfail=$((ck_nfail + 1)); }
+info() { echo "     $*"; }
+# check COND_STATUS NAME: pass when the previous command succeeded.
+ck_finish() {
+  echo "$ck_npass passed, $ck_nfail failed"
+  [ "$ck_nfail" = 0 ] && exit 0
+  exit 1
+}
+# Fatal: a prerequisite failed; count it, print the summary, stop.
+ck_abort() {
+  fail "$*"
+  ck_finish
+}
+
+ck_init() {
+  trident=$1 work=$2
+  case $trident in /*) ;; *) trident=$(pwd)/$trident ;; esac
+  [ -x "$trident" ] || { echo "FAIL $trident is not an executable"; echo "0 passed, 1 failed"; exit 1; }
+  ck_src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  deck=$ck_src/inputs/tiny.yaml
+  compare=$ck_src/tests/e2e/compare_runs.py
+  ckdiff=$ck_src/tests/e2e/ckpt_diff.py
+  py=/usr/bin/python3
+  mpiexec=${MPIEXEC:-mpiexec}
+  run_timeout=${TD_RUN_TIMEOUT:-300}
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+  export HWLOC_PLUGINS_BLACKLIST=${HWLOC_PLUGINS_BLACKLIST:-hwloc_pci}
+  unset TD_TEST_CRASH_SAVE
+  mkdir -p "$work"
+  work=$(cd "$work" && pwd)
+  corpus=$work/corpus.h5
+  ck_with_lock "$work/.corpus.lock" ck_prepare_corpus
+  [ -f "$corpus" ] || ck_abort "cannot prepare the corpus $corpus"
+  ck_stamp_bin="$(cksum <"$trident" | cut -d' ' -f1) $(cksum <"$deck" | cut -d' ' -f1)"
+}
+
+ck_with_lock() {
+  local lock=$1
+  shift
+  (
+    flock -x 9
+    "$@"
+  ) 9>"$lock"
+}
+
+ck_prepare_corpus() {
+  [ -f "$corpus" ] && return 0
+  local tmp=$corpus.tmp.$$
+  "$trident" prepare --out "$tmp" --val-fraction 0.1 /usr/share/common-licenses >/dev/null &&
+    mv -f "$tmp" "$corpus"
+}
+
+# ck_grid GRID -> g_np (ranks) and g_args (the --set arguments).
+ck_grid() {
+  local IFS=,
+  # shellcheck disable=SC2206
+  local f=($1)
+  if [ ${#f[@]} -lt 4 ] || [ ${#f[@]} -gt 5 ]; then
+    echo "bad grid '$1' (want dp,tp,pp,zero[,micro_batch])" >&2
+    exit 2
+  fi
+  g_np=$((f[0] * f[1] * f[2]))
+  g_args=(--set "parallel.dp=${f[0]}" --set "parallel.tp=${f[1]}"
+          --set "parallel.pp=${f[2]}" --set "parallel.zero=${f[3]}")
+  if [ ${#f[@]} = 5 ]; then g_args+=(--set "parallel.micro_batch=${f[4]}"); fi
+}
+
+# ck_train GRID DIR LOG [--set k=v]... — one `trident train` of the tiny deck
+# into DIR (run.out_dir; checkpoints in DIR/ckpt) on GRID; output in LOG.
+# Sets ck_rc (the exit status; 124 after TD_RUN_TIMEOUT) and ck_cmd.
+ck_train() {
+  local grid=$1 dir=$2 log=$3
+  shift 3
+  ck_grid "$grid"
+  mkdir -p "$dir"
+  ck_cmd=("$mpiexec" -n "$g_np" "$trident" train "$deck" --set "data.train=$corpus"
+          "${g_args[@]}" --set "run.out_dir=$dir" "$@")
+  echo "+ ${ck_cmd[*]}" >>"$log"
+  ck_rc=0
+  timeout -k 5 "$run_timeout" "${ck_cmd[@]}" >>"$log" 2>&1 </dev/null || ck_rc=$?
+  return 0
+}
+
+# ck_show_log LOG — the tail of a run's output, indented.
+ck_show_log() {
+  tail -n "${2:-15}" "$1" | sed 's/^/     | /'
+}
+
+# ck_train_ok GRID DIR WHAT [--set k=v]... — ck_train into a fresh DIR (log
+# DIR.log); a failure is fatal for the script.
+ck_train_ok() {
+  local grid=$1 dir=$2 what=$3
+  shift 3
+  rm -rf "$dir" "$dir.log"
+  local t0=$SECONDS
+  ck_train "$grid" "$dir" "$dir.log" "$@"
+  if [ "$ck_rc" != 0 ]; then
+    fail "$what: trident exited $ck_rc at grid $grid"
+    info "command: ${ck_cmd[*]}"
+    ck_show_log "$dir.log"
+    ck_finish
+  fi
+  info "$what: grid $grid ok ($((SECONDS - t0)) s)"
+}
+
+# The single-rank reference run used by the resharding and h5py tests:
+# grid 1,1,1,0, 20 steps, a checkpoint every 10 steps, constant learning
+# rate after the warm-up (so a 10-step run on another grid saves exactly the
+# state of this run's step 10), global batch GB. Sets ref_dir.
+# The constant rate is written as a linear decay to min_lr = lr (1e-3, the
+# deck's): schedule.decay=constant is taken for cosine by td_lr_at, which
+# switches on the first letter only.
+ck_ref_args() {
+  ref_args=(--set "training.global_batch=$1" --set schedule.decay=linear
+            --set optimizer.lr=1.0e-3 --set schedule.min_lr=1.0e-3
+            --set checkpoint.resume=never --set checkpoint.keep=0)
+}
+ck_ensure_ref() {
+  local gb=$1
+  ref_dir=$work/ref_gb$gb
+  ck_with_lock "$ref_dir.lock" ck_make_ref "$gb"
+  [ -f "$ref_dir/stamp" ] || ck_abort "reference run (global batch $gb) failed: see $ref_dir.log"
+}
+ck_make_ref() {
+  local gb=$1 stamp
+  stamp="$ck_stamp_bin gb=$gb linear-const"
+  if [ -f "$ref_dir/stamp" ] && [ "$(cat "$ref_dir/stamp")" = "$stamp" ]; then
+    info "reusing reference $ref_dir"
+    return 0
+  fi
+  ck_ref_args "$gb"
+  rm -rf "$ref_dir" "$ref_dir.log"
+  ck_train 1,1,1,0 "$ref_dir" "$ref_dir.log" "${ref_args[@]}" --set training.steps=20 \
+    --set checkpoint.every=10
+  if [ "$ck_rc" != 0 ]; then
+    echo "reference run exited $ck_rc:"
+    ck_show_log "$ref_dir.log"
+    return 1
+  fi
+  # the premise of the 10-step sources: lr is 1e-3 from step 5 on
+  if ! "$py" -c '
+import json, sys
+bad = [(r["step"], r["lr"]) for r in map(json.loads, open(sys.argv[1])) if "lr" in r and r["step"] >= 5 and abs(r["lr"] - 1e-3) > 1e-12]
+sys.exit(f"the reference learning rate is not constant after the warm-up: {bad[:3]}" if bad else 0)
+' "$ref_dir/metrics.jsonl"; then
+    return 1
+  fi
+  echo "$stamp" >"$ref_dir/stamp"
+  info "reference run (1,1,1, global batch $gb) -> $ref_dir"
+}
+
+# ck_latest DIR — the name in DIR/ckpt/latest (empty if none).
+ck_latest() {
+  cat "$1/ckpt/latest" 2>/dev/null | tr -d '\n'
+}
+
+# ck_steps FILE — the steps logged in a metrics.jsonl, space separated.
+ck_steps() {
+  "$py" -c '
+import json, sys
+print(" ".join(str(json.loads(l)["step"]) for l in open(sys.argv[1]) if l.strip() and "loss" in json.loads(l)))
+' "$1" 2>/dev/null
+}
