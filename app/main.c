@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "app/td_app.h"
+#include "app/td_signals.h"
 #include "parallel/td_mpi.h"
 #include "td_build.h"
 #include "td_log.h"
@@ -90,7 +91,9 @@ static int finish(td_app *app, td_status st) {
   int code = td_status_exit_code(st);
   int show_trace = code == 3 || getenv("TD_TRACE") != NULL;
   if (td_error_is_agreed()) {
-    if (app->rank == 0) {
+    if (app->rank == 0 && st == TD_STOPPED) {
+      fprintf(stderr, "trident: %s\n", td_error_message());
+    } else if (app->rank == 0) {
       fprintf(stderr, "trident: error: %s\n", td_error_message());
       if (show_trace && td_error_trace()[0]) fprintf(stderr, "%s", td_error_trace());
       fflush(stderr);
@@ -110,6 +113,7 @@ static int finish(td_app *app, td_status st) {
 
 int main(int argc, char **argv) {
   int provided = 0;
+  td_signals_block();
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "trident: error: MPI_Init failed\n");
     return 3;
@@ -120,6 +124,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(app.world, &app.rank);
   MPI_Comm_size(app.world, &app.size);
   td_log_set_rank(app.rank, app.size);
+  td_signals_install(argc > 1 && strcmp(argv[1], "train") == 0);
 
   const char *cmd = argc > 1 ? argv[1] : NULL;
   if (!cmd || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {

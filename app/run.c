@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "app/td_checkpoint.h"
+#include "app/td_signals.h"
 #include "app/td_trainer.h"
 #include "io/td_h5.h"
 #include "parallel/td_mpi.h"
@@ -132,25 +133,9 @@ static void dump_free(td_trainer *t, dump_state *d) {
 
 /* ---- signals ------------------------------------------------------------------------ */
 
-/* SIGTERM and SIGUSR1 (what Slurm sends before a time limit or preemption)
- * only set this flag; the loop agrees on it at the next step boundary. */
-static volatile sig_atomic_t g_signal;
-
-static void on_signal(int sig) { g_signal = sig; }
-
-static void install_signals(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGUSR1, &sa, NULL);
-}
-
 /* The signal any rank received, agreed by all (0: none). Collective. */
 static td_status agree_signal(td_trainer *t, int *sig) {
-  int mine = (int)g_signal, any = 0;
+  int mine = td_signal_pending(), any = 0;
   TD_MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, t->app->world));
   *sig = any;
   return TD_OK;
@@ -160,6 +145,30 @@ static td_status save(td_trainer *t) {
   char path[TD_STR_MAX + 64];
   td_status st = td_trainer_save(t, path, sizeof path);
   TD_CHECK(td_agree(t->app->world, st));
+  return TD_OK;
+}
+
+/* On resume: drop the metrics lines of steps after the checkpoint (a run
+ * stopped or killed after its last save logged steps it will redo), so the
+ * file holds each step once. Rank 0. */
+static td_status trim_metrics(const char *path, int64_t step) {
+  FILE *in = fopen(path, "r");
+  if (!in) return TD_OK; /* nothing logged yet */
+  char tmp[TD_STR_MAX + 16];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *out = fopen(tmp, "w");
+  if (!out) {
+    fclose(in);
+    TD_FAIL(TD_ERR_IO, "cannot write %s", tmp);
+  }
+  char line[8192];
+  while (fgets(line, sizeof line, in)) {
+    long long s = -1;
+    if (sscanf(line, "{\"step\": %lld", &s) == 1 && s > step) continue;
+    fputs(line, out);
+  }
+  fclose(in);
+  if (fclose(out) != 0 || rename(tmp, path) != 0) TD_FAIL(TD_ERR_IO, "cannot rewrite %s", path);
   return TD_OK;
 }
 
@@ -260,6 +269,7 @@ td_status td_trainer_run(td_trainer *t) {
   d.file = -1;
   if (t->app->rank == 0) {
     st = ensure_parent(c->logging_metrics);
+    if (st == TD_OK && t->step > 0) st = trim_metrics(c->logging_metrics, t->step);
     if (st == TD_OK) {
       t->metrics = fopen(c->logging_metrics, t->step > 0 ? "a" : "w");
       if (!t->metrics)
@@ -276,7 +286,6 @@ td_status td_trainer_run(td_trainer *t) {
          t->threads, t->threads == 1 ? "" : "s", t->k->name, t->k->matmul_name,
          (long long)c->training_steps, (long long)(c->training_global_batch * c->model_seq_len));
   double val = 0.0;
-  install_signals();
   if (c->eval_every > 0 && t->step == 0) TD_CHECK_GOTO(eval_and_log(t, &val));
   if (t->step > 0) td_log("trident: resuming at step %lld\n", (long long)t->step);
   double t_start = td_now();

@@ -19,11 +19,9 @@ double td_lr_at(const td_config *cfg, int64_t s) {
   double span = (double)(steps - warm > 1 ? steps - warm : 1);
   double p = (double)(s - warm) / span;
   if (p > 1.0) p = 1.0;
-  switch (cfg->schedule_decay[0]) {
-    case 'c': return lo + 0.5 * (lr - lo) * (1.0 + cos(M_PI * p));
-    case 'l': return lr - (lr - lo) * p;
-    default: return lr;
-  }
+  if (strcmp(cfg->schedule_decay, "cosine") == 0) return lo + 0.5 * (lr - lo) * (1.0 + cos(M_PI * p));
+  if (strcmp(cfg->schedule_decay, "linear") == 0) return lr - (lr - lo) * p;
+  return lr; /* constant */
 }
 
 /* Threads per rank: run.threads, else OMP_NUM_THREADS, else cores / ranks on this node. */

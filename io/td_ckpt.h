@@ -23,9 +23,10 @@
  *     checksum = sum over elements, mod 2^64, of mix64(k ^ (bits << 32))
  * where k is the element's row-major flat index in the GLOBAL shape, bits the
  * 32 bits of the stored float32 (as an unsigned 64-bit integer, shifted into
- * the high half) and mix64 is the splitmix64 finaliser td_mix64
- * (common/td_rng.h), a bijection: changing any one element always changes
- * the sum. The sum is order-free, so the value is the same whatever grid or
+ * the high half) and mix64 is td_mix64 (common/td_rng.h): x += 0x9e3779b97f4a7c15,
+ * then the splitmix64 finaliser (x ^= x >> 30, x *= 0xbf58476d1ce4e5b9,
+ * x ^= x >> 27, x *= 0x94d049bb133111eb, x ^= x >> 31), a bijection:
+ * changing any one element always changes the sum. The sum is order-free, so the value is the same whatever grid or
  * boxes wrote or read the tensor. In NumPy (uint64 arithmetic wraps):
  *   b = a.reshape(-1).view(np.uint32).astype(np.uint64)
  *   k = np.arange(b.size, dtype=np.uint64)
