@@ -12,8 +12,12 @@ ranks=${RANKS:-$("$TRIDENT" check "$DECK" "$@" --ranks)} || exit $?
 export OMP_WAIT_POLICY=passive
 while :; do
   echo "jobs/mpirun.sh: mpiexec -n $ranks $TRIDENT train $DECK $*"
-  mpiexec -n "$ranks" "$TRIDENT" train "$DECK" "$@"
-  rc=$?
+  log=$(mktemp)
+  mpiexec -n "$ranks" "$TRIDENT" train "$DECK" "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  # MPICH 4.0's mpiexec may report 0 for ranks that exited 75 (pmodels/mpich#7057)
+  grep -q "^trident: stopped by" "$log" && rc=75
+  rm -f "$log"
   [ "$rc" = 75 ] && [ "${RESTART:-0}" = 1 ] && continue
   exit "$rc"
 done
