@@ -5,12 +5,12 @@
 # GPT on 4 MPI ranks (data parallel) for about two minutes, evaluate it and
 # sample text. Idempotent: reruns reuse the build and the dataset, and start
 # training afresh.
-#   bash jobs/quickstart.sh            (RANKS=4 STEPS=500 to change)
+#   bash jobs/quickstart.sh            (RANKS=4 STEPS=1000 to change)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source jobs/deps.sh
 RANKS=${RANKS:-4}
-STEPS=${STEPS:-500}
+STEPS=${STEPS:-1000}
 echo "== quickstart: dependencies"
 # shellcheck disable=SC2086
 td_deps $TD_BUILD_PACKAGES
