@@ -378,6 +378,57 @@ static hid_t make_dxpl(void) {
   return p;
 }
 
+/* Independent writes go out in pieces of at most this many bytes: the
+ * kernel's page-cache copy of one large pwrite ran at ~550 MB/s here against
+ * ~2.4 GB/s for 1 MiB pieces. */
+#define CKPT_PIECE_BYTES ((int64_t)1 << 20)
+
+/* Write this rank's boxes of dataset d with independent I/O, piece by piece. */
+static td_status write_pieces(hid_t d, hid_t dxpl, const char *fname, const char *path, int ndim,
+                              const int64_t *gshape, int nbox, const td_ckpt_box *bx,
+                              const float *src) {
+  td_status st = TD_OK;
+  hsize_t dims[2] = {(hsize_t)gshape[0], ndim == 2 ? (hsize_t)gshape[1] : 1};
+  hid_t fs = H5Screate_simple(ndim, dims, NULL);
+  if (fs < 0) TD_FAIL(TD_ERR_HDF5, "%s: tensor %s: cannot make a dataspace: %s", fname, path,
+                      td_h5_error_text());
+  int64_t piece = CKPT_PIECE_BYTES / (int64_t)sizeof(float);
+  for (int i = 0; i < nbox && st == TD_OK; ++i) {
+    const td_ckpt_box *b = &bx[i];
+    if (b->nr == 0 || b->nc == 0) continue;
+    int64_t rows = b->nc >= piece ? 1 : piece / b->nc;
+    int64_t cols = b->nc >= piece ? piece : b->nc;
+    for (int64_t r = 0; r < b->nr && st == TD_OK; r += rows)
+      for (int64_t c = 0; c < b->nc && st == TD_OK; c += cols) {
+        int64_t nr = b->nr - r < rows ? b->nr - r : rows;
+        int64_t nc = b->nc - c < cols ? b->nc - c : cols;
+        hsize_t start[2] = {(hsize_t)(b->r0 + r), (hsize_t)(b->c0 + c)};
+        hsize_t count[2] = {(hsize_t)nr, (hsize_t)nc};
+        const float *ptr = src + b->src_off + r * b->src_ld + c;
+        hid_t ms = -1;
+        if (nr == 1 || b->src_ld == nc) {
+          hsize_t n = (hsize_t)(nr * nc);
+          ms = H5Screate_simple(1, &n, NULL);
+        } else {
+          hsize_t md[2] = {(hsize_t)nr, (hsize_t)b->src_ld}, z[2] = {0, 0};
+          ms = H5Screate_simple(2, md, NULL);
+          if (ms >= 0 && H5Sselect_hyperslab(ms, H5S_SELECT_SET, z, NULL, count, NULL) < 0) {
+            H5Sclose(ms);
+            ms = -1;
+          }
+        }
+        if (ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL,
+                                          ndim == 2 ? count : count, NULL) < 0 ||
+            H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, ptr) < 0)
+          st = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__,
+                            "%s: cannot write tensor %s: %s", fname, path, td_h5_error_text());
+        if (ms >= 0) H5Sclose(ms);
+      }
+  }
+  H5Sclose(fs);
+  return st;
+}
+
 /* ---- saving ---------------------------------------------------------------------------- */
 
 /* Start writing the file's dirty pages to disk without waiting (Linux
@@ -523,7 +574,9 @@ td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
   }
   /* An empty tensor has no storage to write to (the same on every rank). */
   int collective = rows * cols * (int64_t)sizeof(float) >= CKPT_COLLECTIVE_BYTES;
-  if (rows * cols > 0 && (collective || sel.nelem > 0) &&
+  if (!collective && local == TD_OK && rows * cols > 0) {
+    local = write_pieces(d, w->dxpl_ind, w->tmp, path, ndim, gshape, nbox, boxes, src);
+  } else if (rows * cols > 0 && (collective || sel.nelem > 0) && (collective || local == TD_OK) &&
       H5Dwrite(d, H5T_NATIVE_FLOAT, sel.mspace, sel.fspace, collective ? w->dxpl : w->dxpl_ind,
                data) < 0 &&
       local == TD_OK)
