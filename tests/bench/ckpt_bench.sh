@@ -6,7 +6,8 @@
 # parameters and both AdamW moments (3 × 4 bytes × parameters) plus metadata;
 # its time (from trident's log) includes the fsyncs and the commit. The load
 # is the resume of the same run (every rank reads its part, checksums
-# verified).
+# verified). Each configuration starts after `sync`, with the previous
+# configuration's files deleted, like the dd it is compared with.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 trident=$(realpath "${1:-build/trident}")
@@ -39,6 +40,7 @@ for model in small gpt2-124m; do
     common=(inputs/small.yaml "${args[@]}" --set parallel.dp="$np" --set parallel.zero=1
             --set training.global_batch=4 --set parallel.micro_batch=1 --set schedule.warmup=1
             --set eval.batches=1 --set logging.every=1 --set run.out_dir="$dir")
+    sync  # start each measurement from a clean disk: no write-back of earlier runs pending
     ddr=$(dd_rate)
     mpiexec -n "$np" "$trident" train "${common[@]}" --set training.steps=1 \
       --set checkpoint.resume=never >"$dir.save.log" 2>&1
@@ -49,6 +51,7 @@ for model in small gpt2-124m; do
     load=$(grep -m1 -oE 'loaded .* in [0-9.]+ s' "$dir.load.log" | grep -oE 'in [0-9.]+ s' | cut -d' ' -f2)
     printf "%-10s %5d %10d %9.2f %9.0f %9.2f %9.0f %9.0f\n" $model "$np" "$mb" "$save" \
       "$(echo "$mb / $save" | bc -l)" "$load" "$(echo "$mb / $load" | bc -l)" "$ddr"
+    rm -rf "$dir"
   done
 done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
