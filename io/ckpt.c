@@ -69,8 +69,7 @@ struct td_ckpt_reader {
    * stored checksum and this rank's (checksum, elements, failed) */
   int defer, npend, cap_pend;
   char (*pend_path)[160];
-  uint64_t *pend; /* 4 per tensor: stored, sum, elements, failed */
-  int64_t *pend_total;
+  uint64_t *pend; /* 5 per tensor: stored, sum, elements, failed, expected elements */
 };
 
 /* ---- checksum ---------------------------------------------------------------------- */
@@ -429,6 +428,20 @@ static td_status write_pieces(hid_t d, hid_t dxpl, const char *fname, const char
   return st;
 }
 
+/* Room for one more deferred tensor record: a path and `width` uint64 values
+ * per tensor, grown together. */
+static td_status pend_reserve(char (**paths)[160], uint64_t **vals, int width, int *cap, int n) {
+  if (n < *cap) return TD_OK;
+  int c = *cap ? 2 * *cap : 256;
+  void *np = realloc(*paths, (size_t)c * sizeof **paths);
+  if (np) *paths = np;
+  void *nv = np ? realloc(*vals, (size_t)c * (size_t)width * sizeof(uint64_t)) : NULL;
+  if (nv) *vals = nv;
+  if (!np || !nv) TD_FAIL(TD_ERR_NOMEM, "out of memory for checkpoint checksums");
+  *cap = c;
+  return TD_OK;
+}
+
 /* ---- saving ---------------------------------------------------------------------------- */
 
 /* Start writing the file's dirty pages to disk without waiting (Linux
@@ -583,15 +596,7 @@ td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
     local = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__,
                          "%s: cannot write tensor %s: %s", w->tmp, path,
                          td_h5_error_text());
-  if (w->npend == w->cap_pend) {
-    int cap = w->cap_pend ? 2 * w->cap_pend : 256;
-    void *np = realloc(w->pend_path, (size_t)cap * sizeof *w->pend_path);
-    if (np) w->pend_path = np;
-    void *nv = np ? realloc(w->pend, (size_t)cap * 3 * sizeof(uint64_t)) : NULL;
-    if (nv) w->pend = nv;
-    if (!np || !nv) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory for checkpoint checksums");
-    w->cap_pend = cap;
-  }
+  TD_CHECK_GOTO(pend_reserve(&w->pend_path, &w->pend, 3, &w->cap_pend, w->npend));
   uint64_t *v = w->pend + 3 * (size_t)w->npend;
   snprintf(w->pend_path[w->npend], sizeof w->pend_path[0], "%s", path);
   v[0] = 0, v[1] = 0, v[2] = local != TD_OK;
@@ -710,7 +715,6 @@ static void reader_free(td_ckpt_reader *r) {
   td_h5_close(&r->dxpl_ind);
   free(r->pend_path);
   free(r->pend);
-  free(r->pend_total);
   td_h5_close(&r->file);
   if (r->comm != MPI_COMM_NULL) MPI_Comm_free(&r->comm);
   td_free(r);
@@ -808,26 +812,27 @@ td_status td_ckpt_read_finish(td_ckpt_reader *r) {
     TD_FAIL(TD_ERR_NOMEM, "out of memory");
   }
   for (int i = 0; i < n; ++i) {
-    mine[3 * i] = r->pend[4 * i + 1], mine[3 * i + 1] = r->pend[4 * i + 2];
-    mine[3 * i + 2] = r->pend[4 * i + 3];
-    failed |= r->pend[4 * i + 3];
+    mine[3 * i] = r->pend[5 * i + 1], mine[3 * i + 1] = r->pend[5 * i + 2];
+    mine[3 * i + 2] = r->pend[5 * i + 3];
+    failed |= r->pend[5 * i + 3];
   }
   st = failed ? td_error_status() : TD_OK;
   if (n > 0 && MPI_Allreduce(mine, sum, 3 * n, MPI_UINT64_T, MPI_SUM, r->comm) != MPI_SUCCESS)
     st = td_error_set(TD_ERR_MPI, __FILE__, __LINE__, __func__, "reducing checksums failed");
   st = td_agree(r->comm, st);
   for (int i = 0; i < n && st == TD_OK; ++i) {
-    if (r->pend_total[i] < 0) continue; /* not verified */
-    if (sum[3 * i + 1] != (uint64_t)r->pend_total[i])
+    uint64_t total = r->pend[5 * i + 4];
+    if (total == UINT64_MAX) continue; /* not verified */
+    if (sum[3 * i + 1] != total)
       st = td_error_set(TD_ERR_INTERNAL, __FILE__, __LINE__, __func__,
                         "tensor %s: the ranks' verify boxes hold %llu elements, the tensor %lld",
                         r->pend_path[i], (unsigned long long)sum[3 * i + 1],
-                        (long long)r->pend_total[i]);
-    else if (sum[3 * i] != r->pend[4 * i])
+                        (long long)total);
+    else if (sum[3 * i] != r->pend[5 * i])
       st = td_error_set(TD_ERR_CKPT, __FILE__, __LINE__, __func__,
                         "%s: tensor %s: CHECKSUM MISMATCH (stored 0x%016llx, computed 0x%016llx): "
                         "the file is damaged",
-                        r->path, r->pend_path[i], (unsigned long long)r->pend[4 * i],
+                        r->path, r->pend_path[i], (unsigned long long)r->pend[5 * i],
                         (unsigned long long)sum[3 * i]);
   }
   if (st != TD_OK) td_error_mark_agreed(); /* every rank found the same */
@@ -924,18 +929,8 @@ td_status td_ckpt_read_tensor(td_ckpt_reader *r, const char *path, int ndim,
     v[1] = (uint64_t)nv;
   }
   if (r->defer) { /* checked together by td_ckpt_read_finish */
-    if (r->npend == r->cap_pend) {
-      int cap = r->cap_pend ? 2 * r->cap_pend : 256;
-      void *np = realloc(r->pend_path, (size_t)cap * sizeof *r->pend_path);
-      if (np) r->pend_path = np;
-      void *nv2 = np ? realloc(r->pend, (size_t)cap * 4 * sizeof(uint64_t)) : NULL;
-      if (nv2) r->pend = nv2;
-      void *nt = nv2 ? realloc(r->pend_total, (size_t)cap * sizeof(int64_t)) : NULL;
-      if (nt) r->pend_total = nt;
-      if (!np || !nv2 || !nt) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory for checksums");
-      r->cap_pend = cap;
-    }
-    uint64_t *q = r->pend + 4 * (size_t)r->npend;
+    TD_CHECK_GOTO(pend_reserve(&r->pend_path, &r->pend, 5, &r->cap_pend, r->npend));
+    uint64_t *q = r->pend + 5 * (size_t)r->npend;
     uint64_t stored = 0;
     if (verify && local == TD_OK) {
       htri_t ex = H5Aexists(d, "checksum");
@@ -949,7 +944,7 @@ td_status td_ckpt_read_tensor(td_ckpt_reader *r, const char *path, int ndim,
     }
     snprintf(r->pend_path[r->npend], sizeof r->pend_path[0], "%s", path);
     q[0] = stored, q[1] = v[0], q[2] = v[1], q[3] = local != TD_OK;
-    r->pend_total[r->npend] = verify ? rows * cols : -1;
+    q[4] = verify ? (uint64_t)(rows * cols) : UINT64_MAX; /* MAX: not verified */
     r->npend++;
     goto done;
   }
