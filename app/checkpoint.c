@@ -141,15 +141,12 @@ td_status td_trainer_save(td_trainer *t, char *path_out, size_t cap) {
   TD_CHECK_GOTO(td_ckpt_save_begin(t->app->world, c->checkpoint_dir, t->step, &w));
   hid_t f = td_ckpt_writer_file(w);
   int64_t grid[3] = {c->parallel_dp, c->parallel_tp, c->parallel_pp};
-  TD_CHECK_GOTO(td_h5_attr_write_str(f, "format", TD_CKPT_FORMAT));
-  TD_CHECK_GOTO(td_h5_attr_write_i64(f, "format_version", TD_CKPT_FORMAT_VERSION));
   TD_CHECK_GOTO(td_h5_attr_write_i64(f, "step", t->step));
   TD_CHECK_GOTO(td_h5_attr_write_i64(f, "tokens_seen", t->tokens_seen));
   TD_CHECK_GOTO(td_h5_attr_write_i64v(f, "saved_grid", grid, 3));
   TD_CHECK_GOTO(td_h5_attr_write_i64(f, "saved_zero", c->parallel_zero));
-  TD_CHECK_GOTO(td_h5_attr_write_str(f, "trident_version", TD_VERSION " (" TD_GIT_DESCRIBE ")"));
   TD_CHECK_GOTO(td_config_to_text(c, &yaml));
-  TD_CHECK_GOTO(td_h5_write_string(f, "/config", yaml));
+  TD_CHECK_GOTO(td_h5_write_string(f, "/config", yaml, t->app->rank == 0));
   /* three buffers: parameters, then the two moments, all over the owned range */
   const char *prefix[3] = {"/model", "/optim/exp_avg", "/optim/exp_avg_sq"};
   float *src[3] = {td_zero_owned_params(t->zero), td_zero_owned_exp_avg(t->zero),

@@ -10,6 +10,7 @@
 #include "app/td_checkpoint.h"
 #include "app/td_signals.h"
 #include "app/td_trainer.h"
+#include "io/td_ckpt.h"
 #include "io/td_h5.h"
 #include "parallel/td_mpi.h"
 
@@ -277,6 +278,9 @@ td_status td_trainer_run(td_trainer *t) {
                           c->logging_metrics);
     }
   }
+  /* what every checkpoint needs, made before the first one (collective) */
+  td_status cs = td_ckpt_setup(t->app->world);
+  if (st == TD_OK) st = cs;
   TD_CHECK(td_agree(t->app->world, st));
   if (t->dump_path) TD_CHECK_GOTO(dump_begin(t, &d));
   td_log("trident: training %s on %d rank%s (dp %lld, tp %lld, pp %lld, zero %lld), %d thread%s "

@@ -1,7 +1,6 @@
 /* ckpt.c — writing and reading checkpoint tensors with parallel HDF5
- * (td_ckpt.h): boxes -> hyperslab selections, one collective H5Dwrite /
- * H5Dread per tensor, grid-independent checksums, and the save life cycle
- * (.tmp, commit, abort).
+ * (td_ckpt.h): boxes -> hyperslab selections, MPI-IO transfers per tensor,
+ * grid-independent checksums, and the save life cycle (.tmp, commit, abort).
  *
  * Selections. The file selection of a rank is the union of its boxes; HDF5
  * walks it in row-major order of GLOBAL coordinates, and walks the memory
@@ -12,17 +11,21 @@
  * caller's buffer. Otherwise (e.g. two column blocks stored one after the
  * other) it is packed into / scattered from a staging buffer in file order.
  *
- * I/O. Datasets are contiguous, allocated at creation and never filled; the
- * transfer is H5FD_MPIO_COLLECTIVE (HDF5 reports "contiguous collective"),
- * objects of 1 MiB or more are 1 MiB-aligned. No MPI-IO hints are set:
- * ROMIO's default (romio_cb_write = automatic) writes each rank's contiguous
- * pieces directly and aggregates only interleaved ones; forcing collective
- * buffering measured ~2x slower on a local disk. Sites can add hints (e.g.
- * Lustre striping) through ROMIO_HINTS without rebuilding. While tensors are
- * written, one rank per node starts the write-back of the file's dirty
- * pages every 32 MB (sync_file_range, Linux), so the disk works during the
- * save and the commit's fsync finds little left to do (commit of 500 MB:
- * ~0.25 s -> ~0.05 s here). */
+ * I/O. Datasets are contiguous, allocated at creation and never filled;
+ * objects of 1 MiB or more are 1 MiB-aligned. Every rank writes its own
+ * boxes with independent MPI-IO in pieces of 1 MiB, and the metadata
+ * (dataset headers, attributes) is written at the close by independent
+ * writes too; TD_CKPT_COLLECTIVE_MB switches large tensors and the metadata
+ * to collective transfers (see collective_bytes). Every synchronisation is
+ * counted: with more ranks than cores each one costs a scheduler time slice
+ * (~5 ms here), so a save makes the fewest the protocol needs (the
+ * communicators are made once per run, one reduction carries all
+ * checksums, failures are agreed on only when there is one). No MPI-IO hints
+ * are set; sites can add them (e.g. Lustre striping) through ROMIO_HINTS
+ * without rebuilding. While tensors are written, every rank starts the
+ * write-back of the file's dirty pages (sync_file_range, Linux) every
+ * 32 MB / (ranks on its node) it wrote, so the disk works during the save
+ * and the fsync of the commit finds little left to do. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -43,11 +46,11 @@
 #define CKPT_ALIGNMENT ((size_t)1 << 20)
 
 struct td_ckpt_writer {
-  MPI_Comm comm; /* duplicate of the caller's */
-  MPI_Comm node; /* ranks of comm on this node (fsync once per node) */
-  int rank, node_rank;
-  int wb_fd;          /* node leader: the .tmp opened to start write-back */
-  int64_t wb_pending; /* bytes written on this node since the last start */
+  MPI_Comm comm; /* the caller's, duplicated once (ckpt_comms) */
+  int rank;
+  int wb_fd;          /* the .tmp opened to start write-back (optional) */
+  int64_t wb_pending; /* bytes this rank wrote since it last started it */
+  int64_t wb_every;   /* its share of CKPT_WRITEBACK_BYTES */
   hid_t file, dxpl, dxpl_ind;
   int64_t step;
   int ntensor; /* tensors written so far */
@@ -71,6 +74,59 @@ struct td_ckpt_reader {
   char (*pend_path)[160];
   uint64_t *pend; /* 5 per tensor: stored, sum, elements, failed, expected elements */
 };
+
+/* ---- communicators ------------------------------------------------------------------ */
+
+/* A save or a load runs on a duplicate of the caller's communicator (its
+ * collectives never match the caller's) and paces write-back by the number
+ * of ranks on each node. Both are found the first time and then kept as an
+ * attribute of the caller's communicator, freed with it: a duplicate and a
+ * node split cost several synchronisations each, which with more ranks than
+ * cores measured ~0.1 s of a 0.5 s save. */
+typedef struct {
+  MPI_Comm comm;
+  int node_size;
+  char made_dir[TD_CKPT_PATH_MAX]; /* the folder the last save made (every rank alike) */
+} ckpt_comms;
+
+static int ckpt_comms_delete(MPI_Comm comm, int keyval, void *value, void *extra) {
+  (void)comm, (void)keyval, (void)extra;
+  ckpt_comms *c = value;
+  if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
+  free(c);
+  return MPI_SUCCESS;
+}
+
+static td_status ckpt_comms_get(MPI_Comm comm, ckpt_comms **out) {
+  static int keyval = MPI_KEYVAL_INVALID;
+  if (keyval == MPI_KEYVAL_INVALID)
+    TD_MPI_CHECK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, ckpt_comms_delete, &keyval, NULL));
+  int found = 0;
+  TD_MPI_CHECK(MPI_Comm_get_attr(comm, keyval, out, &found));
+  if (found) return TD_OK;
+  /* collective: every rank of comm comes here the first time alike */
+  ckpt_comms *c = calloc(1, sizeof *c);
+  if (!c) TD_FAIL(TD_ERR_NOMEM, "out of memory for the checkpoint communicators");
+  c->comm = MPI_COMM_NULL;
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_dup(comm, &c->comm) != MPI_SUCCESS ||
+      MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
+          MPI_SUCCESS ||
+      MPI_Comm_size(node, &c->node_size) != MPI_SUCCESS ||
+      MPI_Comm_set_attr(comm, keyval, c) != MPI_SUCCESS) {
+    if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+    ckpt_comms_delete(comm, keyval, c, NULL);
+    TD_FAIL(TD_ERR_MPI, "cannot make the checkpoint communicators");
+  }
+  MPI_Comm_free(&node);
+  *out = c;
+  return TD_OK;
+}
+
+td_status td_ckpt_setup(MPI_Comm comm) {
+  ckpt_comms *c = NULL;
+  return ckpt_comms_get(comm, &c);
+}
 
 /* ---- checksum ---------------------------------------------------------------------- */
 
@@ -382,14 +438,30 @@ static hid_t make_dxpl(void) {
  * ~2.4 GB/s for 1 MiB pieces. */
 #define CKPT_PIECE_BYTES ((int64_t)1 << 20)
 
+/* Start writing the file's dirty pages to disk without waiting (Linux
+ * sync_file_range), so that most of the data is on disk by the fsync of the
+ * commit: the disk works while the ranks copy and checksum the next pieces.
+ * Every rank starts it after each CKPT_WRITEBACK_BYTES / (ranks on its node)
+ * it wrote, so a node starts it about every CKPT_WRITEBACK_BYTES. */
+#define CKPT_WRITEBACK_BYTES ((int64_t)32 << 20)
+static void writeback_kick(td_ckpt_writer *w, int64_t bytes) {
+  if (w->wb_fd < 0) return;
+  w->wb_pending += bytes;
+  if (w->wb_pending < w->wb_every) return;
+  w->wb_pending = 0;
+#if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
+  (void)sync_file_range(w->wb_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+#endif
+}
+
 /* Write this rank's boxes of dataset d with independent I/O, piece by piece. */
-static td_status write_pieces(hid_t d, hid_t dxpl, const char *fname, const char *path, int ndim,
+static td_status write_pieces(td_ckpt_writer *w, hid_t d, const char *path, int ndim,
                               const int64_t *gshape, int nbox, const td_ckpt_box *bx,
                               const float *src) {
   td_status st = TD_OK;
   hsize_t dims[2] = {(hsize_t)gshape[0], ndim == 2 ? (hsize_t)gshape[1] : 1};
   hid_t fs = H5Screate_simple(ndim, dims, NULL);
-  if (fs < 0) TD_FAIL(TD_ERR_HDF5, "%s: tensor %s: cannot make a dataspace: %s", fname, path,
+  if (fs < 0) TD_FAIL(TD_ERR_HDF5, "%s: tensor %s: cannot make a dataspace: %s", w->tmp, path,
                       td_h5_error_text());
   int64_t piece = CKPT_PIECE_BYTES / (int64_t)sizeof(float);
   for (int i = 0; i < nbox && st == TD_OK; ++i) {
@@ -416,12 +488,12 @@ static td_status write_pieces(hid_t d, hid_t dxpl, const char *fname, const char
             ms = -1;
           }
         }
-        if (ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL,
-                                          ndim == 2 ? count : count, NULL) < 0 ||
-            H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, ptr) < 0)
+        if (ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
+            H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, w->dxpl_ind, ptr) < 0)
           st = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__,
-                            "%s: cannot write tensor %s: %s", fname, path, td_h5_error_text());
+                            "%s: cannot write tensor %s: %s", w->tmp, path, td_h5_error_text());
         if (ms >= 0) H5Sclose(ms);
+        writeback_kick(w, nr * nc * (int64_t)sizeof(float));
       }
   }
   H5Sclose(fs);
@@ -444,20 +516,6 @@ static td_status pend_reserve(char (**paths)[160], uint64_t **vals, int width, i
 
 /* ---- saving ---------------------------------------------------------------------------- */
 
-/* Start writing the file's dirty pages to disk without waiting (Linux
- * sync_file_range), so that most of the data is on disk by the fsync of the
- * commit: the disk works while the ranks copy and checksum the next tensors. */
-#define CKPT_WRITEBACK_BYTES ((int64_t)32 << 20)
-static void writeback_kick(td_ckpt_writer *w, int64_t bytes) {
-  if (w->wb_fd < 0) return;
-  w->wb_pending += bytes;
-  if (w->wb_pending < CKPT_WRITEBACK_BYTES) return;
-  w->wb_pending = 0;
-#if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
-  (void)sync_file_range(w->wb_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-#endif
-}
-
 static void writer_free(td_ckpt_writer *w) {
   if (!w) return;
   if (w->wb_fd >= 0) close(w->wb_fd);
@@ -466,8 +524,6 @@ static void writer_free(td_ckpt_writer *w) {
   td_h5_close(&w->file);
   free(w->pend_path);
   free(w->pend);
-  if (w->node != MPI_COMM_NULL) MPI_Comm_free(&w->node);
-  if (w->comm != MPI_COMM_NULL) MPI_Comm_free(&w->comm);
   td_free(w);
 }
 
@@ -480,7 +536,7 @@ td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
              "checkpoint folder name is empty or too long");
   TD_REQUIRE(step >= 0, TD_ERR_INTERNAL, "checkpoint step %lld < 0", (long long)step);
   TD_CHECK(td_alloc((void **)&w, sizeof *w, "checkpoint writer"));
-  w->comm = w->node = MPI_COMM_NULL;
+  w->comm = MPI_COMM_NULL;
   w->file = w->dxpl = w->dxpl_ind = -1;
   w->wb_fd = -1;
   w->step = step;
@@ -490,19 +546,17 @@ td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
   td_ckpt_file_name(step, w->name, sizeof w->name);
   snprintf(w->final_, sizeof w->final_, "%s/%s", dir, w->name);
   snprintf(w->tmp, sizeof w->tmp, "%s/%s.tmp", dir, w->name);
-  if (MPI_Comm_dup(comm, &w->comm) != MPI_SUCCESS) {
-    w->comm = MPI_COMM_NULL;
-    TD_FAIL_GOTO(TD_ERR_MPI, "cannot duplicate the checkpoint communicator");
-  }
+  ckpt_comms *cc = NULL;
+  TD_CHECK_GOTO(ckpt_comms_get(comm, &cc));
+  w->comm = cc->comm;
+  w->wb_every = CKPT_WRITEBACK_BYTES / cc->node_size;
+  if (w->wb_every < CKPT_PIECE_BYTES) w->wb_every = CKPT_PIECE_BYTES;
   MPI_Comm_rank(w->comm, &w->rank);
-  if (MPI_Comm_split_type(w->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
-                          &w->node) != MPI_SUCCESS) {
-    w->node = MPI_COMM_NULL;
-    TD_FAIL_GOTO(TD_ERR_MPI, "cannot split the checkpoint communicator by node");
+  if (strcmp(cc->made_dir, dir) != 0) { /* made once per run (and folder) */
+    if (w->rank == 0) st = td_ckpt_mkdir_p(dir);
+    TD_CHECK_GOTO(td_agree(w->comm, st));
+    snprintf(cc->made_dir, sizeof cc->made_dir, "%s", dir);
   }
-  MPI_Comm_rank(w->node, &w->node_rank);
-  if (w->rank == 0) st = td_ckpt_mkdir_p(dir);
-  TD_CHECK_GOTO(td_agree(w->comm, st));
   w->dxpl = make_dxpl();
   w->dxpl_ind = make_dxpl_mode(H5FD_MPIO_INDEPENDENT);
   if (w->dxpl < 0)
@@ -510,7 +564,7 @@ td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
                       "cannot make a transfer property list: %s", td_h5_error_text());
   else
     st = td_h5_create_aligned(w->tmp, w->comm, MPI_INFO_NULL, CKPT_ALIGN_THRESHOLD,
-                              CKPT_ALIGNMENT, &w->file);
+                              CKPT_ALIGNMENT, CKPT_COLLECTIVE_BYTES != INT64_MAX, &w->file);
   if (st == TD_OK) st = td_h5_attr_write_str(w->file, "format", TD_CKPT_FORMAT);
   if (st == TD_OK)
     st = td_h5_attr_write_i64(w->file, "format_version", TD_CKPT_FORMAT_VERSION);
@@ -518,7 +572,7 @@ td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
     st = td_h5_attr_write_str(w->file, "trident_version",
                               TD_VERSION " (" TD_GIT_DESCRIBE ")");
   TD_CHECK_GOTO(td_agree(w->comm, st));
-  if (w->node_rank == 0) w->wb_fd = open(w->tmp, O_RDONLY); /* optional */
+  w->wb_fd = open(w->tmp, O_RDONLY); /* optional: no write-back started without it */
   *out = w;
   w = NULL;
 done:
@@ -588,7 +642,7 @@ td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
   /* An empty tensor has no storage to write to (the same on every rank). */
   int collective = rows * cols * (int64_t)sizeof(float) >= CKPT_COLLECTIVE_BYTES;
   if (!collective && local == TD_OK && rows * cols > 0) {
-    local = write_pieces(d, w->dxpl_ind, w->tmp, path, ndim, gshape, nbox, boxes, src);
+    local = write_pieces(w, d, path, ndim, gshape, nbox, boxes, src);
   } else if (rows * cols > 0 && (collective || sel.nelem > 0) && (collective || local == TD_OK) &&
       H5Dwrite(d, H5T_NATIVE_FLOAT, sel.mspace, sel.fspace, collective ? w->dxpl : w->dxpl_ind,
                data) < 0 &&
@@ -606,7 +660,6 @@ td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
   }
   w->npend++;
   /* a rank that failed keeps its message; the commit agrees on it */
-  writeback_kick(w, (int64_t)((uint64_t)nelem * sizeof(float)) * (w->node_rank == 0));
   w->ntensor++;
   if (w->crash && w->ntensor == 3) {
     H5Dclose(d);
@@ -640,9 +693,15 @@ td_status td_ckpt_save_commit(td_ckpt_writer **wp, int keep, char *final_path,
     uint64_t failed = 0;
     for (int i = 0; i < n; ++i) failed |= w->pend[3 * i + 2];
     st = failed ? td_error_status() : TD_OK;
-    if (n > 0 && MPI_Allreduce(w->pend, sum, 3 * n, MPI_UINT64_T, MPI_SUM, w->comm) != MPI_SUCCESS)
+    int reduced = n == 0 || MPI_Allreduce(w->pend, sum, 3 * n, MPI_UINT64_T, MPI_SUM,
+                                          w->comm) == MPI_SUCCESS;
+    if (!reduced)
       st = td_error_set(TD_ERR_MPI, __FILE__, __LINE__, __func__, "reducing checksums failed");
-    td_status agreed = td_agree(w->comm, st);
+    /* the reduction also counted the ranks that failed: agree on a message
+     * only when there is one (every rank sees the same count) */
+    uint64_t nfailed = 0;
+    for (int i = 0; i < n && reduced; ++i) nfailed += sum[3 * i + 2];
+    td_status agreed = !reduced || nfailed ? td_agree(w->comm, st) : TD_OK;
     for (int i = 0; i < n && agreed == TD_OK; ++i) {
       hid_t d = H5Dopen2(w->file, w->pend_path[i], H5P_DEFAULT);
       hsize_t dims[2] = {1, 1};
@@ -671,20 +730,24 @@ td_status td_ckpt_save_commit(td_ckpt_writer **wp, int keep, char *final_path,
   }
   td_h5_close(&w->dxpl);
   td_h5_close(&w->dxpl_ind);
-  /* 1. close: every rank's data is handed to the OS. */
+  /* 1. close, 2. durable: every rank, once its own writes (data and its share
+   * of the metadata) are handed to the OS by the close, flushes the file
+   * (after the first flush on a node the others find little left to do);
+   * one agreement then says that every byte is on disk. */
   if (H5Fclose(w->file) < 0)
     st = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__,
                       "%s: cannot close: %s", w->tmp, td_h5_error_text());
   w->file = -1;
-  TD_CHECK_GOTO(td_agree(w->comm, st));
-  /* 2. durable: one fsync per node flushes what that node wrote. */
-  if (w->node_rank == 0) st = td_ckpt_fsync_path(w->tmp, 0);
+  if (st == TD_OK) st = td_ckpt_fsync_path(w->tmp, 0);
   TD_CHECK_GOTO(td_agree(w->comm, st));
   /* 3. publish: rename, then `latest`, then prune (rank 0). */
   if (w->rank == 0)
-    st = td_ckpt_publish(w->dir, w->tmp, w->final_, w->name, w->step, keep, &renamed);
-  MPI_Bcast(&renamed, 1, MPI_INT, 0, w->comm);
+    st = td_ckpt_publish(w->dir, w->tmp, w->final_, w->name, &renamed);
+  /* (`renamed` matters to rank 0 alone: it removes the .tmp on failure) */
   TD_CHECK_GOTO(td_agree(w->comm, st));
+  /* 4. committed: rank 0 deletes what `keep` no longer asks for while the
+   * others go on */
+  if (w->rank == 0) td_ckpt_prune(w->dir, w->step, keep);
   int n = snprintf(final_path, cap, "%s", w->final_);
   if (n < 0 || (size_t)n >= cap)
     TD_FAIL_GOTO(TD_ERR_INTERNAL, "checkpoint path %s longer than %zu", w->final_, cap);
@@ -716,7 +779,6 @@ static void reader_free(td_ckpt_reader *r) {
   free(r->pend_path);
   free(r->pend);
   td_h5_close(&r->file);
-  if (r->comm != MPI_COMM_NULL) MPI_Comm_free(&r->comm);
   td_free(r);
 }
 
@@ -766,10 +828,9 @@ td_status td_ckpt_open(MPI_Comm comm, const char *path, td_ckpt_reader **out) {
   r->comm = MPI_COMM_NULL;
   r->file = r->dxpl = r->dxpl_ind = -1;
   snprintf(r->path, sizeof r->path, "%s", path);
-  if (MPI_Comm_dup(comm, &r->comm) != MPI_SUCCESS) {
-    r->comm = MPI_COMM_NULL;
-    TD_FAIL_GOTO(TD_ERR_MPI, "cannot duplicate the checkpoint communicator");
-  }
+  ckpt_comms *cc = NULL;
+  TD_CHECK_GOTO(ckpt_comms_get(comm, &cc));
+  r->comm = cc->comm;
   if (access(path, R_OK) != 0)
     st = td_error_set(TD_ERR_CKPT, __FILE__, __LINE__, __func__,
                       "%s: cannot read checkpoint: %s", path, strerror(errno));

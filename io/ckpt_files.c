@@ -146,7 +146,8 @@ static int cmp_desc(const void *a, const void *b) {
 /* Delete committed files older than the newest `keep` (step counted) with a
  * smaller step, and .tmp files of other steps. Failures are warnings: the
  * checkpoint is already committed. */
-static void prune(const char *dir, int64_t step, int keep) {
+void td_ckpt_prune(const char *dir, int64_t step, int keep) {
+  if (keep <= 0) return;
   int n;
   int64_t *v = list_steps(dir, 0, &n);
   if (n > 0) qsort(v, (size_t)n, sizeof *v, cmp_desc);
@@ -177,15 +178,13 @@ static void prune(const char *dir, int64_t step, int keep) {
 }
 
 td_status td_ckpt_publish(const char *dir, const char *tmp, const char *final_,
-                          const char *name, int64_t step, int keep,
-                          int *renamed) {
+                          const char *name, int *renamed) {
   *renamed = 0;
   if (rename(tmp, final_) != 0)
     TD_FAIL(TD_ERR_IO, "cannot rename %s to %s: %s", tmp, final_, strerror(errno));
   *renamed = 1;
   TD_CHECK(td_ckpt_fsync_path(dir, 1));
   TD_CHECK(write_latest(dir, name));
-  if (keep > 0) prune(dir, step, keep);
   return TD_OK;
 }
 

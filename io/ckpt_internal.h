@@ -36,10 +36,12 @@ td_status td_ckpt_mkdir_p(const char *dir);
 /* Open path (a file, or a folder if is_dir) and fsync it. TD_ERR_IO. */
 td_status td_ckpt_fsync_path(const char *path, int is_dir);
 /* Rank-0 part of a commit: rename tmp -> final, fsync dir, write `latest`
- * naming `name` atomically, prune (keep > 0) older committed files and stale
- * .tmp files of other steps. *renamed says whether the rename happened. */
+ * naming `name` atomically. *renamed says whether the rename happened. */
 td_status td_ckpt_publish(const char *dir, const char *tmp, const char *final_,
-                          const char *name, int64_t step, int keep,
-                          int *renamed);
+                          const char *name, int *renamed);
+/* Rank-0 part after a commit of `step`: if keep > 0, delete the committed
+ * files of smaller steps beyond the newest `keep` (this one counted) and
+ * stale .tmp files of other steps; failures are warnings. */
+void td_ckpt_prune(const char *dir, int64_t step, int keep);
 
 #endif

@@ -72,14 +72,19 @@ typedef struct td_ckpt_reader td_ckpt_reader;
 
 /* ---- saving ------------------------------------------------------------------ */
 
+/* Collective on comm: make now what every save and load on comm needs (a
+ * duplicate of comm and its split by node, kept with comm until it is freed),
+ * so that the first save does not pay for it. Optional. */
+td_status td_ckpt_setup(MPI_Comm comm);
+
 /* Collective on comm: rank 0 creates dir (mkdir -p), then all ranks create
  * <dir>/step_XXXXXXXX.h5.tmp (8-digit step, more digits past 99,999,999)
  * with MPI-IO (truncating a stale .tmp of the same step), and write the root
  * attributes this module owns: `format`, `format_version` and
  * `trident_version` ("0.1.0 (git describe)"). The caller writes `step`,
  * `tokens_seen`, `saved_grid`, /config, /data, /rng and the /optim
- * attributes through td_ckpt_writer_file(). comm is duplicated; the writer
- * does not keep the caller's. */
+ * attributes through td_ckpt_writer_file(). The writer works on a duplicate
+ * of comm (td_ckpt_setup), never on comm itself. */
 td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
                              td_ckpt_writer **out);
 
@@ -103,10 +108,11 @@ td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
  * td_h5 (collective metadata: every rank makes the same calls). */
 hid_t td_ckpt_writer_file(td_ckpt_writer *w);
 
-/* Collective: close the file; make it durable (one rank per node reopens it
- * and fsyncs it); rank 0 renames .tmp -> .h5, fsyncs the folder, writes
- * `latest` atomically (latest.tmp + fsync + rename + fsync folder) holding
- * the file NAME on one line; then, if keep > 0, deletes the committed
+/* Collective: close the file; make it durable (every rank reopens it and
+ * fsyncs it after its own close); rank 0 renames .tmp -> .h5, fsyncs the
+ * folder, writes `latest` atomically (latest.tmp + fsync + rename + fsync
+ * folder) holding the file NAME on one line; then, once every rank knows the
+ * save is committed, rank 0, if keep > 0, deletes the committed
  * step_*.h5 files with a smaller step than this one beyond the newest `keep`
  * (this one counted; files with a larger step, e.g. from a run resumed from
  * an older checkpoint, are left alone) and stale step_*.h5.tmp files of

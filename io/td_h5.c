@@ -61,7 +61,7 @@ static const char *loc_desc(hid_t loc, char *buf, size_t cap) {
 
 /* ---- files ----------------------------------------------------------------- */
 
-static hid_t make_fapl_info(MPI_Comm comm, MPI_Info info) {
+static hid_t make_fapl_info(MPI_Comm comm, MPI_Info info, int collective_metadata) {
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   if (fapl < 0) return fapl;
   herr_t e;
@@ -70,7 +70,7 @@ static hid_t make_fapl_info(MPI_Comm comm, MPI_Info info) {
   } else {
     e = H5Pset_fapl_mpio(fapl, comm, info);
     if (e >= 0) e = H5Pset_all_coll_metadata_ops(fapl, 1);
-    if (e >= 0) e = H5Pset_coll_metadata_write(fapl, 1);
+    if (e >= 0) e = H5Pset_coll_metadata_write(fapl, collective_metadata != 0);
   }
 #if H5_VERSION_GE(1, 10, 7)
   /* Lock where the file system can; do not fail where it cannot (Lustre). */
@@ -83,17 +83,18 @@ static hid_t make_fapl_info(MPI_Comm comm, MPI_Info info) {
   return fapl;
 }
 
-static hid_t make_fapl(MPI_Comm comm) { return make_fapl_info(comm, MPI_INFO_NULL); }
+static hid_t make_fapl(MPI_Comm comm) { return make_fapl_info(comm, MPI_INFO_NULL, 1); }
 
 td_status td_h5_create(const char *path, MPI_Comm comm, hid_t *out) {
-  TD_CHECK(td_h5_create_aligned(path, comm, MPI_INFO_NULL, 0, 0, out));
+  TD_CHECK(td_h5_create_aligned(path, comm, MPI_INFO_NULL, 0, 0, 1, out));
   return TD_OK;
 }
 
 td_status td_h5_create_aligned(const char *path, MPI_Comm comm, MPI_Info info,
-                               size_t threshold, size_t alignment, hid_t *out) {
+                               size_t threshold, size_t alignment, int collective_metadata,
+                               hid_t *out) {
   *out = -1;
-  hid_t fapl = make_fapl_info(comm, info);
+  hid_t fapl = make_fapl_info(comm, info, collective_metadata);
   if (fapl >= 0 && alignment > 1 &&
       H5Pset_alignment(fapl, (hsize_t)threshold, (hsize_t)alignment) < 0) {
     H5Pclose(fapl);
@@ -574,27 +575,7 @@ done:
   return st;
 }
 
-/* The rank of this process in the file's MPI-IO communicator, or 0 for a
- * serial file. */
-static int file_rank(hid_t file) {
-  int rank = 0;
-  hid_t fapl = H5Fget_access_plist(file);
-  if (fapl < 0) return 0;
-  if (H5Pget_driver(fapl) == H5FD_MPIO) {
-    MPI_Comm comm = MPI_COMM_NULL;
-    MPI_Info info = MPI_INFO_NULL;
-    if (H5Pget_fapl_mpio(fapl, &comm, &info) >= 0) {
-      MPI_Comm_rank(comm, &rank);
-      MPI_Comm_free(&comm);
-      if (info != MPI_INFO_NULL) MPI_Info_free(&info);
-    }
-  }
-  H5Pclose(fapl);
-  H5Eclear2(H5E_DEFAULT);
-  return rank;
-}
-
-td_status td_h5_write_string(hid_t file, const char *path, const char *text) {
+td_status td_h5_write_string(hid_t file, const char *path, const char *text, int writer) {
   td_status st = TD_OK;
   hid_t t = -1, space = -1, lcpl = -1, d = -1;
   char fname[512];
@@ -611,8 +592,8 @@ td_status td_h5_write_string(hid_t file, const char *path, const char *text) {
   if (d < 0)
     TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot create dataset %s: %s",
                  file_name(file, fname, sizeof fname), path, td_h5_error_text());
-  /* On an MPI-IO file only rank 0 writes; the others select nothing. */
-  if (file_rank(file) != 0 && H5Sselect_none(space) < 0)
+  /* On an MPI-IO file one rank writes; the others select nothing. */
+  if (!writer && H5Sselect_none(space) < 0)
     TD_FAIL_GOTO(TD_ERR_HDF5, "%s: dataset %s: %s",
                  file_name(file, fname, sizeof fname), path, td_h5_error_text());
   if (H5Dwrite(d, t, space, space, H5P_DEFAULT, text) < 0)

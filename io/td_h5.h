@@ -37,9 +37,13 @@ td_status td_h5_open(const char *path, MPI_Comm comm, int writable, hid_t *out);
  * `threshold` bytes start at file addresses that are multiples of
  * `alignment` (H5Pset_alignment; alignment <= 1 leaves HDF5's default), and
  * `info` (MPI_INFO_NULL or MPI-IO hints such as romio_cb_write) is given to
- * the MPI-IO driver (ignored for a serial file). */
+ * the MPI-IO driver (ignored for a serial file). collective_metadata: the
+ * metadata is written by collective MPI-IO calls (H5Pset_coll_metadata_write,
+ * as td_h5_create does; fewer, larger requests for a parallel file system)
+ * rather than by independent writes (no synchronisation of their own). */
 td_status td_h5_create_aligned(const char *path, MPI_Comm comm, MPI_Info info,
-                               size_t threshold, size_t alignment, hid_t *out);
+                               size_t threshold, size_t alignment, int collective_metadata,
+                               hid_t *out);
 /* Close a file (or any object: group, dataset, ...); accepts negative ids and
  * sets *h to -1. Closing a file closes it fully (H5F_CLOSE_SEMI is not used). */
 void td_h5_close(hid_t *h);
@@ -99,8 +103,10 @@ td_status td_h5_shape(hid_t file, const char *fname, const char *path,
  * Stored as a fixed-length, NUL-terminated UTF-8 string of strlen(text)+1
  * bytes rather than a variable-length one, because parallel HDF5 cannot write
  * variable-length data to an MPI-IO file; h5dump and h5py read it the same.
- * On an MPI-IO file: collective, every rank passes the same text. */
-td_status td_h5_write_string(hid_t file, const char *path, const char *text);
+ * On an MPI-IO file: collective, every rank passes the same text and
+ * `writer` is nonzero on exactly one rank (it writes the bytes; the others
+ * take part with nothing selected); on a serial file pass 1. */
+td_status td_h5_write_string(hid_t file, const char *path, const char *text, int writer);
 /* Read a scalar string dataset (fixed- or variable-length) into a new
  * NUL-terminated buffer; free with td_free. */
 td_status td_h5_read_string(hid_t file, const char *fname, const char *path,

@@ -348,7 +348,8 @@ static td_status save_n(const char *dir, int64_t step, char mode, int keep, int 
   td_status st = td_h5_attr_write_i64(f, "step", step);
   if (st == TD_OK) st = td_h5_attr_write_i64(f, "tokens_seen", step * 1000);
   if (st == TD_OK) st = td_h5_attr_write_i64v(f, "saved_grid", grid, 3);
-  if (st == TD_OK) st = td_h5_write_string(f, "/config", "run: {name: test}\nmodel: {dim: 24}\n");
+  if (st == TD_OK) st = td_h5_write_string(f, "/config", "run: {name: test}\nmodel: {dim: 24}\n",
+                                                 g_rank == 0);
   for (int t = 0; t < nt && st == TD_OK; ++t) {
     int rep;
     boxset s = decomp(t, mode, g_rank, g_size, &rep);
