@@ -15,3 +15,7 @@ set_tests_properties(ckpt_crash PROPERTIES TIMEOUT 120 PROCESSORS 2
 # Save/load bandwidth with GPT-2 124M shapes beside dd (not a test):
 #   mpiexec -n K tests/ckpt_bench DIR [LAYERS] [REPEATS]
 td_add_unit(ckpt_bench ${CMAKE_CURRENT_SOURCE_DIR}/bench/ckpt_bench.c)
+# The fixed cost of a save (an empty checkpoint) and of one reduction at K
+# ranks, printed beside tests/bench/ckpt_bench.sh's table (not a test):
+#   mpiexec -n K tests/ckpt_floor DIR [REPEATS]
+td_add_unit(ckpt_floor ${CMAKE_CURRENT_SOURCE_DIR}/bench/ckpt_floor.c)
