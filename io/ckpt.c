@@ -60,6 +60,7 @@ struct td_ckpt_writer {
   char (*pend_path)[160];
   uint64_t *pend; /* 3 per tensor */
   int crash;   /* TD_TEST_CRASH_SAVE */
+  int signal_; /* TD_TEST_SIGNAL_SAVE: the signal to raise half-way, or 0 */
   char dir[TD_CKPT_PATH_MAX], name[64];
   char tmp[TD_CKPT_PATH_MAX], final_[TD_CKPT_PATH_MAX];
 };
@@ -542,6 +543,8 @@ td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
   w->step = step;
   const char *crash = getenv("TD_TEST_CRASH_SAVE");
   w->crash = crash && strcmp(crash, "1") == 0;
+  const char *sig = getenv("TD_TEST_SIGNAL_SAVE");
+  w->signal_ = !sig ? 0 : strcmp(sig, "USR1") == 0 ? SIGUSR1 : strcmp(sig, "TERM") == 0 ? SIGTERM : 0;
   snprintf(w->dir, sizeof w->dir, "%s", dir);
   td_ckpt_file_name(step, w->name, sizeof w->name);
   snprintf(w->final_, sizeof w->final_, "%s/%s", dir, w->name);
@@ -669,6 +672,12 @@ td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
             w->rank, w->tmp);
     fflush(stderr);
     raise(SIGKILL);
+  }
+  if (w->signal_ && w->ntensor == 3) {
+    fprintf(stderr, "TD_TEST_SIGNAL_SAVE: rank %d raises %s in the middle of %s\n", w->rank,
+            w->signal_ == SIGUSR1 ? "SIGUSR1" : "SIGTERM", w->tmp);
+    fflush(stderr);
+    raise(w->signal_);
   }
 done:
   sel_free(&sel);

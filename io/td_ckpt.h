@@ -35,8 +35,10 @@
  * Test switch: environment variable TD_TEST_CRASH_SAVE=1 makes the THIRD
  * td_ckpt_write_tensor call of a save, after its data is written and every
  * rank has reached that point, raise(SIGKILL) on every rank — a save killed
- * half-way, for the crash test (tests/unit/ckpt_crash.sh). Never set it
- * outside tests.
+ * half-way, for the crash test (tests/unit/ckpt_crash.sh). Likewise
+ * TD_TEST_SIGNAL_SAVE=USR1 or TERM makes every rank raise that signal at the
+ * same point of every save (tests/e2e/ckpt_signal_in_save.sh). Never set
+ * them outside tests.
  *
  * Errors: bad input (a file that is not a checkpoint, a missing tensor, a
  * wrong shape, a checksum mismatch, a dangling `latest`) is TD_ERR_CKPT with

@@ -49,6 +49,9 @@ td_add_ckpt_test(NAME checkpoint_crash_during_save SCRIPT ckpt_crash.sh ARGS 2,1
 # 4. SIGUSR1 to mpiexec: exit 75 with a committed checkpoint; the same
 #    command resumes bit for bit
 td_add_ckpt_test(NAME checkpoint_signal_usr1 SCRIPT ckpt_signal.sh ARGS 2,1,1,0 USR1)
+#    and signals inside the saves themselves (a second one during the stop's
+#    save): every save commits, exit 75, bitwise resume
+td_add_ckpt_test(NAME checkpoint_signal_in_save SCRIPT ckpt_signal_in_save.sh ARGS 2,1,1,0 TERM)
 
 # 5. damaged checkpoints: exit 2 on every rank, one message naming the file
 td_add_ckpt_test(NAME checkpoint_bad_files SCRIPT ckpt_bad.sh)

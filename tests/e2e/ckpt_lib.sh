@@ -45,7 +45,7 @@ ck_init() {
   run_timeout=${TD_RUN_TIMEOUT:-300}
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
   export HWLOC_PLUGINS_BLACKLIST=${HWLOC_PLUGINS_BLACKLIST:-hwloc_pci}
-  unset TD_TEST_CRASH_SAVE
+  unset TD_TEST_CRASH_SAVE TD_TEST_SIGNAL_SAVE
   mkdir -p "$work"
   work=$(cd "$work" && pwd)
   corpus=$work/corpus.h5
