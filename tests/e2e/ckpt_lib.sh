@@ -169,6 +169,19 @@ sys.exit(f"the reference learning rate is not constant after the warm-up: {bad[:
   info "reference run (1,1,1, global batch $gb) -> $ref_dir"
 }
 
+# ck_compare_bitwise A B WHAT — PASS WHAT when the runs in A and B are
+# bitwise identical (compare_runs.py --bitwise: losses, grad norms, final
+# /model), else FAIL with the differences.
+ck_compare_bitwise() {
+  local out
+  if out=$("$py" "$compare" "$1" "$2" --bitwise 2>&1); then
+    pass "$3"
+  else
+    fail "compare_runs --bitwise $1 vs $2 ($3)"
+    echo "$out" | sed 's/^/     | /'
+  fi
+}
+
 # ck_latest DIR — the name in DIR/ckpt/latest (empty if none).
 ck_latest() {
   cat "$1/ckpt/latest" 2>/dev/null | tr -d '\n'

@@ -70,12 +70,7 @@ if [ "$(ck_latest "$r")" = step_00000020.h5 ] && [ -f "$r/ckpt/step_00000020.h5"
 else
   fail "resumed run: latest='$(ck_latest "$r")', files: $(ls "$r/ckpt" | tr '\n' ' ')"
 fi
-if out=$("$py" "$compare" "$s" "$r" --bitwise 2>&1); then
-  pass "losses, grad norms and final /model bitwise identical (compare_runs --bitwise)"
-else
-  fail "compare_runs --bitwise straight vs resumed"
-  echo "$out" | sed 's/^/     | /'
-fi
+ck_compare_bitwise "$s" "$r" "losses, grad norms and final /model bitwise identical (compare_runs --bitwise)"
 if out=$("$py" "$ckdiff" "$r/ckpt/step_00000020.h5" "$s/ckpt/step_00000020.h5" --bitwise --optim --state 2>&1); then
   pass "step-20 AdamW moments and sampler state bitwise identical"
 else

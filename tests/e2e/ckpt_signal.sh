@@ -133,10 +133,6 @@ else
   fail "the same command again: exit $rc (expected 0, resuming at step $S)"
   ck_show_log "$r.resume.log"
 fi
-if out=$("$py" "$compare" "$dir/straight" "$r" --bitwise 2>&1); then
-  pass "stopped + resumed run is bitwise identical to the uninterrupted one (losses, grad norms, final /model)"
-else
-  fail "compare_runs --bitwise uninterrupted vs stopped+resumed"
-  echo "$out" | sed 's/^/     | /'
-fi
+ck_compare_bitwise "$dir/straight" "$r" \
+  "stopped + resumed run is bitwise identical to the uninterrupted one (losses, grad norms, final /model)"
 ck_finish
