@@ -749,7 +749,7 @@ td_status td_ckpt_save_commit(td_ckpt_writer **wp, int keep, char *final_path,
   w->file = -1;
   if (st == TD_OK) st = td_ckpt_fsync_path(w->tmp, 0);
   TD_CHECK_GOTO(td_agree(w->comm, st));
-  /* 3. publish: rename, then `latest`, then prune (rank 0). */
+  /* 3. publish: rename, then `latest` (rank 0). */
   if (w->rank == 0)
     st = td_ckpt_publish(w->dir, w->tmp, w->final_, w->name, &renamed);
   /* (`renamed` matters to rank 0 alone: it removes the .tmp on failure) */

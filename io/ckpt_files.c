@@ -143,6 +143,15 @@ static int cmp_desc(const void *a, const void *b) {
   return (x < y) - (x > y);
 }
 
+/* Delete <dir>/step_XXXXXXXX.h5 (tmp: .h5.tmp) of `step`; a failure is a
+ * warning naming `what`. */
+static void remove_step(const char *dir, int64_t step, int tmp, const char *what) {
+  char name[64], p[TD_CKPT_PATH_MAX];
+  td_ckpt_file_name(step, name, sizeof name);
+  snprintf(p, sizeof p, "%s/%s%s", dir, name, tmp ? ".tmp" : "");
+  if (unlink(p) != 0 && errno != ENOENT) td_warn("cannot delete %s %s: %s", what, p, strerror(errno));
+}
+
 /* Delete committed files older than the newest `keep` (step counted) with a
  * smaller step, and .tmp files of other steps. Failures are warnings: the
  * checkpoint is already committed. */
@@ -154,26 +163,15 @@ void td_ckpt_prune(const char *dir, int64_t step, int keep) {
   int kept = 1; /* this step */
   for (int i = 0; i < n; ++i) {
     if (v[i] >= step) continue;
-    if (kept < keep) {
+    if (kept < keep)
       kept++;
-      continue;
-    }
-    char name[64], p[TD_CKPT_PATH_MAX];
-    td_ckpt_file_name(v[i], name, sizeof name);
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    if (unlink(p) != 0 && errno != ENOENT)
-      td_warn("cannot delete old checkpoint %s: %s", p, strerror(errno));
+    else
+      remove_step(dir, v[i], 0, "old checkpoint");
   }
   free(v);
   v = list_steps(dir, 1, &n);
-  for (int i = 0; i < n; ++i) {
-    if (v[i] == step) continue;
-    char name[64], p[TD_CKPT_PATH_MAX];
-    td_ckpt_file_name(v[i], name, sizeof name);
-    snprintf(p, sizeof p, "%s/%s.tmp", dir, name);
-    if (unlink(p) != 0 && errno != ENOENT)
-      td_warn("cannot delete unfinished checkpoint %s: %s", p, strerror(errno));
-  }
+  for (int i = 0; i < n; ++i)
+    if (v[i] != step) remove_step(dir, v[i], 1, "unfinished checkpoint");
   free(v);
 }
 

@@ -75,11 +75,12 @@ typedef struct td_ckpt_reader td_ckpt_reader;
 /* ---- saving ------------------------------------------------------------------ */
 
 /* Collective on comm: make now what every save and load on comm needs (a
- * duplicate of comm and its split by node, kept with comm until it is freed),
- * so that the first save does not pay for it. Optional. */
+ * duplicate of comm and the number of its ranks on this node, kept with comm
+ * until it is freed), so that the first save does not pay for it. Optional. */
 td_status td_ckpt_setup(MPI_Comm comm);
 
-/* Collective on comm: rank 0 creates dir (mkdir -p), then all ranks create
+/* Collective on comm: rank 0 creates dir (mkdir -p; once per run and
+ * folder), then all ranks create
  * <dir>/step_XXXXXXXX.h5.tmp (8-digit step, more digits past 99,999,999)
  * with MPI-IO (truncating a stale .tmp of the same step), and write the root
  * attributes this module owns: `format`, `format_version` and

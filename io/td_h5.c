@@ -445,10 +445,37 @@ static const char *file_name(hid_t loc, char *buf, size_t cap) {
   return buf;
 }
 
+/* Create dataset `path` (intermediate groups too) of file type ftype over
+ * `space` and write `data` (memory type memtype) to all of it; a rank that is
+ * not the `writer` takes part with nothing selected. */
+static td_status create_and_write(hid_t file, const char *path, hid_t ftype, hid_t memtype,
+                                  hid_t space, int writer, const void *data) {
+  td_status st = TD_OK;
+  char fname[512];
+  hid_t lcpl = lcpl_intermediate(), d = -1;
+  if (lcpl < 0)
+    TD_FAIL_GOTO(TD_ERR_HDF5, "%s: dataset %s: cannot set up: %s",
+                 file_name(file, fname, sizeof fname), path, td_h5_error_text());
+  d = H5Dcreate2(file, path, ftype, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+  if (d < 0)
+    TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot create dataset %s: %s",
+                 file_name(file, fname, sizeof fname), path, td_h5_error_text());
+  if (!writer && H5Sselect_none(space) < 0)
+    TD_FAIL_GOTO(TD_ERR_HDF5, "%s: dataset %s: %s",
+                 file_name(file, fname, sizeof fname), path, td_h5_error_text());
+  if (H5Dwrite(d, memtype, space, space, H5P_DEFAULT, data) < 0)
+    TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot write dataset %s: %s",
+                 file_name(file, fname, sizeof fname), path, td_h5_error_text());
+done:
+  if (d >= 0) H5Dclose(d);
+  if (lcpl >= 0) H5Pclose(lcpl);
+  return st;
+}
+
 td_status td_h5_write(hid_t file, const char *path, hid_t memtype, int ndim,
                       const int64_t *dims, const void *data) {
   td_status st = TD_OK;
-  hid_t space = -1, lcpl = -1, d = -1, ftype = -1;
+  hid_t space = -1, ftype = -1;
   char fname[512];
   if (ndim < 0 || ndim > H5S_MAX_RANK)
     TD_FAIL_GOTO(TD_ERR_INTERNAL, "%s: dataset %s: bad rank %d",
@@ -461,24 +488,15 @@ td_status td_h5_write(hid_t file, const char *path, hid_t memtype, int ndim,
     hd[i] = (hsize_t)dims[i];
   }
   space = ndim == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(ndim, hd, NULL);
-  lcpl = lcpl_intermediate();
   /* Store as the memory type, in little-endian order (what h5py expects). */
   ftype = H5Tcopy(memtype);
-  if (space < 0 || lcpl < 0 || ftype < 0 ||
+  if (space < 0 || ftype < 0 ||
       (H5Tget_size(ftype) > 1 && H5Tset_order(ftype, H5T_ORDER_LE) < 0))
     TD_FAIL_GOTO(TD_ERR_HDF5, "%s: dataset %s: cannot set up: %s",
                  file_name(file, fname, sizeof fname), path, td_h5_error_text());
-  d = H5Dcreate2(file, path, ftype, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
-  if (d < 0)
-    TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot create dataset %s: %s",
-                 file_name(file, fname, sizeof fname), path, td_h5_error_text());
-  if (H5Dwrite(d, memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-    TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot write dataset %s: %s",
-                 file_name(file, fname, sizeof fname), path, td_h5_error_text());
+  st = create_and_write(file, path, ftype, memtype, space, 1, data);
 done:
-  if (d >= 0) H5Dclose(d);
   if (ftype >= 0) H5Tclose(ftype);
-  if (lcpl >= 0) H5Pclose(lcpl);
   if (space >= 0) H5Sclose(space);
   return st;
 }
@@ -577,31 +595,15 @@ done:
 
 td_status td_h5_write_string(hid_t file, const char *path, const char *text, int writer) {
   td_status st = TD_OK;
-  hid_t t = -1, space = -1, lcpl = -1, d = -1;
   char fname[512];
   size_t n = strlen(text);
-  t = H5Tcopy(H5T_C_S1);
-  space = H5Screate(H5S_SCALAR);
-  lcpl = lcpl_intermediate();
-  if (t < 0 || space < 0 || lcpl < 0 || H5Tset_size(t, n + 1) < 0 ||
-      H5Tset_strpad(t, H5T_STR_NULLTERM) < 0 ||
-      H5Tset_cset(t, H5T_CSET_UTF8) < 0)
+  hid_t t = H5Tcopy(H5T_C_S1), space = H5Screate(H5S_SCALAR);
+  if (t < 0 || space < 0 || H5Tset_size(t, n + 1) < 0 ||
+      H5Tset_strpad(t, H5T_STR_NULLTERM) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)
     TD_FAIL_GOTO(TD_ERR_HDF5, "%s: dataset %s: cannot set up: %s",
                  file_name(file, fname, sizeof fname), path, td_h5_error_text());
-  d = H5Dcreate2(file, path, t, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
-  if (d < 0)
-    TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot create dataset %s: %s",
-                 file_name(file, fname, sizeof fname), path, td_h5_error_text());
-  /* On an MPI-IO file one rank writes; the others select nothing. */
-  if (!writer && H5Sselect_none(space) < 0)
-    TD_FAIL_GOTO(TD_ERR_HDF5, "%s: dataset %s: %s",
-                 file_name(file, fname, sizeof fname), path, td_h5_error_text());
-  if (H5Dwrite(d, t, space, space, H5P_DEFAULT, text) < 0)
-    TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot write dataset %s: %s",
-                 file_name(file, fname, sizeof fname), path, td_h5_error_text());
+  st = create_and_write(file, path, t, t, space, writer, text);
 done:
-  if (d >= 0) H5Dclose(d);
-  if (lcpl >= 0) H5Pclose(lcpl);
   if (space >= 0) H5Sclose(space);
   if (t >= 0) H5Tclose(t);
   return st;
