@@ -4,6 +4,7 @@
 #include <limits.h>
 
 #include "parallel/td_mpi.h"
+#include "parallel/td_watchdog.h"
 #include "td_log.h"
 
 const char *td_coll_kind_name(td_coll_kind k) {
@@ -19,7 +20,7 @@ void td_coll_stats_total(const td_coll_stats *s, double *bytes, double *ms) {
 
 static int comm_size(MPI_Comm comm) {
   int n = 1;
-  if (comm != MPI_COMM_NULL) MPI_Comm_size(comm, &n);
+  if (comm != MPI_COMM_NULL && MPI_Comm_size(comm, &n) != MPI_SUCCESS) n = 1;
   return n;
 }
 
@@ -38,8 +39,10 @@ static td_status allreduce(MPI_Comm comm, void *buf, int64_t n, MPI_Datatype typ
   double t0 = td_now();
   for (int64_t off = 0; off < n; off += INT_MAX) {
     int64_t c = n - off < INT_MAX ? n - off : INT_MAX;
-    TD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * (int64_t)esize, (int)c, type, op,
-                               comm));
+    MPI_Request r = MPI_REQUEST_NULL;
+    TD_MPI_CHECK(td_watched(MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * (int64_t)esize,
+                                           (int)c, type, op, comm, &r),
+                            "MPI_Allreduce", comm, &r));
   }
   count(stats, TD_COLL_ALLREDUCE, 2.0 * (double)(p - 1) / p * (double)n * (double)esize, t0);
   return TD_OK;
@@ -61,7 +64,9 @@ td_status td_coll_bcast_f32(MPI_Comm comm, float *buf, int64_t n, int root, td_c
   double t0 = td_now();
   for (int64_t off = 0; off < n; off += INT_MAX) {
     int64_t c = n - off < INT_MAX ? n - off : INT_MAX;
-    TD_MPI_CHECK(MPI_Bcast(buf + off, (int)c, MPI_FLOAT, root, comm));
+    MPI_Request r = MPI_REQUEST_NULL;
+    TD_MPI_CHECK(td_watched(MPI_Ibcast(buf + off, (int)c, MPI_FLOAT, root, comm, &r), "MPI_Bcast",
+                            comm, &r));
   }
   count(stats, TD_COLL_BCAST, (double)n * sizeof(float), t0);
   return TD_OK;

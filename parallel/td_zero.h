@@ -34,6 +34,10 @@
 #include "parallel/td_coll.h"
 #include "td_error.h"
 
+/* Stages 2–3: rotating working buffers for the non-persistent units (the
+ * transformer blocks): one in use, the others' reductions in flight. */
+#define TD_ZERO_BLOCK_SLOTS 2
+
 typedef struct td_zero_tensor {
   int64_t offset, numel; /* range in the local space */
   int decay;             /* AdamW weight decay applies */
@@ -54,7 +58,10 @@ typedef struct td_zero_opts {
 
 typedef struct td_zero td_zero;
 
-/* Collective on dp_comm. Allocates the stage's buffers. */
+/* Allocates the stage's buffers (not collective: dp_comm is only asked its
+ * size and rank). With k == NULL, a size query: nothing is allocated and only
+ * td_zero_bytes and td_zero_destroy may be called — `trident check` prints
+ * the memory this way, through the code that allocates it. */
 td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *stats, td_zero **out);
 void td_zero_destroy(td_zero **z);
 
@@ -90,6 +97,10 @@ td_status td_zero_acquire(td_zero *z, int u, int backward, float **param, float 
 /* Done with unit u; in backward its gradients of this micro-batch are final
  * and their reduction is launched. */
 td_status td_zero_release(td_zero *z, int u, int backward);
+/* Let the non-blocking collectives in flight progress (MPI_Test on each):
+ * MPI moves a message only inside MPI calls, so the caller polls between
+ * the large kernels of a unit to overlap its communication with compute. */
+td_status td_zero_progress(td_zero *z);
 /* Finish a forward-only pass (evaluation): drop gathered units. */
 td_status td_zero_end_forward(td_zero *z);
 /* Wait for every reduction: the owned gradients are the sums over dp. */
@@ -106,8 +117,17 @@ td_status td_zero_adamw(td_zero *z, float lr, float beta1, float beta2, float ep
  * full parameters (stages 1–2; stage 0 loads them whole). Collective. */
 td_status td_zero_gather_params(td_zero *z);
 
-/* Persistent bytes per rank of parameters, gradients, moments, and the
- * working buffers (stage 2–3 gathered units, buckets). */
+/* Bytes this rank's engine allocated (or would: a size query) for
+ * parameters, gradients (full buffer and/or shard), AdamW moments, and
+ * working buffers (stages 2–3: per slot a unit's gradients and its
+ * reduce-scatter share, at stage 3 also its gathered parameters; slots 0 and
+ * 1 sized for the two persistent units, the block slots for the largest
+ * other unit). */
 void td_zero_bytes(const td_zero *z, int64_t *param, int64_t *grad, int64_t *optim, int64_t *work);
+/* Stages 2–3: the smallest number of gradient reductions launched between a
+ * block slot's launch and its reuse (INT64_MAX if none was reused). With the
+ * oldest slot reused first it is at least TD_ZERO_BLOCK_SLOTS; 1 would mean a
+ * reduction is waited for right after the next one is launched. */
+int64_t td_zero_slot_reuse_min(const td_zero *z);
 
 #endif

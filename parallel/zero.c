@@ -6,24 +6,30 @@
 #include <string.h>
 
 #include "parallel/td_mpi.h"
+#include "parallel/td_watchdog.h"
 #include "td_log.h"
 
-#define NBLOCK_SLOTS 2 /* rotating working buffers for transformer blocks */
 #define MAX_REQ 4096
 
 /* A working buffer holding one unit's gathered parameters (stage 3) or its
- * gradients (stages 2–3). */
+ * gradients (stages 2–3). Slots 0 and 1 serve the two persistent units
+ * (sized for them); the block slots serve every other unit (sized for the
+ * largest of those), so the embedding's size never multiplies. */
 typedef struct {
   int unit;          /* unit held, -1 none */
   int busy;          /* acquired and not yet released */
   int pending;       /* a non-blocking collective is in flight */
   int valid;         /* parameters: gathered and current */
+  int64_t seq;       /* gradients: when its reduction was launched (launch count) */
   MPI_Request req;
-  float *buf;        /* max unit size */
+  float *buf;        /* the largest unit this slot serves */
   float *recv;       /* gradients: this rank's part of the reduce-scatter */
   int64_t recv_off;  /* where recv goes in the gradient shard */
   int recv_n;
 } slot;
+
+/* What the engine allocates, by kind (td_zero_bytes). */
+enum { ZB_PARAM, ZB_GRAD, ZB_OPTIM, ZB_WORK, ZB_KINDS };
 
 struct td_zero {
   td_zero_opts o;
@@ -32,9 +38,9 @@ struct td_zero {
   td_kernels *k;
   td_coll_stats *stats;
   int dp, rank;
-  int64_t S, npad, own_b, own_e, max_unit;
+  int64_t S, npad, own_b, own_e;
   float *params, *grads, *gshard, *m, *v;
-  slot pslots[2 + NBLOCK_SLOTS], gslots[2 + NBLOCK_SLOTS];
+  slot pslots[2 + TD_ZERO_BLOCK_SLOTS], gslots[2 + TD_ZERO_BLOCK_SLOTS];
   int nslots;
   /* stage 0/1: outstanding reductions */
   MPI_Request reqs[MAX_REQ];
@@ -42,7 +48,9 @@ struct td_zero {
   int64_t bucket_lo, bucket_hi; /* stage 0: released range not yet launched */
   int last_micro;
   int64_t micro;
-  int64_t bytes_work;
+  int64_t bytes[ZB_KINDS];  /* allocated (or, for a size query, planned) */
+  int64_t launches;         /* gradient reductions launched (slot ages) */
+  int64_t reuse_min;        /* smallest launches − seq of a reused block slot */
   int *ucounts;  /* (nunits, dp): elements of unit u in dp rank r's shard */
   int *udispls;  /* (nunits, dp): where they start inside the unit */
 };
@@ -82,9 +90,37 @@ static void count_stats(td_zero *z, td_coll_kind kind, double bytes) {
 /* Wait on request *r, charging the wait to the stats. */
 static td_status wait_req(td_zero *z, MPI_Request *r, td_coll_kind kind) {
   double t0 = td_now();
-  TD_MPI_CHECK(MPI_Wait(r, MPI_STATUS_IGNORE));
+  const char *op = kind == TD_COLL_ALLGATHER ? "MPI_Wait (ZeRO-3 all-gather of a unit's parameters)"
+                                             : "MPI_Wait (ZeRO reduce-scatter of a unit's gradients)";
+  TD_MPI_CHECK(td_watchdog_wait(op, z->o.dp_comm, r));
   if (z->stats) z->stats->ms[kind] += 1e3 * (td_now() - t0);
   return TD_OK;
+}
+
+/* Allocate bytes of kind `kind`, counting them; a size query (no back-end)
+ * only counts. The one place where the engine's memory is decided. */
+static td_status zalloc(td_zero *z, float **p, size_t bytes, int kind, const char *what) {
+  z->bytes[kind] += (int64_t)bytes;
+  if (!z->k) return TD_OK;
+  return z->k->alloc(z->k, (void **)p, bytes, what);
+}
+
+static int is_persistent(const td_zero *z, int u) {
+  return u == z->o.persistent_units[0] || u == z->o.persistent_units[1];
+}
+
+/* Elements of the largest unit slot i serves and the largest share of one
+ * of them this rank receives in a reduce-scatter (slots 0, 1: persistent
+ * units 0, 1; block slots: every other non-empty unit). */
+static void slot_need(const td_zero *z, int i, int64_t *elems, int64_t *share) {
+  *elems = 0, *share = 0;
+  for (int u = 0; u < z->o.nunits; ++u) {
+    if (unit_empty(z, u)) continue;
+    int serves = i < 2 ? u == z->o.persistent_units[i] : !is_persistent(z, u);
+    if (!serves) continue;
+    *elems = imax(*elems, z->ue[u] - z->ub[u]);
+    *share = imax(*share, UCOUNTS(z, u)[z->rank]);
+  }
 }
 
 /* Let outstanding non-blocking collectives progress. */
@@ -106,8 +142,9 @@ td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *st
   if (!z) TD_FAIL(TD_ERR_NOMEM, "out of memory");
   z->o = *o;
   z->k = k, z->stats = stats;
-  MPI_Comm_size(o->dp_comm, &z->dp);
-  MPI_Comm_rank(o->dp_comm, &z->rank);
+  if (MPI_Comm_size(o->dp_comm, &z->dp) != MPI_SUCCESS ||
+      MPI_Comm_rank(o->dp_comm, &z->rank) != MPI_SUCCESS)
+    TD_FAIL_GOTO(TD_ERR_MPI, "ZeRO engine: the data-parallel communicator is not usable");
   z->tensors = malloc((size_t)(o->ntensors + 1) * sizeof *z->tensors);
   z->ub = malloc((size_t)(o->nunits + 1) * sizeof(int64_t));
   z->ue = malloc((size_t)(o->nunits + 1) * sizeof(int64_t));
@@ -125,38 +162,29 @@ td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *st
   z->ucounts = calloc((size_t)o->nunits * z->dp + 1, sizeof(int));
   z->udispls = calloc((size_t)o->nunits * z->dp + 1, sizeof(int));
   if (!z->ucounts || !z->udispls) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
-  for (int u = 0; u < o->nunits; ++u) {
-    if (unit_empty(z, u)) continue;
-    z->max_unit = imax(z->max_unit, z->ue[u] - z->ub[u]);
-    TD_CHECK_GOTO(unit_counts(z, u));
-  }
+  for (int u = 0; u < o->nunits; ++u)
+    if (!unit_empty(z, u)) TD_CHECK_GOTO(unit_counts(z, u));
   int stage = o->stage;
   size_t full = (size_t)z->npad * sizeof(float), shard = (size_t)z->S * sizeof(float);
-  TD_CHECK_GOTO(k->alloc(k, (void **)&z->params, stage < 3 ? full : shard, "parameters"));
-  if (stage < 2) TD_CHECK_GOTO(k->alloc(k, (void **)&z->grads, full, "gradients"));
-  if (stage >= 1) TD_CHECK_GOTO(k->alloc(k, (void **)&z->gshard, shard, "gradient shard"));
-  TD_CHECK_GOTO(k->alloc(k, (void **)&z->m, stage == 0 ? full : shard, "AdamW first moments"));
-  TD_CHECK_GOTO(k->alloc(k, (void **)&z->v, stage == 0 ? full : shard, "AdamW second moments"));
+  TD_CHECK_GOTO(zalloc(z, &z->params, stage < 3 ? full : shard, ZB_PARAM, "parameters"));
+  if (stage < 2) TD_CHECK_GOTO(zalloc(z, &z->grads, full, ZB_GRAD, "gradients"));
+  if (stage >= 1) TD_CHECK_GOTO(zalloc(z, &z->gshard, shard, ZB_GRAD, "gradient shard"));
+  TD_CHECK_GOTO(zalloc(z, &z->m, stage == 0 ? full : shard, ZB_OPTIM, "AdamW first moments"));
+  TD_CHECK_GOTO(zalloc(z, &z->v, stage == 0 ? full : shard, ZB_OPTIM, "AdamW second moments"));
   /* working buffers: slots 0 and 1 for the persistent units, then block slots */
-  z->nslots = stage >= 2 ? 2 + NBLOCK_SLOTS : 0;
-  /* a reduce-scatter receives this rank's share of one unit */
-  int64_t share = 1;
-  for (int u = 0; u < o->nunits; ++u)
-    if (!unit_empty(z, u) && UCOUNTS(z, u)[z->rank] > share) share = UCOUNTS(z, u)[z->rank];
-  size_t rbytes = (size_t)share * sizeof(float);
+  z->nslots = stage >= 2 ? 2 + TD_ZERO_BLOCK_SLOTS : 0;
   for (int i = 0; i < z->nslots; ++i) {
     slot *ps = &z->pslots[i], *gs = &z->gslots[i];
     ps->unit = gs->unit = -1;
     ps->req = gs->req = MPI_REQUEST_NULL;
-    size_t ub = (size_t)(z->max_unit > 0 ? z->max_unit : 1) * sizeof(float);
-    if (stage == 3) {
-      TD_CHECK_GOTO(k->alloc(k, (void **)&ps->buf, ub, "gathered unit parameters"));
-      z->bytes_work += (int64_t)ub;
-    }
-    TD_CHECK_GOTO(k->alloc(k, (void **)&gs->buf, ub, "unit gradients"));
-    TD_CHECK_GOTO(k->alloc(k, (void **)&gs->recv, rbytes, "gradient shard receive buffer"));
-    z->bytes_work += (int64_t)ub + (int64_t)rbytes;
+    int64_t elems = 0, share = 0;
+    slot_need(z, i, &elems, &share);
+    size_t ub = (size_t)imax(elems, 1) * sizeof(float), rb = (size_t)imax(share, 1) * sizeof(float);
+    if (stage == 3) TD_CHECK_GOTO(zalloc(z, &ps->buf, ub, ZB_WORK, "gathered unit parameters"));
+    TD_CHECK_GOTO(zalloc(z, &gs->buf, ub, ZB_WORK, "unit gradients"));
+    TD_CHECK_GOTO(zalloc(z, &gs->recv, rb, ZB_WORK, "gradient shard receive buffer"));
   }
+  z->reuse_min = INT64_MAX;
   z->bucket_lo = z->bucket_hi = -1;
 done:
   if (st != TD_OK) {
@@ -170,26 +198,32 @@ done:
 void td_zero_destroy(td_zero **zp) {
   if (!zp || !*zp) return;
   td_zero *z = *zp;
+  *zp = NULL;
+  /* A rank failing alone is about to be aborted: waiting for its requests
+   * would wait for ranks that never join, and freeing buffers that MPI may
+   * still write into is worse. Leave everything to the process's end. */
+  int inflight = z->nreq > 0;
+  for (int i = 0; i < z->nslots; ++i) inflight |= z->pslots[i].pending || z->gslots[i].pending;
+  if (inflight && td_error_alone()) return;
   for (int i = 0; i < z->nreq; ++i)
     if (z->reqs[i] != MPI_REQUEST_NULL) MPI_Wait(&z->reqs[i], MPI_STATUS_IGNORE);
   for (int i = 0; i < z->nslots; ++i) {
     slot *ss[2] = {&z->pslots[i], &z->gslots[i]};
     for (int j = 0; j < 2; ++j) {
       if (ss[j]->pending) MPI_Wait(&ss[j]->req, MPI_STATUS_IGNORE);
-      if (ss[j]->buf) z->k->free(z->k, ss[j]->buf);
-      if (ss[j]->recv) z->k->free(z->k, ss[j]->recv);
+      if (z->k && ss[j]->buf) z->k->free(z->k, ss[j]->buf);
+      if (z->k && ss[j]->recv) z->k->free(z->k, ss[j]->recv);
     }
   }
   float *bufs[] = {z->params, z->grads, z->gshard, z->m, z->v};
   for (int i = 0; i < 5; ++i)
-    if (bufs[i]) z->k->free(z->k, bufs[i]);
+    if (z->k && bufs[i]) z->k->free(z->k, bufs[i]);
   free(z->ucounts);
   free(z->udispls);
   free(z->tensors);
   free(z->ub);
   free(z->ue);
   free(z);
-  *zp = NULL;
 }
 
 td_status td_zero_set_params(td_zero *z, const float *host) {
@@ -218,18 +252,13 @@ void td_zero_moments(td_zero *z, float **m, float **v, int64_t *b, int64_t *e) {
 }
 
 void td_zero_bytes(const td_zero *z, int64_t *param, int64_t *grad, int64_t *optim, int64_t *work) {
-  int s = z->o.stage;
-  *param = 4 * (s < 3 ? z->npad : z->S);
-  *grad = 4 * ((s < 2 ? z->npad : 0) + (s >= 1 ? z->S : 0));
-  *optim = 8 * (s == 0 ? z->npad : z->S);
-  *work = z->bytes_work;
+  *param = z->bytes[ZB_PARAM], *grad = z->bytes[ZB_GRAD];
+  *optim = z->bytes[ZB_OPTIM], *work = z->bytes[ZB_WORK];
 }
+
+int64_t td_zero_slot_reuse_min(const td_zero *z) { return z->reuse_min; }
 
 /* ---- stage 3: gathering units ------------------------------------------------ */
-
-static int is_persistent(const td_zero *z, int u) {
-  return u == z->o.persistent_units[0] || u == z->o.persistent_units[1];
-}
 
 static td_status start_gather(td_zero *z, int u, slot *s) {
   int64_t lo, hi;
@@ -305,11 +334,16 @@ static td_status grad_slot(td_zero *z, int u, slot **out) {
   if (is_persistent(z, u)) {
     s = &z->gslots[u == z->o.persistent_units[0] ? 0 : 1];
   } else {
-    /* the block slot whose reduction was launched longest ago */
-    for (int i = 2; i < z->nslots; ++i)
-      if (!z->gslots[i].busy && (!s || z->gslots[i].unit < 0 || (s->unit >= 0 && !s->pending)))
-        s = &z->gslots[i];
+    /* a free block slot, else the one whose reduction was launched longest
+     * ago (most likely complete): the others keep theirs in flight */
+    for (int i = 2; i < z->nslots; ++i) {
+      slot *c = &z->gslots[i];
+      if (c->busy) continue;
+      if (!s || c->unit < 0 || (s->unit >= 0 && c->seq < s->seq)) s = c;
+      if (s->unit < 0) break;
+    }
     if (!s) TD_FAIL(TD_ERR_INTERNAL, "no free gradient buffer for unit %d", u);
+    if (s->unit >= 0 && z->launches - s->seq < z->reuse_min) z->reuse_min = z->launches - s->seq;
   }
   TD_CHECK(finish_grad_slot(z, s));
   s->unit = u;
@@ -325,6 +359,7 @@ static td_status launch_grad_slot(td_zero *z, int u, slot *s) {
   s->recv_off = hi > lo ? lo - (int64_t)z->rank * z->S : 0;
   TD_CHECK(z->k->sync(z->k));
   s->pending = 1;
+  s->seq = z->launches++;
   TD_MPI_CHECK(MPI_Ireduce_scatter(s->buf, s->recv, UCOUNTS(z, u), MPI_FLOAT, MPI_SUM,
                                    z->o.dp_comm, &s->req));
   count_stats(z, TD_COLL_REDUCE_SCATTER,
@@ -434,6 +469,7 @@ td_status td_zero_release(td_zero *z, int u, int backward) {
       if (!g) TD_FAIL(TD_ERR_INTERNAL, "unit %d released without its gradient buffer", u);
       g->busy = 0;
       TD_CHECK(launch_grad_slot(z, u, g));
+      TD_CHECK(td_test_fail_point("zero_release")); /* a reduction in flight */
     } else if (z->last_micro && z->dp > 1) {
       if (stage == 1) {
         TD_CHECK(launch_unit_rs(z, u));
@@ -450,6 +486,8 @@ td_status td_zero_release(td_zero *z, int u, int backward) {
   return TD_OK;
 }
 
+td_status td_zero_progress(td_zero *z) { return progress(z); }
+
 td_status td_zero_end_forward(td_zero *z) {
   for (int i = 0; i < z->nslots; ++i) TD_CHECK(finish_slot_gather(z, &z->pslots[i]));
   return TD_OK;
@@ -460,7 +498,9 @@ td_status td_zero_finish_grads(td_zero *z) {
   if (stage <= 1) {
     TD_CHECK(launch_bucket(z));
     double t0 = td_now();
-    for (int i = 0; i < z->nreq; ++i) TD_MPI_CHECK(MPI_Wait(&z->reqs[i], MPI_STATUS_IGNORE));
+    for (int i = 0; i < z->nreq; ++i)
+      TD_MPI_CHECK(td_watchdog_wait("MPI_Wait (data-parallel gradient reduction)", z->o.dp_comm,
+                                    &z->reqs[i]));
     if (z->stats) z->stats->ms[stage == 0 ? TD_COLL_ALLREDUCE : TD_COLL_REDUCE_SCATTER] +=
         1e3 * (td_now() - t0);
     z->nreq = 0;
@@ -524,8 +564,11 @@ td_status td_zero_gather_params(td_zero *z) {
     double t0 = td_now();
     int c = 0;
     TD_CHECK(td_mpi_count(z->S, &c));
-    TD_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, z->params, c, MPI_FLOAT,
-                               z->o.dp_comm));
+    MPI_Request r = MPI_REQUEST_NULL;
+    TD_MPI_CHECK(td_watched(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, z->params, c,
+                                           MPI_FLOAT, z->o.dp_comm, &r),
+                            "MPI_Allgather (ZeRO parameters after the optimizer)", z->o.dp_comm,
+                            &r));
     if (z->stats) {
       z->stats->ms[TD_COLL_ALLGATHER] += 1e3 * (td_now() - t0);
       count_stats(z, TD_COLL_ALLGATHER, (double)z->npad * 4.0 * (double)(z->dp - 1) / z->dp);

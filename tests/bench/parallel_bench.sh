@@ -5,7 +5,7 @@
 #
 #   tests/bench/parallel_bench.sh [--build DIR] [--work DIR] [--steps N]
 #                                 [--pp-batch G] [--pp-micro B] [--no-torch]
-#                                 [--skip "mem tp pp scaling"]
+#                                 [--skip "mem tp pp scaling"] [--before DIR]
 #
 # Every trident run: mpiexec -n K trident train inputs/small.yaml with
 # OMP_NUM_THREADS=1 (one thread per rank), N steps (default 3), logging every
@@ -19,12 +19,12 @@
 #
 # Tables (printed by tests/bench/parallel_tables.py from WORK/runs.tsv):
 #   1. memory  — dp 1, 2, 4 × zero 0–3, global batch 4, micro-batch 1:
-#                per-rank persistent bytes of parameters, gradients, AdamW
-#                moments from the engine's shard rule (S = ceil(Ψ/dp) rounded
-#                up to 16; parallel/zero.c td_zero_bytes — computed here, trident
-#                does not print it yet), beside the ideal (16Ψ; 4Ψ+4Ψ+8Ψ/dp;
-#                4Ψ+12Ψ/dp; 16Ψ/dp), the working buffers, `trident check`'s
-#                estimate and the measured peak RSS (mem_bytes);
+#                per-rank bytes of parameters, gradients, AdamW moments and
+#                working buffers as the ZeRO engine allocated them (metrics
+#                param/grad/optim/work_bytes, max over ranks) beside the ideal
+#                (16Ψ; 4Ψ+4Ψ+8Ψ/dp; 4Ψ+12Ψ/dp; 16Ψ/dp), whether
+#                `trident check --json` printed the same, and the measured
+#                peak RSS (mem_bytes);
 #   2. comm    — the same runs: bytes per step per rank and exposed comm time
 #                beside the ring volumes;
 #   3. scaling — tok/s at dp 1 and dp 2 (global batch 4) beside PyTorch DDP
@@ -36,6 +36,11 @@
 #                (pp 4, gpipe), (pp 4, 1f1b), (dp 2, pp 2, 1f1b), (dp 4): tok/s,
 #                measured idle fraction per stage (pp_idle) and the theory
 #                (pp−1)/(m+pp−1).
+#   6. before/after (with --before DIR: another build's trident, e.g. of an
+#                older commit) — dp 2, zero 2 and 3, global batch 8,
+#                micro-batch 1, T 256 and T 16 (communication-bound), max(N, 6)
+#                steps, run alternately with both builds, twice: working
+#                buffers, exposed communication and step time.
 # The machine is shared: the load average is printed at the start of each
 # run (and kept in runs.tsv). Exit status non-zero if a run failed.
 set -uo pipefail
@@ -48,6 +53,7 @@ PPG=8
 PPB=1
 TORCH=1
 SKIP=""
+BEFORE=""
 PY=/usr/bin/python3
 while [ $# -gt 0 ]; do
   case $1 in
@@ -58,7 +64,8 @@ while [ $# -gt 0 ]; do
     --pp-micro) PPB=$2; shift 2 ;;
     --no-torch) TORCH=0; shift ;;
     --skip) SKIP=$2; shift 2 ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    --before) BEFORE=$2; shift 2 ;;
+    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
     *) echo "parallel_bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -84,23 +91,30 @@ echo "# parallel_bench: $(getconf _NPROCESSORS_ONLN) cores ($(grep -m1 'model na
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # run NAME GROUP NP DP TP PP ZERO G B SCHED [extra --set ...]
+# (TRIDENT_RUN, default $TRIDENT, is the binary; RUN_STEPS, default $STEPS)
 run() {
   local name=$1 group=$2 np=$3 dp=$4 tp=$5 pp=$6 zero=$7 G=$8 B=$9 sched=${10}
   shift 10
-  local dir=$WORK/$name l t1 t2 st=ok
+  local dir=$WORK/$name l t1 t2 st=ok bin=${TRIDENT_RUN:-$TRIDENT}
   rm -rf "$dir"; mkdir -p "$dir"
-  local sets=(--set data.train="$DATA" --set training.steps="$STEPS" --set schedule.warmup=1
+  local sets=(--set data.train="$DATA" --set training.steps="${RUN_STEPS:-$STEPS}" --set schedule.warmup=1
     --set logging.every=1 --set eval.every=0 --set eval.batches=1 --set checkpoint.resume=never
     --set checkpoint.every=0 --set run.out_dir="$dir" --set parallel.dp="$dp" --set parallel.tp="$tp"
     --set parallel.pp="$pp" --set parallel.zero="$zero" --set training.global_batch="$G"
     --set parallel.micro_batch="$B" --set parallel.pp_schedule="$sched" "$@")
-  # trident's own estimate (trident check), rank 0's row: params, param/grad/optim/activ MiB
-  local chk
-  chk=$("$MPIEXEC" -n "$np" "$TRIDENT" check "$DECK" "${sets[@]}" 2>&1 |
-    awk '/^ rank/ {h=1; next} h && $1 == "0" {print $6 "," $7 $8 "," $9 $10 "," $11 $12 "," $13 $14; exit}')
+  # what trident check says the largest rank allocates (--json "max": bytes
+  # of params, grads, moments, work, activations) and rank 0's parameter count
+  local chk=""
+  if [ "$bin" = "$TRIDENT" ]; then
+    chk=$("$MPIEXEC" -n "$np" "$bin" check "$DECK" "${sets[@]}" --json 2>/dev/null | $PY -c '
+import json, sys
+d = json.load(sys.stdin); m = d["max"]
+print(",".join(str(x) for x in [d["ranks"][0]["params"]] + [m[k] for k in
+      ("param_bytes", "grad_bytes", "optim_bytes", "work_bytes", "act_bytes")]))')
+  fi
   l=$(load); t1=$(date +%s.%N)
   printf '  %-22s np %d dp %d tp %d pp %d zero %d G %d B %d %-5s load %5s ... ' "$name" "$np" "$dp" "$tp" "$pp" "$zero" "$G" "$B" "$sched" "$l"
-  if ! "$MPIEXEC" -n "$np" "$TRIDENT" train "$DECK" "${sets[@]}" > "$dir/out.log" 2>&1; then
+  if ! "$MPIEXEC" -n "$np" "$bin" train "$DECK" "${sets[@]}" > "$dir/out.log" 2>&1; then
     st=failed; FAILED=1
   fi
   t2=$(date +%s.%N)
@@ -145,6 +159,21 @@ if ! skip pp; then
   run pp4_1f1b pp 4 1 1 4 0 "$PPG" "$PPB" 1f1b --set 'parallel.stage_layers=[2,2,1,1]'
   run dp2_pp2 pp 4 2 1 2 0 "$PPG" "$PPB" 1f1b
   run dp4 pp 4 4 1 1 0 "$PPG" "$PPB" 1f1b
+fi
+if [ -n "$BEFORE" ]; then
+  [ -x "$BEFORE/trident" ] || { echo "parallel_bench.sh: $BEFORE/trident not built" >&2; exit 2; }
+  echo "# before/after: $BEFORE/trident ($(git -C "$(dirname "$BEFORE")" describe --always 2>/dev/null)) vs $TRIDENT"
+  bsteps=$(( STEPS > 6 ? STEPS : 6 ))
+  for T in 256 16; do # the deck's T, and a communication-bound T 16
+    for z in 2 3; do
+      for round in 1 2; do
+        TRIDENT_RUN=$BEFORE/trident RUN_STEPS=$bsteps run "before_z${z}_T${T}_r${round}" before 2 2 1 1 \
+          "$z" 8 1 1f1b --set model.seq_len=$T
+        RUN_STEPS=$bsteps run "after_z${z}_T${T}_r${round}" after 2 2 1 1 "$z" 8 1 1f1b \
+          --set model.seq_len=$T
+      done
+    done
+  done
 fi
 echo "# all runs: $(( $(date +%s) - T0 )) s; load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo

@@ -5,15 +5,10 @@ metrics.jsonl (markdown, for README "Benchmarks: parallelism").
     /usr/bin/python3 tests/bench/parallel_tables.py WORK
 
 The model is inputs/small.yaml: V 256, T 256, L 6, C 384 (Ψ = 10,844,160).
-Accounting "(rule)" columns reproduce parallel/zero.c td_zero_bytes from Ψ and
-the shard rule S = ceil(n/dp) rounded up to 16 (npad = S·dp) — trident does
-not print the engine's numbers yet:
-  parameters  4·npad (stages 0–2), 4·S (stage 3)
-  gradients   4·npad (stages 0–1) + 4·S (stages 1–3: the owned shard)
-  moments     8·npad (stage 0), 8·S (stages 1–3)
-  work        stages 2–3: 4 slots × (4·max_unit gradient buffer + 4·S
-              reduce-scatter receive buffer) + stage 3: 4 × 4·max_unit gathered
-              parameters (max_unit = one block, 12C² + 13C floats).
+Memory columns are the ZeRO engine's own accounting of what it allocated
+(metrics param/grad/optim/work_bytes, max over ranks; parallel/zero.c
+td_zero_bytes), checked against `trident check --json` (runs.tsv "check":
+params, param, grad, optim, work, act bytes).
 """
 import csv
 import json
@@ -28,16 +23,19 @@ PSI = V * C + T * C + L * BLOCK + 2 * C
 MIB = 1048576.0
 
 
-def rule(stage, dp, n=PSI, max_unit=BLOCK):
-    S = ((n + dp - 1) // dp + 15) // 16 * 16
-    npad = S * dp
-    p = 4 * (npad if stage < 3 else S)
-    g = 4 * ((npad if stage < 2 else 0) + (S if stage >= 1 else 0))
-    o = 8 * (npad if stage == 0 else S)
-    w = 0
-    if stage >= 2:
-        w = 4 * (4 * max_unit + 4 * S) + (4 * 4 * max_unit if stage == 3 else 0)
-    return p, g, o, w
+def engine(r):
+    """(param, grad, optim, work, act) bytes of the run's last logged step."""
+    last = [x for x in r["m"] if "param_bytes" in x]
+    if not last:
+        return None
+    x = last[-1]
+    return tuple(int(x[k]) for k in ("param_bytes", "grad_bytes", "optim_bytes", "work_bytes", "act_bytes"))
+
+
+def check_cols(r):
+    """[params, param, grad, optim, work, act] from `trident check --json`."""
+    c = (r.get("check") or "").split(",")
+    return [int(v) for v in c] if len(c) == 6 else None
 
 
 def ideal(stage, dp, n=PSI):
@@ -88,18 +86,22 @@ def main(work):
     mem = [r for r in runs.values() if r["group"] == "mem"]
     if mem:
         print("### Memory per rank by ZeRO stage (global batch 4, micro-batch 1)\n")
-        print("| dp | zero | params (rule) | grads (rule) | moments (rule) | **persistent (rule)** | ideal | rule/ideal "
-              "| work buffers (rule) | `trident check` param/grad/optim | peak RSS (mem_bytes) | load |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
+        print("| dp | zero | params | grads | moments | **persistent** | ideal | persistent/ideal "
+              "| work buffers | activations | `trident check` = run | peak RSS (mem_bytes) | load |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
         for r in sorted(mem, key=lambda r: (r["dp"], r["zero"])):
-            p, g, o, w = rule(r["zero"], r["dp"])
+            e = engine(r)
+            if e is None:
+                print("| %d | %d | %s |" % (r["dp"], r["zero"], r["status"]))
+                continue
+            p, g, o, w, a = e
             idl = ideal(r["zero"], r["dp"])
-            chk = (r.get("check") or "").split(",")
-            chk_s = " / ".join(x.replace("MiB", "") for x in chk[1:4]) if len(chk) >= 4 else "–"
+            chk = check_cols(r)
+            same = "–" if chk is None else ("yes" if tuple(chk[1:]) == e else "**no**: " + str(chk[1:]))
             rss = max((x.get("mem_bytes", 0) for x in r["m"]), default=float("nan"))
-            print("| %d | %d | %s | %s | %s | **%s** | %s | %.3f | %s | %s | %s | %s |" % (
+            print("| %d | %d | %s | %s | %s | **%s** | %s | %.3f | %s | %s | %s | %s | %s |" % (
                 r["dp"], r["zero"], mb(p), mb(g), mb(o), mb(p + g + o), mb(idl), (p + g + o) / idl, mb(w),
-                chk_s, mb(rss) if r["status"] == "ok" else r["status"], r["load"]))
+                mb(a), same, mb(rss), r["load"]))
         print()
 
         print("### Communication per step per rank by ZeRO stage (same runs)\n")
@@ -170,11 +172,11 @@ def main(work):
             act = B * T * C * 4
             th = (4 * L + 2) * f * act + f * 3 * B * T * 4 + f * 8  # + the gradient-norm f64
             local = V // k * C + T * C + 2 * C + L * (4 * C + 12 * C * C // k + 7 * C // k + 2 * C)
-            chk = (r.get("check") or "").split(",")
+            chk = check_cols(r)
             got = per_step(r["m"], "comm_bytes")
             cms = per_step(r["m"], "comm_ms")
             print("| %d | %d | %s | %.2f | %.2f | %s | %.0f | %.0f | %s |" % (
-                k, local, (chk[0] + " / " + chk[1].replace("MiB", "")) if len(chk) >= 2 else "–",
+                k, local, ("%d / %s" % (chk[0], mb(chk[1]))) if chk else "–",
                 got / 1e6, th / 1e6, ("%.3f" % (got / th)) if k > 1 else "–", cms, tps(r["m"]), r["load"]))
         print()
 
@@ -199,6 +201,31 @@ def main(work):
             print("| dp %d × pp %d | %s | %d | %.0f | %s | %s | %s | %s | %s |" % (
                 r["dp"], r["pp"], r["sched"] if r["pp"] > 1 else "–", m, tps(r["m"]), idle_s, mean, theory,
                 live, r["load"]))
+        print()
+    ba = [r for r in runs.values() if r["group"] in ("before", "after")]
+    if ba:
+        print("### ZeRO-2/3 gradient slots and working buffers: before and after (dp 2, global batch 8, "
+              "micro-batch 1)\n")
+        print("Each configuration run twice with each build, alternately; per run the median over its "
+              "steps 2..N−1 of the exposed communication (comm_ms: rank 0's time waiting in collectives) "
+              "and of step_ms; working buffers from the metrics (`before` builds that predate them: the "
+              "same accounting, work_bytes).\n")
+        print("| T | zero | build | working buffers MiB | exposed comm ms/step (runs) | step ms (runs) | load |")
+        print("|---:|---:|---|---:|---|---|---|")
+        seqs = sorted({r["name"].split("_T")[1].split("_")[0] for r in ba if "_T" in r["name"]}, key=int,
+                      reverse=True)
+        for seq, z, grp in ((q, z, g) for q in seqs for z in (2, 3) for g in ("before", "after")):
+            rs = sorted((r for r in ba if r["group"] == grp and r["zero"] == z and "_T%s_" % seq in r["name"]),
+                        key=lambda r: r["name"])
+            if not rs:
+                continue
+            e = engine(rs[0])
+            cms = [per_step(r["m"], "comm_ms") for r in rs]
+            sms = [statistics.median([x["step_ms"] for x in r["m"][1:-1]]) if len(r["m"]) > 2
+                   else float("nan") for r in rs]
+            print("| %s | %d | %s | %s | %s | %s | %s |" % (
+                seq, z, grp, mb(e[3]) if e else "–", " / ".join("%.0f" % c for c in cms),
+                " / ".join("%.0f" % c for c in sms), " / ".join(r["load"] for r in rs)))
         print()
     bad = [r["name"] for r in runs.values() if r["status"] != "ok"]
     if bad:

@@ -37,7 +37,12 @@
  *     stage 3: reduce-scatter per micro-batch, all-gather at least once per
  *     unit), plus the 8-byte norm all-reduce.
  * Also: td_zero_owned ranges partition [0, n) in rank order; td_zero_bytes
- * follows the shard rule S = ceil(n/dp) rounded up to 16; after the steps, a
+ * follows the shard rule S = ceil(n/dp) rounded up to 16; at stages 2–3 a
+ * gradient slot is reused only after TD_ZERO_BLOCK_SLOTS later launches
+ * (td_zero_slot_reuse_min: the slot launched longest ago goes first) and the
+ * working buffers stay within 3 × 4 bytes × the persistent units +
+ * 16 × 4 bytes × the largest other unit (the "embed-heavy" space: working
+ * buffers sized by the largest unit would exceed it); after the steps, a
  * forward-only pass + td_zero_end_forward sees the updated parameters; the
  * final parameters are bitwise identical across stages; and parameters set
  * again (td_zero_set_params, or written into the owned/full buffer followed by
@@ -339,6 +344,28 @@ static space space_blocks(void) {
     add_tensor(&s, 1000 + 7 * l, 1, 1), add_tensor(&s, 31, 0, 1);
     add_tensor(&s, 2001, 1, 1), add_tensor(&s, 17, 0, 1);
     add_tensor(&s, 5, 0, l % 2), add_tensor(&s, 3, 1, 1);
+    add_unit(&s, b);
+  }
+  b = s.n;
+  add_tensor(&s, 33, 0, 1), add_tensor(&s, 33, 0, 1);
+  add_unit(&s, b);
+  return s;
+}
+
+/* "embed-heavy": a large embedding unit (as GPT-2's wte, vocab × dim) and
+ * small blocks, so working buffers sized by the largest unit would be many
+ * embeddings: 20000 + 4 blocks of ~600 + a final unit of 66. */
+static space space_embed_heavy(void) {
+  space s;
+  memset(&s, 0, sizeof s);
+  snprintf(s.name, sizeof s.name, "embed-heavy n=%s trainer+persistent", "22k");
+  s.trainer = 1, s.persistent = 1, s.bucket_bytes = 4096;
+  int64_t b = s.n;
+  add_tensor(&s, 19937, 1, 1), add_tensor(&s, 63, 1, 1);
+  add_unit(&s, b);
+  for (int l = 0; l < 4; ++l) {
+    b = s.n;
+    add_tensor(&s, 33, 0, 1), add_tensor(&s, 500 + l, 1, 1), add_tensor(&s, 67, 0, 1);
     add_unit(&s, b);
   }
   b = s.n;
@@ -657,6 +684,35 @@ static void run_engine(const space *sp, int stage, td_kernels *k, float *final) 
         "%s: owned parameters loaded + td_zero_gather_params: acquire gives them", label);
   if (stage < 3) check_owned(td_zero_params_full(z), host, 0, n, "full parameters after gather_params", label);
 
+  if (stage >= 2) {
+    /* gradient slots: the oldest reduction's slot is reused first, so each
+     * reduction has at least TD_ZERO_BLOCK_SLOTS launches' time to finish */
+    int nblock = 0;
+    int64_t pmax = 0, bmax = 0;
+    for (int u = 0; u < sp->nu; ++u) {
+      if (uempty(sp, u)) continue;
+      int pers = sp->persistent && (u == 0 || u == sp->nu - 1);
+      int64_t e = sp->ue[u] - sp->ub[u];
+      if (pers) pmax += e;
+      if (!pers) nblock++, bmax = e > bmax ? e : bmax;
+    }
+    int64_t reuse = td_zero_slot_reuse_min(z);
+    snprintf(d, sizeof d, "smallest reuse distance %lld launches (%d block units)",
+             reuse == INT64_MAX ? -1LL : (long long)reuse, nblock);
+    /* (the trainer's pattern without persistent units keeps unit 0 in a block
+     * slot all pass, leaving one to rotate: not a configuration it uses) */
+    if (sp->persistent || !sp->trainer)
+      check(reuse >= TD_ZERO_BLOCK_SLOTS && (nblock <= TD_ZERO_BLOCK_SLOTS || reuse != INT64_MAX),
+            d, "%s: a gradient slot is reused only after %d later launches", label,
+            TD_ZERO_BLOCK_SLOTS);
+    /* working buffers sized per use: at most three buffers per persistent
+     * unit (gathered copy, gradient, reduce-scatter share: the embedding's
+     * size counts three times, never more) and 16 block-sized ones */
+    int64_t bound = 3 * 4 * pmax + 16 * 4 * bmax;
+    snprintf(d, sizeof d, "work %lld bytes, bound 3·4·%lld (persistent units) + 16·4·%lld = %lld", (long long)bw,
+             (long long)pmax, (long long)bmax, (long long)bound);
+    check(bw <= bound, d, "%s: working buffers within 3 persistent + 16 block units", label);
+  }
   td_zero_destroy(&z);
   check(z == NULL, "", "%s: td_zero_destroy", label);
   free(pref), free(mref), free(vref), free(gref), free(host);
@@ -700,7 +756,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   space spaces[] = {space_uneven(0, 0), space_uneven(1, 1), space_uneven(1, 0),
-                    space_tiny(0, 0),   space_tiny(1, 1),   space_blocks()};
+                    space_tiny(0, 0),   space_tiny(1, 1),   space_blocks(),
+                    space_embed_heavy()};
   for (size_t i = 0; i < sizeof spaces / sizeof spaces[0]; ++i) test_engine(&spaces[i], k);
   td_kernels_destroy(&k);
 
