@@ -7,6 +7,7 @@
 #include "app/td_app.h"
 #include "app/td_estimate.h"
 #include "app/td_registry.h"
+#include "app/td_trainer.h"
 #include "parallel/td_grid.h"
 #include "parallel/td_mpi.h"
 #include "td_log.h"
@@ -30,12 +31,37 @@ static void human_count(double x, char *buf, size_t cap) {
 typedef struct {
   int rank, dp, tp, pp;
   char host[64];
-  int64_t params_local, param_bytes, grad_bytes, optim_bytes, gathered_bytes, act_bytes,
-      live_micro;
+  td_mem_plan mem;
   int tp_size, dp_size, pp_size, embed_size;
 } rank_info;
 
-static td_status check_main(td_app *app, const td_config *cfg) {
+static int64_t mem_total(const td_mem_plan *m) {
+  return m->param + m->grad + m->optim + m->work + m->act;
+}
+
+/* --json: one object with every rank's bytes and the largest of each. */
+static void print_json(const rank_info *all, int n) {
+  static const char *const keys[] = {"param_bytes", "grad_bytes", "optim_bytes", "work_bytes",
+                                     "act_bytes", "total_bytes"};
+  int64_t mx[6] = {0};
+  printf("{\"ranks\": [");
+  for (int i = 0; i < n; ++i) {
+    const td_mem_plan *m = &all[i].mem;
+    int64_t v[6] = {m->param, m->grad, m->optim, m->work, m->act, mem_total(m)};
+    printf("%s\n  {\"rank\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"params\": %lld", i ? "," : "",
+           all[i].rank, all[i].dp, all[i].tp, all[i].pp, (long long)m->params_local);
+    for (int j = 0; j < 6; ++j) {
+      printf(", \"%s\": %lld", keys[j], (long long)v[j]);
+      if (v[j] > mx[j]) mx[j] = v[j];
+    }
+    printf("}");
+  }
+  printf("],\n \"max\": {");
+  for (int j = 0; j < 6; ++j) printf("%s\"%s\": %lld", j ? ", " : "", keys[j], (long long)mx[j]);
+  printf("}}\n");
+}
+
+static td_status check_main(td_app *app, const td_config *cfg, int json) {
   td_status st = TD_OK;
   td_grid *g = NULL;
   td_registry *reg = NULL;
@@ -44,30 +70,25 @@ static td_status check_main(td_app *app, const td_config *cfg) {
                                (int)cfg->parallel_pp, &g));
   /* Test-only: TD_TEST_FAIL_RANK=r makes rank r fail alone, here, while every
    * other rank waits in a collective: the job must end, not hang. */
-  const char *inj = getenv("TD_TEST_FAIL_RANK");
-  if (inj && atoi(inj) == app->rank)
-    TD_FAIL_GOTO(TD_ERR_INJECTED, "injected failure on rank %d (TD_TEST_FAIL_RANK)", app->rank);
+  TD_CHECK_GOTO(td_test_fail_point("check"));
 
   st = td_registry_create(cfg, g->tp, g->tp_rank, g->pp, g->pp_rank, &reg);
-  TD_CHECK_GOTO(td_agree(app->world, st));
-  td_estimate e;
-  td_estimate_rank(cfg, reg, g->pp_rank, &e);
-
   rank_info me;
   memset(&me, 0, sizeof me);
+  /* what training would allocate here: the model's and the ZeRO engine's own
+   * size queries, not a second formula */
+  if (st == TD_OK) st = td_trainer_plan(cfg, g, &me.mem);
+  TD_CHECK_GOTO(td_agree(app->world, st));
   me.rank = g->rank, me.dp = g->dp_rank, me.tp = g->tp_rank, me.pp = g->pp_rank;
   int len = 0;
   char host[MPI_MAX_PROCESSOR_NAME];
   MPI_Get_processor_name(host, &len);
   snprintf(me.host, sizeof me.host, "%s", host);
-  me.params_local = e.params_local, me.param_bytes = e.param_bytes;
-  me.grad_bytes = e.grad_bytes, me.optim_bytes = e.optim_bytes;
-  me.gathered_bytes = e.gathered_bytes, me.act_bytes = e.act_bytes, me.live_micro = e.live_micro;
-  MPI_Comm_size(g->tp_comm, &me.tp_size);
-  MPI_Comm_size(g->dp_comm, &me.dp_size);
-  MPI_Comm_size(g->pp_comm, &me.pp_size);
+  TD_MPI_CHECK(MPI_Comm_size(g->tp_comm, &me.tp_size));
+  TD_MPI_CHECK(MPI_Comm_size(g->dp_comm, &me.dp_size));
+  TD_MPI_CHECK(MPI_Comm_size(g->pp_comm, &me.pp_size));
   me.embed_size = 0;
-  if (g->embed_comm != MPI_COMM_NULL) MPI_Comm_size(g->embed_comm, &me.embed_size);
+  if (g->embed_comm != MPI_COMM_NULL) TD_MPI_CHECK(MPI_Comm_size(g->embed_comm, &me.embed_size));
   if (app->rank == 0) {
     all = calloc((size_t)app->size, sizeof *all);
     if (!all) st = td_error_set(TD_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory");
@@ -76,28 +97,33 @@ static td_status check_main(td_app *app, const td_config *cfg) {
   TD_MPI_CHECK(MPI_Gather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, 0,
                           app->world));
   if (app->rank != 0) goto done;
+  if (json) {
+    print_json(all, app->size);
+    goto done;
+  }
 
   printf("# resolved deck (%s)\n", cfg->deck_path);
   td_config_print(cfg, stdout);
-  char a[32], b[32], c[32], d[32], f[32], h[32], t[32];
+  char a[32], b[32], c[32], d[32], w[32], f[32], h[32], t[32];
   printf("\n# grid: dp %lld × tp %lld × pp %lld = %d ranks (rank = tp + tp·(dp + dp·pp))\n",
          (long long)cfg->parallel_dp, (long long)cfg->parallel_tp, (long long)cfg->parallel_pp,
          app->size);
-  printf("%5s %4s %4s %4s  %-16s %10s %10s %10s %10s %10s %10s\n", "rank", "dp", "tp", "pp",
-         "host", "params", "param mem", "grad mem", "optim mem", "activ mem", "total");
+  printf("%5s %4s %4s %4s  %-16s %10s %10s %10s %10s %10s %10s %10s\n", "rank", "dp", "tp", "pp",
+         "host", "params", "param mem", "grad mem", "optim mem", "work mem", "activ mem", "total");
   int64_t worst = 0;
   for (int i = 0; i < app->size; ++i) {
     rank_info *x = &all[i];
-    int64_t tot = x->param_bytes + x->grad_bytes + x->optim_bytes + x->gathered_bytes + x->act_bytes;
+    int64_t tot = mem_total(&x->mem);
     if (tot > worst) worst = tot;
-    human_count((double)x->params_local, a, sizeof a);
-    human_bytes((double)x->param_bytes + (double)x->gathered_bytes, b, sizeof b);
-    human_bytes((double)x->grad_bytes, c, sizeof c);
-    human_bytes((double)x->optim_bytes, d, sizeof d);
-    human_bytes((double)x->act_bytes, f, sizeof f);
+    human_count((double)x->mem.params_local, a, sizeof a);
+    human_bytes((double)x->mem.param, b, sizeof b);
+    human_bytes((double)x->mem.grad, c, sizeof c);
+    human_bytes((double)x->mem.optim, d, sizeof d);
+    human_bytes((double)x->mem.work, w, sizeof w);
+    human_bytes((double)x->mem.act, f, sizeof f);
     human_bytes((double)tot, h, sizeof h);
-    printf("%5d %4d %4d %4d  %-16.16s %10s %10s %10s %10s %10s %10s\n", x->rank, x->dp, x->tp,
-           x->pp, x->host, a, b, c, d, f, h);
+    printf("%5d %4d %4d %4d  %-16.16s %10s %10s %10s %10s %10s %10s %10s\n", x->rank, x->dp, x->tp,
+           x->pp, x->host, a, b, c, d, w, f, h);
   }
   printf("communicators: tp %d, dp %d, pp %d ranks each; embedding group %d (first/last stage)\n",
          all[0].tp_size, all[0].dp_size, all[0].pp_size, all[0].embed_size);
@@ -114,12 +140,18 @@ static td_status check_main(td_app *app, const td_config *cfg) {
          (long long)td_config_micro_batch(cfg), (long long)td_config_accum_steps(cfg),
          td_config_accum_steps(cfg) == 1 ? "" : "s");
   human_bytes((double)worst, h, sizeof h);
-  printf("memory: ZeRO stage %lld; largest rank needs about %s (fp32 parameters, gradients, "
-         "AdamW moments%s, activations of %lld live micro-batch%s)\n",
-         (long long)cfg->parallel_zero, h, cfg->parallel_zero >= 3 ? ", 2 gathered layers" : "",
-         (long long)all[0].live_micro, all[0].live_micro == 1 ? "" : "es");
-  human_count(e.flops_per_token, t, sizeof t);
-  human_count(e.flops_per_step, a, sizeof a);
+  int zero = (int)cfg->parallel_zero;
+  printf("memory: ZeRO stage %d; the largest rank allocates %s: fp32 parameters%s, gradients%s, "
+         "AdamW moments%s, working buffers%s, activations of %lld live micro-batch%s (the "
+         "sizes training allocates, from the same code; host-side buffers not included)\n",
+         zero, h, zero >= 3 ? " (sharded)" : "", zero >= 2 ? " (sharded)" : zero == 1 ? " (+ shard)" : "",
+         zero >= 1 ? " (sharded)" : "",
+         zero == 3 ? " (gathered units, unit gradients, reduce-scatter shares)"
+         : zero == 2 ? " (unit gradients, reduce-scatter shares)" : " (none)",
+         (long long)all[0].mem.live_micro, all[0].mem.live_micro == 1 ? "" : "es");
+  double fpt = td_flops_per_token(cfg);
+  human_count(fpt, t, sizeof t);
+  human_count(fpt * (double)cfg->training_global_batch * (double)cfg->model_seq_len, a, sizeof a);
   printf("FLOPs: %s per token (6·N + 12·L·C·T, training), %s per optimizer step\n", t, a);
   printf("check: OK\n");
 done:
@@ -132,10 +164,12 @@ done:
 td_status td_cmd_check(td_app *app, int argc, char **argv) {
   td_deck_args a;
   td_status st = td_app_deck_args("check", argc, argv, &a);
-  int schema = 0, ranks = 0;
+  int schema = 0, ranks = 0, json = 0;
   for (int i = 0; st == TD_OK && i < a.nrest; ++i) {
     if (strcmp(a.rest[i], "--schema") == 0)
       schema = 1;
+    else if (strcmp(a.rest[i], "--json") == 0)
+      json = 1;
     else if (strcmp(a.rest[i], "--ranks") == 0)
       ranks = 1;
     else
@@ -160,6 +194,6 @@ td_status td_cmd_check(td_app *app, int argc, char **argv) {
     return TD_OK;
   }
   TD_CHECK(td_app_load_config(app, &a, &cfg));
-  TD_CHECK(check_main(app, &cfg));
+  TD_CHECK(check_main(app, &cfg, json));
   return TD_OK;
 }

@@ -117,8 +117,10 @@ static td_status gen_config(td_app *app, const gen_args *g, td_config *cfg) {
   return TD_OK;
 }
 
-/* Sample a token from logits (V) with temperature and top-k; u in [0, 1). */
-static int32_t sample(float *logits, int64_t V, double temperature, int64_t top_k, double u) {
+/* Sample a token from logits (V) with temperature and top-k; u in [0, 1).
+ * scratch: V floats for the top-k selection. */
+static int32_t sample(const float *logits, float *scratch, int64_t V, double temperature,
+                      int64_t top_k, double u) {
   int64_t best = 0;
   for (int64_t i = 1; i < V; ++i)
     if (logits[i] > logits[best]) best = i;
@@ -126,17 +128,13 @@ static int32_t sample(float *logits, int64_t V, double temperature, int64_t top_
   double thresh = -INFINITY;
   if (top_k > 0 && top_k < V) {
     /* the k-th largest logit: partial selection by repeated max (k small) */
-    float *tmp = malloc((size_t)V * sizeof(float));
-    if (tmp) {
-      memcpy(tmp, logits, (size_t)V * sizeof(float));
-      for (int64_t k = 0; k < top_k; ++k) {
-        int64_t j = 0;
-        for (int64_t i = 1; i < V; ++i)
-          if (tmp[i] > tmp[j]) j = i;
-        thresh = tmp[j];
-        tmp[j] = -INFINITY;
-      }
-      free(tmp);
+    memcpy(scratch, logits, (size_t)V * sizeof(float));
+    for (int64_t k = 0; k < top_k; ++k) {
+      int64_t j = 0;
+      for (int64_t i = 1; i < V; ++i)
+        if (scratch[i] > scratch[j]) j = i;
+      thresh = scratch[j];
+      scratch[j] = -INFINITY;
     }
   }
   double sum = 0.0;
@@ -159,7 +157,7 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
   TD_CHECK(gen_config(app, &g, &cfg));
   td_trainer *t = NULL;
   int32_t *ctx = NULL, *in = NULL;
-  float *logits = NULL;
+  float *logits = NULL, *scratch = NULL;
   TD_CHECK(td_trainer_create(app, &cfg, 0, 0, &t));
   t->quiet = 1;
   TD_CHECK_GOTO(td_trainer_load(t, g.ckpt, 0));
@@ -168,6 +166,7 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
   TD_CHECK_GOTO(td_alloc((void **)&ctx, (size_t)(total + 1) * sizeof(int32_t), "context"));
   TD_CHECK_GOTO(td_alloc((void **)&in, (size_t)T * sizeof(int32_t), "input"));
   TD_CHECK_GOTO(td_alloc((void **)&logits, (size_t)(V + 64) * t->grid->tp * sizeof(float), "logits"));
+  TD_CHECK_GOTO(td_alloc((void **)&scratch, (size_t)V * sizeof(float), "top-k selection"));
   for (int64_t i = 0; i < plen && st == TD_OK; ++i) {
     int32_t b = (unsigned char)g.prompt[i];
     if (b >= V)
@@ -193,9 +192,13 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
     int32_t tok = 0;
     if (t->grid->pp_rank == last) {
       TD_CHECK_GOTO(td_model_logits_at(t->model, 0, len - 1, logits));
-      tok = sample(logits, V, g.temperature, g.top_k, td_rng_uniform(key, (uint64_t)n));
+      tok = sample(logits, scratch, V, g.temperature, g.top_k, td_rng_uniform(key, (uint64_t)n));
     }
-    TD_MPI_CHECK(MPI_Bcast(&tok, 1, MPI_INT32_T, last, t->grid->pp_comm));
+    int rc = MPI_Bcast(&tok, 1, MPI_INT32_T, last, t->grid->pp_comm);
+    if (rc != MPI_SUCCESS) {
+      st = td_mpi_fail(rc, "MPI_Bcast (sampled token)", __FILE__, __LINE__, __func__);
+      goto done;
+    }
     ctx[n] = tok;
     if (app->rank == 0) {
       unsigned char ch = (unsigned char)tok;
@@ -208,6 +211,7 @@ done:
   td_free(ctx);
   td_free(in);
   td_free(logits);
+  td_free(scratch);
   td_trainer_destroy(&t);
   return st;
 }

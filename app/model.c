@@ -13,6 +13,7 @@
 #include "app/td_model.h"
 
 #include "parallel/td_mpi.h"
+#include "parallel/td_watchdog.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -22,20 +23,17 @@ static td_status units_create(td_model *m);
 
 /* ---- allocation ------------------------------------------------------------ */
 
-static td_status dev_alloc(td_model *m, float **out, int64_t n, const char *what) {
-  return m->k->alloc(m->k, (void **)out, (size_t)(n > 0 ? n : 1) * sizeof(float), what);
+/* Allocate n floats (4-byte elements) in the back-end and count them in
+ * act_bytes; a size query (no back-end) only counts. The one place where
+ * the model's memory is decided (trident check prints it from here). */
+static td_status dev_alloc(td_model *m, void **out, int64_t n, const char *what) {
+  m->act_bytes += 4.0 * (double)n;
+  if (!m->k) return TD_OK;
+  return m->k->alloc(m->k, out, (size_t)(n > 0 ? n : 1) * 4, what);
 }
 
-#define ACT(field, n)                                            \
-  do {                                                           \
-    TD_CHECK(dev_alloc(m, &a->field, (n), "activations " #field)); \
-    m->act_bytes += 4.0 * (double)(n);                           \
-  } while (0)
-#define SCR(field, n)                                                \
-  do {                                                               \
-    TD_CHECK(dev_alloc(m, &m->field, (n), "backward scratch " #field)); \
-    m->act_bytes += 4.0 * (double)(n);                               \
-  } while (0)
+#define ACT(field, n) TD_CHECK(dev_alloc(m, (void **)&a->field, (n), "activations " #field))
+#define SCR(field, n) TD_CHECK(dev_alloc(m, (void **)&m->field, (n), "backward scratch " #field))
 
 static td_status alloc_slot(td_model *m, td_acts *a) {
   int64_t N = m->B * m->T, L = m->L_count, C = m->C;
@@ -60,8 +58,8 @@ static td_status alloc_slot(td_model *m, td_acts *a) {
   ACT(rowmax, N);
   ACT(sumexp, 2 * N); /* sumexp and tlogit adjacent: one all-reduce */
   a->tlogit = a->sumexp + N;
-  TD_CHECK(m->k->alloc(m->k, (void **)&a->inputs, (size_t)N * sizeof(int32_t), "input tokens"));
-  TD_CHECK(m->k->alloc(m->k, (void **)&a->targets, (size_t)N * sizeof(int32_t), "target tokens"));
+  ACT(inputs, N);  /* int32 tokens */
+  ACT(targets, N);
   return TD_OK;
 }
 
@@ -77,7 +75,8 @@ static td_status alloc_buffers(td_model *m) {
   SCR(datty, N * m->Cl);
   SCR(dfch, N * m->F);
   SCR(datt_scratch, m->B * m->NH * m->T * m->T);
-  TD_CHECK(td_alloc((void **)&m->rowstat_host, (size_t)3 * N * sizeof(float), "loss statistics"));
+  if (m->k) /* host memory, not counted: 12 bytes a row */
+    TD_CHECK(td_alloc((void **)&m->rowstat_host, (size_t)3 * N * sizeof(float), "loss statistics"));
   return TD_OK;
 }
 
@@ -193,6 +192,9 @@ static td_status hook(td_model *m, int acquire, int u, td_phase ph) {
   return TD_OK;
 }
 
+/* Between large kernels: let the owner's communication progress. */
+static td_status poll(td_model *m) { return m->hooks.poll ? m->hooks.poll(m->hooks.ctx) : TD_OK; }
+
 static void layer_views(const td_model *m, int flat, int layer, layer_g *w) {
   w->ln1w = pv(m, flat, TD_PK_LN1_W, layer), w->ln1b = pv(m, flat, TD_PK_LN1_B, layer);
   w->wqkv = pv(m, flat, TD_PK_QKV_W, layer), w->bqkv = pv(m, flat, TD_PK_QKV_B, layer);
@@ -245,18 +247,22 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
     TD_CHECK(k->layernorm_fwd(k, ln1, a->ln1_mean + li * N, a->ln1_rstd + li * N, resid, w.ln1w,
                               w.ln1b, N, C));
     TD_CHECK(k->gemm(k, 0, 0, N, m->C3, C, ln1, w.wqkv, 0.0f, qkv));
+    TD_CHECK(poll(m));
     TD_CHECK(k->bias_fwd(k, qkv, w.bqkv, N, m->C3));
     TD_CHECK(k->attention_fwd(k, atty, att, qkv, B, T, m->NH, m->HS));
     TD_CHECK(k->gemm(k, 0, 0, N, C, m->Cl, atty, w.wproj, 0.0f, m->dtmp));
+    TD_CHECK(poll(m));
     TD_CHECK(tp_sum(m, m->dtmp, N * C));
     TD_CHECK(k->bias_fwd(k, m->dtmp, w.bproj, N, C));
     TD_CHECK(k->add(k, res2, resid, m->dtmp, N * C));
     TD_CHECK(k->layernorm_fwd(k, ln2, a->ln2_mean + li * N, a->ln2_rstd + li * N, res2, w.ln2w,
                               w.ln2b, N, C));
     TD_CHECK(k->gemm(k, 0, 0, N, m->F, C, ln2, w.wfc, 0.0f, fch));
+    TD_CHECK(poll(m));
     TD_CHECK(k->bias_fwd(k, fch, w.bfc, N, m->F));
     TD_CHECK(k->gelu_fwd(k, fcg, fch, N * m->F));
     TD_CHECK(k->gemm(k, 0, 0, N, C, m->F, fcg, w.wfcp, 0.0f, m->dtmp));
+    TD_CHECK(poll(m));
     TD_CHECK(tp_sum(m, m->dtmp, N * C));
     TD_CHECK(k->bias_fwd(k, m->dtmp, w.bfcp, N, C));
     TD_CHECK(k->add(k, res3, res2, m->dtmp, N * C));
@@ -274,6 +280,7 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
                             C));
   const float *wte = pv(m, 0, TD_PK_WTE, -1);
   TD_CHECK(k->gemm(k, 0, 1, N, m->Vs, C, a->lnf, wte, 0.0f, a->logits));
+  TD_CHECK(poll(m));
   TD_CHECK(hook(m, 0, U, TD_PHASE_FORWARD));
   TD_CHECK(hook(m, 0, 0, TD_PHASE_FORWARD));
   if (!targets) return TD_OK;
@@ -332,7 +339,9 @@ td_status td_model_backward(td_model *m, int slot, float loss_scale, const float
     const float *wte = pv(m, 0, TD_PK_WTE, -1);
     float *dwte = pv(m, 1, TD_PK_WTE, -1);
     TD_CHECK(k->gemm(k, 1, 0, m->Vs, C, N, dl, a->lnf, 1.0f, dwte));
+    TD_CHECK(poll(m));
     TD_CHECK(k->gemm(k, 0, 0, N, C, m->Vs, dl, wte, 0.0f, m->dln));
+    TD_CHECK(poll(m));
     TD_CHECK(tp_sum(m, m->dln, N * C));
     const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * N * C : x;
     TD_CHECK(k->zero(k, m->dres, (size_t)N * C * sizeof(float)));
@@ -360,22 +369,30 @@ td_status td_model_backward(td_model *m, int slot, float loss_scale, const float
     /* m->dres holds d loss / d res3. MLP: res3 = res2 + gelu(ln2·Wfc + bfc)·Wfcp + bfcp */
     TD_CHECK(k->bias_bwd(k, g.bfcp, m->dres, N, C));
     TD_CHECK(k->gemm(k, 1, 0, m->F, C, N, fcg, m->dres, 1.0f, g.wfcp));
+    TD_CHECK(poll(m));
     TD_CHECK(k->gemm(k, 0, 1, N, m->F, C, m->dres, w.wfcp, 0.0f, m->dfch));
+    TD_CHECK(poll(m));
     TD_CHECK(k->gelu_bwd(k, m->dfch, fch, m->dfch, N * m->F));
     TD_CHECK(k->bias_bwd(k, g.bfc, m->dfch, N, m->F));
     TD_CHECK(k->gemm(k, 1, 0, C, m->F, N, ln2, m->dfch, 1.0f, g.wfc));
+    TD_CHECK(poll(m));
     TD_CHECK(k->gemm(k, 0, 1, N, C, m->F, m->dfch, w.wfc, 0.0f, m->dln));
+    TD_CHECK(poll(m));
     TD_CHECK(tp_sum(m, m->dln, N * C));
     TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln2w, g.ln2b, m->dln, res2, w.ln2w,
                               a->ln2_mean + li * N, a->ln2_rstd + li * N, N, C));
     /* m->dres now holds d loss / d res2. Attention: res2 = x + attn(...)·Wproj + bproj */
     TD_CHECK(k->bias_bwd(k, g.bproj, m->dres, N, C));
     TD_CHECK(k->gemm(k, 1, 0, m->Cl, C, N, atty, m->dres, 1.0f, g.wproj));
+    TD_CHECK(poll(m));
     TD_CHECK(k->gemm(k, 0, 1, N, m->Cl, C, m->dres, w.wproj, 0.0f, m->datty));
+    TD_CHECK(poll(m));
     TD_CHECK(k->attention_bwd(k, m->dqkv, m->datt_scratch, m->datty, qkv, att, B, T, m->NH, m->HS));
     TD_CHECK(k->bias_bwd(k, g.bqkv, m->dqkv, N, m->C3));
     TD_CHECK(k->gemm(k, 1, 0, C, m->C3, N, ln1, m->dqkv, 1.0f, g.wqkv));
+    TD_CHECK(poll(m));
     TD_CHECK(k->gemm(k, 0, 1, N, C, m->C3, m->dqkv, w.wqkv, 0.0f, m->dln));
+    TD_CHECK(poll(m));
     TD_CHECK(tp_sum(m, m->dln, N * C));
     TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln1w, g.ln1b, m->dln, resid, w.ln1w,
                               a->ln1_mean + li * N, a->ln1_rstd + li * N, N, C));
@@ -401,8 +418,10 @@ td_status td_model_logits_at(td_model *m, int slot, int64_t pos, float *out) {
   if (m->grid->tp > 1) {
     int n = 0;
     TD_CHECK_GOTO(td_mpi_count(Vs, &n));
-    if (MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, shard, n, MPI_FLOAT, m->grid->tp_comm) !=
-        MPI_SUCCESS)
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (td_watched(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, shard, n, MPI_FLOAT,
+                                  m->grid->tp_comm, &r),
+                   "MPI_Allgather (logits)", m->grid->tp_comm, &r) != MPI_SUCCESS)
       TD_FAIL_GOTO(TD_ERR_MPI, "gathering logits over the tensor-parallel group failed");
   }
   memcpy(out, shard, (size_t)m->V * sizeof(float));

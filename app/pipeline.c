@@ -2,10 +2,13 @@
  *
  * Micro-batch j uses activation slot j mod nslots: with 1F1B at most
  * pp − stage micro-batches are in flight on a stage, with GPipe all m.
- * Messages: the activation of micro-batch j goes from stage s to s+1 with
- * tag 2j, its gradient from s+1 back to s with tag 2j+1. Sends are
- * non-blocking and complete before their buffer is reused; receives block,
- * and the time spent in them is the stage's measured idle time. */
+ * Messages: activations go from stage s to s+1 (tag TAG_ACT), gradients from
+ * s+1 back to s (tag TAG_GRAD). Both ends post each kind in micro-batch order
+ * and MPI does not reorder messages between two ranks on one communicator, so
+ * no micro-batch number is needed in the tag (MPI only guarantees tags up to
+ * 32767). Sends are non-blocking and complete before their buffer is reused;
+ * receives block, and the time spent in them is the stage's measured idle
+ * time. */
 #include "app/td_pipeline.h"
 
 #include <stdlib.h>
@@ -13,6 +16,9 @@
 
 #include "app/td_trainer.h"
 #include "parallel/td_mpi.h"
+#include "parallel/td_watchdog.h"
+
+enum { TAG_ACT = 1, TAG_GRAD = 2 };
 
 struct td_pipe {
   td_kernels *k;
@@ -33,10 +39,20 @@ int td_pipe_slots(int pp, int stage, int64_t micro, int gpipe) {
   return (int)(n > 0 ? n : 1);
 }
 
+int64_t td_pipe_bytes(int pp, int stage, int nslots, int64_t N, int64_t C) {
+  if (pp <= 1) return 0;
+  return (int64_t)sizeof(float) * N * C * (1 + (stage > 0 ? nslots : 0));
+}
+
 void td_pipe_destroy(td_pipe **pp) {
   if (!pp || !*pp) return;
   td_pipe *p = *pp;
-  for (int i = 0; p->req_act && i < p->nslots; ++i) {
+  *pp = NULL;
+  int inflight = 0;
+  for (int i = 0; p->req_act && p->req_grad && i < p->nslots; ++i)
+    inflight |= p->req_act[i] != MPI_REQUEST_NULL || p->req_grad[i] != MPI_REQUEST_NULL;
+  if (inflight && td_error_alone()) return; /* sends in flight: leave them to the abort */
+  for (int i = 0; p->req_act && p->req_grad && i < p->nslots; ++i) {
     if (p->req_act[i] != MPI_REQUEST_NULL) MPI_Wait(&p->req_act[i], MPI_STATUS_IGNORE);
     if (p->req_grad[i] != MPI_REQUEST_NULL) MPI_Wait(&p->req_grad[i], MPI_STATUS_IGNORE);
   }
@@ -47,7 +63,6 @@ void td_pipe_destroy(td_pipe **pp) {
   free(p->req_act);
   free(p->req_grad);
   free(p);
-  *pp = NULL;
 }
 
 td_status td_pipe_create(struct td_trainer *t, td_pipe **out) {
@@ -65,7 +80,7 @@ td_status td_pipe_create(struct td_trainer *t, td_pipe **out) {
   p->req_grad = malloc((size_t)p->nslots * sizeof(MPI_Request));
   if (!p->grad_send || !p->req_act || !p->req_grad) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
   for (int i = 0; i < p->nslots; ++i) p->req_act[i] = p->req_grad[i] = MPI_REQUEST_NULL;
-  if (p->pp > 1) {
+  if (p->pp > 1) { /* td_pipe_bytes counts these */
     size_t bytes = (size_t)(p->N * p->C) * sizeof(float);
     TD_CHECK_GOTO(t->k->alloc(t->k, (void **)&p->grad_in, bytes, "pipeline gradient buffer"));
     if (p->stage > 0)
@@ -92,7 +107,11 @@ static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src
   int n = 0;
   TD_CHECK(td_mpi_count(p->N * p->C, &n));
   double t0 = td_now();
-  TD_MPI_CHECK(MPI_Recv(buf, n, MPI_FLOAT, src, tag, t->grid->pp_comm, MPI_STATUS_IGNORE));
+  const char *op = tag == TAG_ACT ? "MPI_Recv (activations from the previous pipeline stage)"
+                                  : "MPI_Recv (gradients from the next pipeline stage)";
+  MPI_Request r = MPI_REQUEST_NULL;
+  TD_MPI_CHECK(td_watched(MPI_Irecv(buf, n, MPI_FLOAT, src, tag, t->grid->pp_comm, &r), op,
+                          t->grid->pp_comm, &r));
   double dt = td_now() - t0;
   p->idle += dt;
   t->stats.bytes[TD_COLL_SENDRECV] += (double)n * 4.0;
@@ -115,7 +134,8 @@ static td_status send_to(struct td_trainer *t, td_pipe *p, const float *buf, int
 static td_status wait_send(struct td_trainer *t, td_pipe *p, MPI_Request *req) {
   if (*req == MPI_REQUEST_NULL) return TD_OK;
   double t0 = td_now();
-  TD_MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE));
+  TD_MPI_CHECK(td_watchdog_wait("MPI_Wait (send to a neighbouring pipeline stage)",
+                                t->grid->pp_comm, req));
   p->idle += td_now() - t0;
   return TD_OK;
 }
@@ -126,14 +146,16 @@ static td_status fwd(struct td_trainer *t, td_pipe *p, int64_t j, const int64_t 
   td_model *m = t->model;
   /* the slot's output may still be on its way to the next stage */
   TD_CHECK(wait_send(t, p, &p->req_act[slot]));
-  if (p->stage > 0) TD_CHECK(recv_from(t, p, td_model_stage_input(m, slot), p->stage - 1, (int)(2 * j)));
+  if (p->stage > 0) TD_CHECK(recv_from(t, p, td_model_stage_input(m, slot), p->stage - 1, TAG_ACT));
   TD_CHECK(td_trainer_load_micro(t, t->train, w, t->B));
   double ls = 0.0;
   TD_CHECK(td_model_forward(m, slot, t->tok_in, t->tok_tgt, &ls));
   *loss += ls;
-  if (p->stage < p->pp - 1)
-    TD_CHECK(send_to(t, p, td_model_stage_output(m, slot), p->stage + 1, (int)(2 * j),
+  if (p->stage < p->pp - 1) {
+    TD_CHECK(send_to(t, p, td_model_stage_output(m, slot), p->stage + 1, TAG_ACT,
                      &p->req_act[slot]));
+    TD_CHECK(td_test_fail_point("pipe_send")); /* a send in flight */
+  }
   if (++p->live > p->live_peak) p->live_peak = p->live;
   return TD_OK;
 }
@@ -145,14 +167,14 @@ static td_status bwd(struct td_trainer *t, td_pipe *p, int64_t j, double global_
   td_kernels *k = t->k;
   TD_CHECK(td_zero_begin_micro(t->zero, j));
   t->micro_j = j;
-  if (p->stage < p->pp - 1) TD_CHECK(recv_from(t, p, p->grad_in, p->stage + 1, (int)(2 * j + 1)));
+  if (p->stage < p->pp - 1) TD_CHECK(recv_from(t, p, p->grad_in, p->stage + 1, TAG_GRAD));
   TD_CHECK(td_model_backward(m, slot, (float)(1.0 / global_tokens), p->grad_in));
   if (p->stage > 0) {
     TD_CHECK(wait_send(t, p, &p->req_grad[slot]));
     size_t bytes = (size_t)(p->N * p->C) * sizeof(float);
     TD_CHECK(k->zero(k, p->grad_send[slot], bytes));
     TD_CHECK(k->add(k, p->grad_send[slot], p->grad_send[slot], td_model_input_grad(m), p->N * p->C));
-    TD_CHECK(send_to(t, p, p->grad_send[slot], p->stage - 1, (int)(2 * j + 1), &p->req_grad[slot]));
+    TD_CHECK(send_to(t, p, p->grad_send[slot], p->stage - 1, TAG_GRAD, &p->req_grad[slot]));
   }
   TD_CHECK(td_trainer_embed_sync(t));
   p->live--;
@@ -199,11 +221,11 @@ td_status td_pipe_forward(struct td_trainer *t, const int32_t *inputs, const int
   td_model *m = t->model;
   double idle = p->idle; /* a forward-only pass is not part of the step's bubble */
   *loss_sum = 0.0;
-  if (p->stage > 0) TD_CHECK(recv_from(t, p, td_model_stage_input(m, 0), p->stage - 1, 0));
+  if (p->stage > 0) TD_CHECK(recv_from(t, p, td_model_stage_input(m, 0), p->stage - 1, TAG_ACT));
   TD_CHECK(td_model_forward(m, 0, inputs, targets, loss_sum));
   if (p->stage < p->pp - 1) {
     MPI_Request r = MPI_REQUEST_NULL;
-    TD_CHECK(send_to(t, p, td_model_stage_output(m, 0), p->stage + 1, 0, &r));
+    TD_CHECK(send_to(t, p, td_model_stage_output(m, 0), p->stage + 1, TAG_ACT, &r));
     TD_CHECK(wait_send(t, p, &r));
   }
   p->idle = idle;

@@ -47,6 +47,9 @@ typedef struct td_model_hooks {
   /* After unit u's work in `phase`; in backward its gradients for this
    * micro-batch are complete. */
   td_status (*release)(void *ctx, td_model *m, int u, td_phase phase);
+  /* Between the large kernels of a unit: let communication in flight
+   * progress (NULL: nothing to do). */
+  td_status (*poll)(void *ctx);
 } td_model_hooks;
 
 struct td_model {
@@ -65,7 +68,7 @@ struct td_model {
   td_acts *acts;
   float *dres, *dtmp, *dln, *dqkv, *datty, *dfch, *datt_scratch;
   float *rowstat_host;   /* (3N) host staging for cross-entropy statistics */
-  double act_bytes;      /* bytes of activations + scratch */
+  double act_bytes;      /* back-end bytes of activations, scratch, tokens */
   int64_t valid_rows;    /* positions counted in the loss sum (default B·T;
                             evaluation of a partial micro-batch lowers it) */
   /* units (see above): flat ranges and where their elements live now */
@@ -82,7 +85,9 @@ void td_model_units_flat(td_model *m, float *params, float *grads);
 
 /* Allocate the model for this rank: registry, units, activations for
  * micro-batches of B sequences. Parameters, gradients and optimizer state
- * live elsewhere (td_zero); the hooks place each unit before use. */
+ * live elsewhere (td_zero); the hooks place each unit before use. With
+ * k == NULL, a size query: act_bytes, the registry and the units are set,
+ * nothing is allocated, and only td_model_destroy may be called. */
 td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k,
                           td_coll_stats *stats, int64_t B, int nslots, td_model **out);
 void td_model_destroy(td_model **m);

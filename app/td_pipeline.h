@@ -18,6 +18,9 @@ typedef struct td_pipe td_pipe;
  * min(m, pp − stage) for 1F1B. */
 int td_pipe_slots(int pp, int stage, int64_t micro, int gpipe);
 td_status td_pipe_create(struct td_trainer *t, td_pipe **out);
+/* Bytes td_pipe_create allocates on `stage` with `nslots` activation slots
+ * of N·C floats: the received gradient and one send buffer per slot. */
+int64_t td_pipe_bytes(int pp, int stage, int nslots, int64_t N, int64_t C);
 void td_pipe_destroy(td_pipe **p);
 
 /* Run the forwards and backwards of the step's micro-batches (windows of

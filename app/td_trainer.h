@@ -17,6 +17,15 @@
 #include "parallel/td_zero.h"
 #include "td_log.h"
 
+/* Bytes one rank allocates in the compute back-end, by what they hold:
+ * from the ZeRO engine (td_zero_bytes), and the model's activations,
+ * backward scratch and tokens plus the pipeline's message buffers. */
+typedef struct td_mem_plan {
+  int64_t param, grad, optim, work, act;
+  int64_t params_local; /* parameters of this rank's shard (td_trainer_plan) */
+  int64_t live_micro;   /* activation slots (micro-batches alive at once) */
+} td_mem_plan;
+
 typedef struct td_trainer {
   td_app *app;
   td_config cfg;
@@ -30,6 +39,7 @@ typedef struct td_trainer {
   td_dataset *train, *val;
   td_sampler *sampler;
   td_coll_stats stats;
+  td_mem_plan mem;     /* what was allocated (metrics: param/grad/optim/work/act_bytes) */
   td_timers timers;
   int64_t step;        /* optimizer steps done */
   int64_t tokens_seen; /* global tokens consumed by those steps */
@@ -45,10 +55,15 @@ typedef struct td_trainer {
 } td_trainer;
 
 /* Set up everything for cfg (collective on app->world): grid, back-end,
- * model (initialised), datasets per `need_train`/`need_val`. */
+ * model (initialised), datasets per `need_train`/`need_val`; the watchdog
+ * (run.watchdog_s) runs until td_trainer_destroy. */
 td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, int need_val,
                             td_trainer **out);
 void td_trainer_destroy(td_trainer **t);
+/* The memory td_trainer_create would allocate on this rank of grid, computed
+ * by the same code without allocating (a size query of the model and the
+ * ZeRO engine). Not collective. For `trident check`. */
+td_status td_trainer_plan(const td_config *cfg, const td_grid *grid, td_mem_plan *out);
 /* Learning rate of optimizer step s (0-based). */
 double td_lr_at(const td_config *cfg, int64_t s);
 /* One optimizer step: forward/backward over the micro-batches, gradient

@@ -11,6 +11,7 @@
 
 #include "io/td_h5.h"
 #include "parallel/td_mpi.h"
+#include "parallel/td_watchdog.h"
 
 double td_lr_at(const td_config *cfg, int64_t s) {
   double lr = cfg->optimizer_lr, lo = cfg->schedule_min_lr;
@@ -24,24 +25,22 @@ double td_lr_at(const td_config *cfg, int64_t s) {
   return lr; /* constant */
 }
 
-/* Threads per rank: run.threads, else OMP_NUM_THREADS, else cores / ranks on this node. */
+/* Threads per rank: run.threads, else OMP_NUM_THREADS, else cores / ranks on
+ * this node. Collective on app->world: the node split is made on every rank,
+ * whatever its own environment says (ranks may be launched with different
+ * environments: an MPMD launch, a site wrapper), then each rank decides. */
 static td_status pick_threads(td_app *app, const td_config *cfg, int *out) {
-  if (cfg->run_threads > 0) {
-    *out = (int)cfg->run_threads;
-    return TD_OK;
-  }
-  const char *env = getenv("OMP_NUM_THREADS");
-  if (env && atoi(env) > 0) {
-    *out = atoi(env);
-    return TD_OK;
-  }
   MPI_Comm node = MPI_COMM_NULL;
-  TD_MPI_CHECK(MPI_Comm_split_type(app->world, MPI_COMM_TYPE_SHARED, app->rank, MPI_INFO_NULL, &node));
   int local = 1;
-  MPI_Comm_size(node, &local);
+  TD_MPI_CHECK(MPI_Comm_split_type(app->world, MPI_COMM_TYPE_SHARED, app->rank, MPI_INFO_NULL, &node));
+  int rc = MPI_Comm_size(node, &local);
   MPI_Comm_free(&node);
+  TD_MPI_CHECK(rc);
+  const char *env = getenv("OMP_NUM_THREADS");
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int n = (int)(cores / local);
+  int n = cfg->run_threads > 0 ? (int)cfg->run_threads
+          : env && atoi(env) > 0 ? atoi(env)
+                                 : (int)(cores / local);
   *out = n > 0 ? n : 1;
   return TD_OK;
 }
@@ -70,6 +69,8 @@ static td_status zero_acquire(void *ctx, td_model *m, int u, td_phase ph) {
   return td_zero_acquire(((td_trainer *)ctx)->zero, u, ph == TD_PHASE_BACKWARD, &m->unit_param[u],
                          &m->unit_grad[u]);
 }
+
+static td_status zero_poll(void *ctx) { return td_zero_progress(((td_trainer *)ctx)->zero); }
 
 static td_status zero_release(void *ctx, td_model *m, int u, td_phase ph) {
   td_trainer *t = ctx;
@@ -100,42 +101,85 @@ td_status td_trainer_embed_sync(td_trainer *t) {
   return TD_OK;
 }
 
-/* The ZeRO engine over this rank's local space, from the registry: tensors
- * with their decay and gradient-norm flags (a tensor replicated over tp is
- * counted on tp rank 0 only; the tied wte on the first stage only), units;
- * then the parameters from the counter-based generator. */
+/* The ZeRO engine's options for this rank's local space, from the registry:
+ * tensors with their decay and gradient-norm flags (a tensor replicated over
+ * tp is counted on tp rank 0 only; the tied wte on the first stage only) and
+ * the model's units. *tens (the table o->tensors points at) is the caller's
+ * to free. */
+static td_status zero_opts(const td_config *c, const td_grid *g, const td_model *m,
+                           td_zero_opts *o, td_zero_tensor **tens) {
+  const td_registry *r = m->reg;
+  *tens = calloc((size_t)r->n + 1, sizeof **tens);
+  if (!*tens) TD_FAIL(TD_ERR_NOMEM, "out of memory");
+  int nt = 0;
+  for (int i = 0; i < r->n; ++i) {
+    const td_param *p = &r->p[i];
+    if (!p->present) continue;
+    td_zero_tensor *x = &(*tens)[nt++];
+    x->offset = p->offset;
+    x->numel = p->local_numel;
+    x->decay = p->decay;
+    x->in_norm = (p->split_dim >= 0 || g->tp_rank == 0) && !(p->tied_last && g->pp_rank != 0);
+  }
+  memset(o, 0, sizeof *o);
+  o->stage = (int)c->parallel_zero;
+  o->dp_comm = g->dp_comm;
+  o->bucket_bytes = c->parallel_bucket_mb * 1048576.0;
+  o->n = r->total_local;
+  o->ntensors = nt;
+  o->tensors = *tens;
+  o->nunits = m->nunits;
+  o->unit_begin = m->unit_begin;
+  o->unit_end = m->unit_end;
+  o->persistent_units[0] = 0;             /* {wte, wpe}: used at both ends */
+  o->persistent_units[1] = m->nunits - 1; /* {ln_f} */
+  return TD_OK;
+}
+
+/* Activation slots of this rank's pipeline stage. */
+static int model_slots(const td_config *c, const td_grid *g) {
+  return td_pipe_slots(g->pp, g->pp_rank, td_config_accum_steps(c), c->parallel_pp_schedule[0] == 'g');
+}
+
+/* What the engine, the model and the pipeline allocate. */
+static void mem_of(const td_config *c, const td_grid *g, const td_model *m, const td_zero *z,
+                   td_mem_plan *mem) {
+  td_zero_bytes(z, &mem->param, &mem->grad, &mem->optim, &mem->work);
+  mem->act = (int64_t)m->act_bytes +
+             td_pipe_bytes(g->pp, g->pp_rank, m->nslots, m->B * c->model_seq_len, c->model_dim);
+  mem->params_local = m->reg->total_local;
+  mem->live_micro = m->nslots;
+}
+
+td_status td_trainer_plan(const td_config *cfg, const td_grid *grid, td_mem_plan *out) {
+  td_status st = TD_OK;
+  td_model *m = NULL;
+  td_zero *z = NULL;
+  td_zero_tensor *tens = NULL;
+  td_zero_opts o;
+  memset(out, 0, sizeof *out);
+  TD_CHECK_GOTO(td_model_create(cfg, (td_grid *)grid, NULL, NULL, td_config_micro_batch(cfg),
+                                model_slots(cfg, grid), &m));
+  TD_CHECK_GOTO(zero_opts(cfg, grid, m, &o, &tens));
+  TD_CHECK_GOTO(td_zero_create(&o, NULL, NULL, &z));
+  mem_of(cfg, grid, m, z, out);
+done:
+  td_zero_destroy(&z);
+  td_model_destroy(&m);
+  free(tens);
+  return st;
+}
+
+/* The ZeRO engine, then the parameters from the counter-based generator. */
 static td_status create_zero(td_trainer *t) {
   td_config *c = &t->cfg;
   td_model *m = t->model;
   td_registry *r = m->reg;
   td_status st = TD_OK;
   float *host = NULL;
-  td_zero_tensor *tens = calloc((size_t)r->n + 1, sizeof *tens);
-  if (!tens) TD_FAIL(TD_ERR_NOMEM, "out of memory");
-  int nt = 0;
-  for (int i = 0; i < r->n; ++i) {
-    const td_param *p = &r->p[i];
-    if (!p->present) continue;
-    tens[nt].offset = p->offset;
-    tens[nt].numel = p->local_numel;
-    tens[nt].decay = p->decay;
-    tens[nt].in_norm = (p->split_dim >= 0 || t->grid->tp_rank == 0) &&
-                       !(p->tied_last && t->grid->pp_rank != 0);
-    nt++;
-  }
+  td_zero_tensor *tens = NULL;
   td_zero_opts o;
-  memset(&o, 0, sizeof o);
-  o.stage = (int)c->parallel_zero;
-  o.dp_comm = t->grid->dp_comm;
-  o.bucket_bytes = c->parallel_bucket_mb * 1048576.0;
-  o.n = r->total_local;
-  o.ntensors = nt;
-  o.tensors = tens;
-  o.nunits = m->nunits;
-  o.unit_begin = m->unit_begin;
-  o.unit_end = m->unit_end;
-  o.persistent_units[0] = 0;               /* {wte, wpe}: used at both ends */
-  o.persistent_units[1] = m->nunits - 1;   /* {ln_f} */
+  TD_CHECK_GOTO(zero_opts(c, t->grid, m, &o, &tens));
   TD_CHECK_GOTO(td_zero_create(&o, t->k, &t->stats, &t->zero));
   TD_CHECK_GOTO(td_alloc((void **)&host, (size_t)r->total_local * sizeof(float), "initial parameters"));
   td_registry_init_params(r, c, host);
@@ -143,6 +187,7 @@ static td_status create_zero(td_trainer *t) {
   m->hooks.ctx = t;
   m->hooks.acquire = zero_acquire;
   m->hooks.release = zero_release;
+  m->hooks.poll = zero_poll;
 done:
   td_free(host);
   free(tens);
@@ -167,13 +212,13 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   TD_CHECK_GOTO(td_agree(app->world, st));
   TD_CHECK_GOTO(td_grid_create(app->world, (int)c->parallel_dp, (int)c->parallel_tp,
                                (int)c->parallel_pp, &t->grid));
+  TD_CHECK_GOTO(td_watchdog_start(app->world, (double)c->run_watchdog_s));
   TD_CHECK_GOTO(pick_threads(app, c, &t->threads));
   st = td_kernels_create(c->run_device, t->threads, &t->k);
   TD_CHECK_GOTO(td_agree(app->world, st));
   t->B = td_config_micro_batch(c);
   t->accum = td_config_accum_steps(c);
-  int nslots = td_pipe_slots(t->grid->pp, t->grid->pp_rank, t->accum,
-                             c->parallel_pp_schedule[0] == 'g');
+  int nslots = model_slots(c, t->grid);
   if (t->grid->pp > 1 && t->accum < t->grid->pp)
     td_warn("%lld micro-batch%s per pipeline for %d stages: the pipeline bubble is at least %.0f%% "
             "(raise training.global_batch or lower parallel.micro_batch)",
@@ -182,6 +227,7 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   st = td_model_create(c, t->grid, t->k, &t->stats, t->B, nslots, &t->model);
   if (st == TD_OK) st = create_zero(t);
   if (st == TD_OK) st = td_pipe_create(t, &t->pipe);
+  if (st == TD_OK) mem_of(c, t->grid, t->model, t->zero, &t->mem);
   TD_CHECK_GOTO(td_agree(app->world, st));
   st = open_data(t, need_train, need_val);
   TD_CHECK_GOTO(td_agree(app->world, st));
@@ -204,6 +250,11 @@ done:
 void td_trainer_destroy(td_trainer **tp) {
   if (!tp || !*tp) return;
   td_trainer *t = *tp;
+  *tp = NULL;
+  td_watchdog_stop();
+  /* A rank failing alone is about to be aborted: requests may be in flight
+   * on its buffers and the others will not join a collective teardown. */
+  if (td_error_alone()) return;
   td_pipe_destroy(&t->pipe);
   td_zero_destroy(&t->zero);
   td_model_destroy(&t->model);
@@ -219,7 +270,6 @@ void td_trainer_destroy(td_trainer **tp) {
   td_free(t->ckpt_stage);
   if (t->metrics) fclose(t->metrics);
   free(t);
-  *tp = NULL;
 }
 
 td_status td_trainer_load_micro(td_trainer *t, td_dataset *d, const int64_t *w, int64_t n) {
@@ -241,6 +291,8 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
   int tid_fwd = td_timer_id(&t->timers, "forward+backward");
   int tid_opt = td_timer_id(&t->timers, "optimizer"), tid_data = td_timer_id(&t->timers, "data");
 
+  td_watchdog_step(t->step + 1);
+  TD_CHECK(td_test_fail_point("step"));
   td_timer_start(&t->timers, tid_data);
   TD_CHECK(td_sampler_next(t->sampler, G, t->windows));
   td_timer_stop(&t->timers, tid_data);
