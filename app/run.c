@@ -13,6 +13,7 @@
 #include "io/td_ckpt.h"
 #include "io/td_h5.h"
 #include "parallel/td_mpi.h"
+#include "parallel/td_watchdog.h"
 
 /* mkdir -p for the folder that will hold `file`. */
 static td_status ensure_parent(const char *file) {
@@ -137,15 +138,20 @@ static void dump_free(td_trainer *t, dump_state *d) {
 /* The signal any rank received, agreed by all (0: none). Collective. */
 static td_status agree_signal(td_trainer *t, int *sig) {
   int mine = td_signal_pending(), any = 0;
-  TD_MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, t->app->world));
+  MPI_Request r = MPI_REQUEST_NULL;
+  TD_MPI_CHECK(td_watched(MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, t->app->world, &r),
+                          "MPI_Allreduce (agreeing on signals)", t->app->world, &r));
   *sig = any;
   return TD_OK;
 }
 
+/* The checkpoint module agrees on every failure it can recover from (a
+ * write or close failing on some ranks); an error it did not agree on left
+ * this rank's sequence of collectives, so it must not be agreed here — the
+ * other ranks wait inside the save — but end the job (main aborts). */
 static td_status save(td_trainer *t) {
   char path[TD_STR_MAX + 64];
-  td_status st = td_trainer_save(t, path, sizeof path);
-  TD_CHECK(td_agree(t->app->world, st));
+  TD_CHECK(td_trainer_save(t, path, sizeof path));
   return TD_OK;
 }
 
@@ -192,26 +198,31 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
   td_config *c = &t->cfg;
   int64_t tokens = c->training_global_batch * c->model_seq_len;
   double tps = (double)tokens / step_s;
-  int64_t rss = peak_rss_bytes(), rss_max = 0;
-  TD_MPI_CHECK(MPI_Allreduce(&rss, &rss_max, 1, MPI_INT64_T, MPI_MAX, t->app->world));
   double cb = 0, cms = 0;
   td_coll_stats_total(&t->stats, &cb, &cms);
-  double cbmax = 0;
-  TD_MPI_CHECK(MPI_Allreduce(&cb, &cbmax, 1, MPI_DOUBLE, MPI_MAX, t->app->world));
-  /* persistent model-state bytes of the largest rank, from the ZeRO engine */
-  int64_t zb[4], zmax[4];
-  td_zero_bytes(t->zero, &zb[0], &zb[1], &zb[2], &zb[3]);
-  TD_MPI_CHECK(MPI_Allreduce(zb, zmax, 4, MPI_INT64_T, MPI_MAX, t->app->world));
+  /* the largest rank's peak RSS, communication bytes and allocations (what
+   * trident check prints, from the same code: t->mem), in one reduction */
+  const td_mem_plan *mem = &t->mem;
+  int64_t mine[7] = {peak_rss_bytes(), (int64_t)cb, mem->param, mem->grad, mem->optim,
+                     mem->work, mem->act}, mx[7];
+  MPI_Request r = MPI_REQUEST_NULL;
+  TD_MPI_CHECK(td_watched(MPI_Iallreduce(mine, mx, 7, MPI_INT64_T, MPI_MAX, t->app->world, &r),
+                          "MPI_Allreduce (metrics)", t->app->world, &r));
+  int64_t rss_max = mx[0], *zmax = mx + 2;
+  double cbmax = (double)mx[1];
   /* pipeline: each stage's measured idle fraction and peak live micro-batches,
    * gathered to the first stage of this pipeline (world rank 0 for rank 0) */
   int pp = t->grid->pp;
   double idle = 0, busy = 0, fr[256] = {0};
   int live = 0, lives[256] = {0};
   td_pipe_stats(t->pipe, &idle, &busy, &live);
-  double mine = busy > 0 ? idle / busy : 0.0;
+  double frac = busy > 0 ? idle / busy : 0.0;
   if (pp <= 256) {
-    TD_MPI_CHECK(MPI_Gather(&mine, 1, MPI_DOUBLE, fr, 1, MPI_DOUBLE, 0, t->grid->pp_comm));
-    TD_MPI_CHECK(MPI_Gather(&live, 1, MPI_INT, lives, 1, MPI_INT, 0, t->grid->pp_comm));
+    const char *op = "MPI_Gather (pipeline metrics)";
+    TD_MPI_CHECK(td_watched(MPI_Igather(&frac, 1, MPI_DOUBLE, fr, 1, MPI_DOUBLE, 0,
+                                        t->grid->pp_comm, &r), op, t->grid->pp_comm, &r));
+    TD_MPI_CHECK(td_watched(MPI_Igather(&live, 1, MPI_INT, lives, 1, MPI_INT, 0, t->grid->pp_comm,
+                                        &r), op, t->grid->pp_comm, &r));
   }
   if (t->app->rank != 0) return TD_OK;
   char eta[32];
@@ -230,9 +241,9 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
             (long long)rss_max, cbmax, cms);
     fprintf(t->metrics,
             ", \"param_bytes\": %lld, \"grad_bytes\": %lld, \"optim_bytes\": %lld, "
-            "\"work_bytes\": %lld, \"act_bytes\": %.0f",
+            "\"work_bytes\": %lld, \"act_bytes\": %lld",
             (long long)zmax[0], (long long)zmax[1], (long long)zmax[2], (long long)zmax[3],
-            t->model->act_bytes);
+            (long long)zmax[4]);
     if (pp > 1 && pp <= 256) {
       double m = (double)t->accum;
       fprintf(t->metrics, ", \"pp_idle\": [");
@@ -326,7 +337,10 @@ td_status td_trainer_run(td_trainer *t) {
       st = td_error_set(TD_STOPPED, __FILE__, __LINE__, __func__,
                         "stopped by %s at step %lld after committing its checkpoint in %s; run "
                         "the same command to resume",
-                        sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal",
+                        sig == SIGTERM   ? "SIGTERM"
+                        : sig == SIGUSR1 ? "SIGUSR1"
+                        : sig == SIGUSR2 ? "SIGUSR2"
+                                         : "a signal",
                         (long long)t->step, c->checkpoint_dir);
       td_error_mark_agreed();
       goto done;

@@ -34,6 +34,8 @@
   X(run, out_dir, STR, "", 0, 0, NULL, 0, "output folder (default runs/<name>)")               \
   X(run, threads, INT, "0", 0, 4096, NULL, 0,                                                \
     "OpenMP threads per rank (0: OMP_NUM_THREADS, else cores / ranks on the node)")          \
+  X(run, watchdog_s, INT, "600", 0, 31536000, NULL, 0,                                         \
+    "end the job (exit 3) when a rank waits this long in one communication call (0: off)")  \
   X(model, arch, STR, "gpt2", 0, 0, "gpt2", 0, "model family")                                \
   X(model, vocab_size, INT, "", 2, 2147483647, NULL, TD_F_REQ, "vocabulary size V")          \
   X(model, seq_len, INT, "", 1, 1048576, NULL, TD_F_REQ, "context length T")                 \

@@ -1,10 +1,13 @@
 /* td_error.c — the pending error of this process and its trace. */
 #include "td_error.h"
 
+#include "td_log.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #define TD_MSG_MAX 2048
 #define TD_TRACE_MAX 4096
@@ -13,6 +16,7 @@ static struct {
   td_status status;
   char message[TD_MSG_MAX];
   char trace[TD_TRACE_MAX];
+  int agreed;
 } g_err; /* the one pending error of this process, like PETSc's error stack */
 
 int td_status_exit_code(td_status s) {
@@ -72,6 +76,7 @@ td_status td_error_vset(td_status s, const char *file, int line,
     return s;
   }
   g_err.status = s;
+  g_err.agreed = 0;
   vsnprintf(g_err.message, sizeof g_err.message, fmt, ap);
   g_err.trace[0] = '\0';
   append_frame(file, line, func);
@@ -98,14 +103,46 @@ td_status td_error_status(void) { return g_err.status; }
 
 void td_error_adopt(td_status s, const char *msg) {
   g_err.status = s;
+  g_err.agreed = 0;
   snprintf(g_err.message, sizeof g_err.message, "%s", msg);
   g_err.trace[0] = '\0';
 }
 
+int td_error_is_agreed(void) { return g_err.agreed && g_err.status != TD_OK; }
+void td_error_mark_agreed(void) { g_err.agreed = 1; }
+int td_error_alone(void) { return g_err.status != TD_OK && !g_err.agreed; }
+
 void td_error_clear(void) {
+  g_err.agreed = 0;
   g_err.status = TD_OK;
   g_err.message[0] = '\0';
   g_err.trace[0] = '\0';
+}
+
+td_status td_test_fail_point(const char *site) {
+  static int hits, fired, armed = -1; /* armed: TD_TEST_FAIL_RANK names this rank (read once) */
+  if (armed < 0) {
+    const char *r = getenv("TD_TEST_FAIL_RANK");
+    armed = r && atoi(r) == td_log_rank();
+  }
+  if (fired || !armed) return TD_OK;
+  const char *at = getenv("TD_TEST_FAIL_AT");
+  if (strcmp(at && *at ? at : "check", site) != 0) return TD_OK;
+  const char *skip = getenv("TD_TEST_FAIL_SKIP");
+  if (skip && hits++ < atoi(skip)) return TD_OK;
+  fired = 1;
+  const char *sleep_s = getenv("TD_TEST_FAIL_SLEEP");
+  if (sleep_s && atof(sleep_s) > 0) { /* a slow rank, not a failing one */
+    fprintf(stderr, "[rank %d] TD_TEST_FAIL_SLEEP: sleeping %s s at %s\n", td_log_rank(), sleep_s,
+            site);
+    struct timespec ts = {(time_t)atof(sleep_s), (long)((atof(sleep_s) - (double)(time_t)atof(sleep_s)) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    return TD_OK;
+  }
+  return td_error_set(TD_ERR_INJECTED, __FILE__, __LINE__, __func__,
+                      "injected failure on rank %d at %s (TD_TEST_FAIL_RANK, TD_TEST_FAIL_AT)",
+                      td_log_rank(), site);
 }
 
 #define TD_HUGE (2u << 20)

@@ -67,6 +67,17 @@ td_status td_error_status(void);
 void td_error_adopt(td_status s, const char *msg);
 /* Forget the pending error. */
 void td_error_clear(void);
+/* Whether every rank knows the pending error (td_agree in parallel/td_mpi.h
+ * agreed on it, or td_error_mark_agreed said every rank computed it alike),
+ * so that the job can end without MPI_Abort. A new first error, an adopted
+ * one and td_error_clear make it unagreed again. */
+int td_error_is_agreed(void);
+void td_error_mark_agreed(void);
+/* A pending error this rank found alone (not agreed): the job will be
+ * aborted, so teardown must not wait for the other ranks — destroy functions
+ * skip their collective parts (waits on requests, collective closes, frees of
+ * communicators) when this is true. */
+int td_error_alone(void);
 
 /* Return early with a new error. */
 #define TD_FAIL(code, ...) \
@@ -100,6 +111,16 @@ void td_error_clear(void);
   do {                                                    \
     if (!(cond)) TD_FAIL((code), __VA_ARGS__);            \
   } while (0)
+
+/* Test-only fault injection, deliberately rank-local (it exercises the path
+ * where one rank fails alone): with TD_TEST_FAIL_RANK=r and
+ * TD_TEST_FAIL_AT=site (default "check"), rank r returns TD_ERR_INJECTED
+ * from the fail point named `site` the first time it is reached — after
+ * TD_TEST_FAIL_SKIP=n earlier passes, if set; with TD_TEST_FAIL_SLEEP=s it
+ * sleeps s seconds there instead (a slow rank). Every other rank and site
+ * returns TD_OK. Sites: check, step, zero_release, pipe_send, ckpt_save,
+ * ckpt_load. Never set them outside tests. */
+td_status td_test_fail_point(const char *site);
 
 /* Allocation that fails with TD_ERR_NOMEM naming what it was for. Buffers of
  * 2 MiB or more are 2 MiB-aligned and asked to use transparent huge pages.

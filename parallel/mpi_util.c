@@ -1,11 +1,10 @@
 /* mpi_util.c — MPI error text and agreement on errors across ranks. */
 #include "parallel/td_mpi.h"
+#include "parallel/td_watchdog.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
-
-static int g_agreed; /* the pending error was agreed by all ranks */
 
 td_status td_mpi_fail(int code, const char *call, const char *file, int line, const char *func) {
   char text[MPI_MAX_ERROR_STRING] = "";
@@ -14,18 +13,20 @@ td_status td_mpi_fail(int code, const char *call, const char *file, int line, co
   return td_error_set(TD_ERR_MPI, file, line, func, "%s failed: %s", call, text);
 }
 
-int td_error_is_agreed(void) { return g_agreed && td_error_status() != TD_OK; }
-void td_error_mark_agreed(void) { g_agreed = 1; }
-
 td_status td_agree(MPI_Comm comm, td_status local) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
+  int rank = 0, size = 1, rc = MPI_Comm_rank(comm, &rank);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm, &size);
   /* The lowest failing rank: (failed ? rank : size), reduced with MIN. */
   int mine = local != TD_OK ? rank : size, first = size;
-  if (MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS) {
-    /* Cannot agree: leave the local error; main will abort. */
-    return local != TD_OK ? local : TD_ERR_MPI;
+  MPI_Request r = MPI_REQUEST_NULL;
+  if (rc == MPI_SUCCESS)
+    rc = td_watched(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &r),
+                    "MPI_Allreduce (agreeing on errors)", comm, &r);
+  if (rc != MPI_SUCCESS) {
+    /* Cannot agree: keep (or make) a local error; main will abort. */
+    td_status mpi = td_mpi_fail(rc, "agreeing on errors (MPI_Allreduce)", __FILE__, __LINE__,
+                                __func__);
+    return local != TD_OK ? local : mpi;
   }
   if (first == size) return TD_OK;
   struct {
@@ -37,12 +38,16 @@ td_status td_agree(MPI_Comm comm, td_status local) {
     m.status = (int)local;
     snprintf(m.msg, sizeof m.msg, "%s", td_error_message());
   }
-  if (MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, comm) != MPI_SUCCESS)
-    return local != TD_OK ? local : TD_ERR_MPI;
+  rc = td_watched(MPI_Ibcast(&m, (int)sizeof m, MPI_BYTE, first, comm, &r),
+                  "MPI_Bcast (agreeing on errors)", comm, &r);
+  if (rc != MPI_SUCCESS) {
+    td_status mpi = td_mpi_fail(rc, "agreeing on errors (MPI_Bcast)", __FILE__, __LINE__, __func__);
+    return local != TD_OK ? local : mpi;
+  }
   if (rank != first) {
     if (local == TD_OK || size > 1) td_error_adopt((td_status)m.status, m.msg);
   }
-  g_agreed = 1;
+  td_error_mark_agreed();
   return (td_status)m.status;
 }
 

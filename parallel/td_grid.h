@@ -24,7 +24,8 @@ typedef struct td_grid {
 
 /* Build the grid over `world` (whose size must be dp·tp·pp). Collective on world. */
 td_status td_grid_create(MPI_Comm world, int dp, int tp, int pp, td_grid **out);
-/* Free the communicators. Collective on world. Accepts NULL; sets *g = NULL. */
+/* Free the communicators. Collective on world (skipped, leaking them, when
+ * this rank failed alone: td_error_alone). Accepts NULL; sets *g = NULL. */
 void td_grid_destroy(td_grid **g);
 /* World rank of coordinates (dp_rank, tp_rank, pp_rank). */
 int td_grid_rank_of(const td_grid *g, int dp_rank, int tp_rank, int pp_rank);

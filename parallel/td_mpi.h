@@ -3,6 +3,7 @@
 #define TD_MPI_H
 
 #include <mpi.h>
+#include <stdint.h>
 
 #include "td_error.h"
 
@@ -20,12 +21,7 @@ td_status td_mpi_fail(int code, const char *call, const char *file, int line, co
  * marked agreed (main then ends every rank cleanly with one message).
  * Collective on comm. */
 td_status td_agree(MPI_Comm comm, td_status local);
-/* Whether the pending error was agreed by every rank (td_agree), so that the
- * job can end without MPI_Abort. */
-int td_error_is_agreed(void);
-/* Mark the pending error as agreed: for errors every rank computes
- * identically (e.g. a NaN in an all-reduced loss). */
-void td_error_mark_agreed(void);
+/* (td_error_is_agreed, td_error_mark_agreed, td_error_alone: td_error.h) */
 /* Checked int conversion of an element count for MPI. */
 td_status td_mpi_count(int64_t n, int *out);
 

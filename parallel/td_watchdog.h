@@ -1,0 +1,64 @@
+/* td_watchdog.h — end a job whose ranks stopped making progress
+ * (deck key run.watchdog_s; DESIGN.md exit code 3).
+ *
+ * A hang in a distributed job shows as ranks blocked in communication,
+ * waiting for a rank that died without the launcher noticing, was stopped
+ * (SIGSTOP, a debugger, a frozen node), or is stuck in a system call. The
+ * communication layer waits for every MPI operation of a step through
+ * td_watchdog_wait; a thread of each rank wakes every quarter second and,
+ * when this rank has waited in one operation for longer than the bound,
+ * prints which operation, on which communicator, at which step, and the
+ * waiting thread ends the whole job with MPI_Abort (exit 3) — what the NCCL
+ * watchdog does for PyTorch users. Every waiting rank reports, so the ranks
+ * that do not are the ones that stopped. Should the waiting thread not end
+ * the job within 10 s of the message (stuck inside the MPI library), the
+ * watchdog thread ends the process itself (_exit(3); the launcher then ends
+ * the others).
+ *
+ * Only time spent blocked in communication counts. Compute never trips it
+ * on the rank that computes, however slow; a rank that waits for a slow
+ * neighbour waits about the imbalance of one step. Checkpoint saves and
+ * loads pause it (td_watchdog_pause): a large save on a slow file system can
+ * keep some ranks waiting for others for minutes, and a hang inside a save is
+ * left to the launcher's time limit. Until the first optimizer step has
+ * completed (one-time set-up: matmul primitives, first-touch page faults, a
+ * step-0 evaluation) the bound is three times run.watchdog_s.
+ *
+ * One watchdog per process (like the signal flag): the functions are cheap
+ * (a few atomic stores around the wait) and safe to call when it is not
+ * running. */
+#ifndef TD_WATCHDOG_H
+#define TD_WATCHDOG_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "td_error.h"
+
+/* Start the watchdog thread with a bound of limit_s seconds (≤ 0: do
+ * nothing). world is the communicator MPI_Abort ends. Not collective. */
+td_status td_watchdog_start(MPI_Comm world, double limit_s);
+/* Stop and join the thread (no-op if not running). */
+void td_watchdog_stop(void);
+/* Name a communicator for the watchdog's message ("dp_comm"). At most 16
+ * are remembered; name must outlive the watchdog (a literal). */
+void td_watchdog_name(MPI_Comm comm, const char *name);
+/* Wait for *req, the request of a non-blocking MPI call, as MPI_Wait does,
+ * under the watchdog: `op` names what is waited for in the message (a
+ * literal, e.g. "MPI_Allreduce (metrics)") and comm where (MPI_COMM_NULL:
+ * unknown). While the watchdog runs this polls MPI_Test, so that when the
+ * bound is passed this thread — not the watchdog's — ends the job with
+ * MPI_Abort, outside the MPI library (a second thread calling into MPI while
+ * this one is inside it crashes MPICH/UCX). Returns the MPI code. */
+int td_watchdog_wait(const char *op, MPI_Comm comm, MPI_Request *req);
+/* td_watchdog_wait after the non-blocking call that returned rc (a failed
+ * call's code is returned as is), so that a blocking collective is written
+ * TD_MPI_CHECK(td_watched(MPI_Iallreduce(..., comm, &r), "what", comm, &r)). */
+int td_watched(int rc, const char *op, MPI_Comm comm, MPI_Request *req);
+/* Pause (on = 1) or resume (on = 0) the clock: checkpoint I/O. Nests. */
+void td_watchdog_pause(int on);
+/* The optimizer step now running (1-based), for the message; when the
+ * second step of this run begins, the first-step allowance ends. */
+void td_watchdog_step(int64_t step);
+
+#endif
