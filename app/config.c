@@ -326,6 +326,14 @@ static td_status set_value(td_config *cfg, const entry *e, const place *p,
   TD_FAIL(TD_ERR_INTERNAL, "bad schema type");
 }
 
+/* An empty string for a string key (--set k= ), unless it has choices. */
+static td_status set_empty_string(td_config *cfg, const entry *e, const char *where) {
+  if (e->choices)
+    TD_FAIL(TD_ERR_DECK, "%s: %s: '' is not one of %s", where, e->full, e->choices);
+  ((char *)cfg + e->off)[0] = '\0';
+  return TD_OK;
+}
+
 /* Parse `text` as a YAML value named `where` and store it. */
 static td_status set_from_text(td_config *cfg, const entry *e, const char *where,
                                const char *text) {
@@ -333,17 +341,14 @@ static td_status set_from_text(td_config *cfg, const entry *e, const char *where
   td_status st = TD_OK;
   place p;
   snprintf(p.where, sizeof p.where, "%s", where);
-  if (text[0] == '\0' && e->type == T_STR) {
-    ((char *)cfg + e->off)[0] = '\0';
-    return TD_OK;
-  }
+  if (text[0] == '\0' && e->type == T_STR) return set_empty_string(cfg, e, where);
   TD_CHECK_GOTO(td_yaml_load(where, text, &doc));
   if (doc->kind == TD_YAML_MAP && doc->n == 0) {
     /* empty text: an empty string */
     if (e->type != T_STR)
       TD_FAIL_GOTO(TD_ERR_DECK, "%s: %s: expected %s, found nothing", where, e->full,
                    type_with_article(e->type));
-    ((char *)cfg + e->off)[0] = '\0';
+    TD_CHECK_GOTO(set_empty_string(cfg, e, where));
     goto done;
   }
   TD_CHECK_GOTO(set_value(cfg, e, &p, doc));
@@ -464,6 +469,116 @@ static const char *grid_where(const td_config *cfg, const marks *mk, char *buf, 
   return buf;
 }
 
+/* One factor of a checked product: its name in messages, its value, and the
+ * deck key it comes from (NULL for a constant such as "4 bytes"). */
+typedef struct {
+  const char *name;
+  int64_t v;
+  const entry *e;
+} factor;
+
+/* *out = the product of the n factors (all >= 0), or TD_ERR_DECK when it does
+ * not fit in int64_t: "WHERE: a × b = 1 × 2 overflows 64 bits (what)", WHERE
+ * being where the largest factor given in the deck or by --set was set. */
+static td_status checked_product(const td_config *cfg, const marks *mk, const char *what,
+                                 const factor *f, int n, int64_t *out) {
+  int64_t p = 1;
+  int over = 0;
+  for (int i = 0; i < n && !over; ++i) over = __builtin_mul_overflow(p, f[i].v, &p);
+  if (!over) {
+    *out = p;
+    return TD_OK;
+  }
+  const entry *blame = NULL;
+  int64_t big = -1;
+  for (int i = 0; i < n; ++i)
+    if (f[i].e && (!blame || (mk->set[entry_index(f[i].e)] && f[i].v > big))) {
+      if (mk->set[entry_index(f[i].e)]) big = f[i].v;
+      blame = f[i].e;
+    }
+  char wbuf[TD_STR_MAX + 64], names[512] = "", values[512] = "";
+  if (blame)
+    where_of(cfg, mk, blame, wbuf, sizeof wbuf);
+  else
+    snprintf(wbuf, sizeof wbuf, "%s", cfg->deck_path);
+  for (int i = 0; i < n; ++i) {
+    size_t ln = strlen(names), lv = strlen(values);
+    snprintf(names + ln, sizeof names - ln, "%s%s", i ? " × " : "", f[i].name);
+    snprintf(values + lv, sizeof values - lv, "%s%lld", i ? " × " : "", (long long)f[i].v);
+  }
+  TD_FAIL(TD_ERR_DECK, "%s: %s = %s overflows 64 bits (%s)", wbuf, names, values, what);
+}
+
+#define FACTOR(sec, key) {#sec "." #key, cfg->sec##_##key, find_entry(#sec, #key)}
+#define CHECKED(what, out, ...)                                                      \
+  do {                                                                              \
+    const factor f_[] = {__VA_ARGS__};                                              \
+    TD_CHECK(checked_product(cfg, mk, (what), f_, (int)(sizeof f_ / sizeof f_[0]), (out))); \
+  } while (0)
+
+/* Sizes that follow from products of deck values — tokens, parameters, what a
+ * rank allocates — must fit in 64 bits before anything computes them: every
+ * product the model, the estimate and the trainer form is bounded here. */
+static td_status check_sizes(td_config *cfg, const marks *mk) {
+  int64_t T = cfg->model_seq_len, C = cfg->model_dim;
+  int64_t V = cfg->model_vocab_size, H = cfg->model_heads, L = cfg->model_layers;
+  int64_t pp = cfg->parallel_pp, x;
+  CHECKED("tokens per optimizer step", &x, FACTOR(training, global_batch), FACTOR(model, seq_len));
+  CHECKED("the step's list of windows", &x, FACTOR(training, global_batch), {"8 bytes", 8, NULL});
+  CHECKED("tokens of the whole run", &x, FACTOR(training, steps), FACTOR(training, global_batch),
+          FACTOR(model, seq_len));
+  CHECKED("evaluation windows", &x, FACTOR(eval, batches), FACTOR(training, global_batch));
+
+  /* parameters: V·C + T·C + L·(12·C² + 13·C) + 2·C, 16 bytes each (fp32
+   * value, gradient, two AdamW moments) */
+  int64_t per_layer = 12 * C * C + 13 * C; /* C <= 2^20: fits */
+  const factor fdim = FACTOR(model, dim);
+  CHECKED("fp32 embedding, its gradient and AdamW moments", &x, FACTOR(model, vocab_size), fdim,
+          {"16 bytes", 16, NULL});
+  CHECKED("fp32 parameters, gradients and AdamW moments of the blocks", &x, FACTOR(model, layers),
+          {"(12·model.dim² + 13·model.dim)", per_layer, fdim.e}, {"16 bytes", 16, NULL});
+  int64_t params = V * C + T * C + 2 * C, blocks = L * per_layer;
+  if (__builtin_add_overflow(params, blocks, &params) ||
+      __builtin_mul_overflow(params, (int64_t)16, &x)) {
+    char wbuf[TD_STR_MAX + 64];
+    TD_FAIL(TD_ERR_DECK, "%s: the model's parameters × 16 bytes (fp32 value, gradient, AdamW "
+            "moments) overflow 64 bits", WHERE(model, layers));
+  }
+
+  /* activations of one micro-batch */
+  int64_t B = td_config_micro_batch(cfg), m = td_config_accum_steps(cfg);
+  factor fb = FACTOR(parallel, micro_batch);
+  if (cfg->parallel_micro_batch == 0)
+    fb = (factor){"micro-batch (training.global_batch / parallel.dp)", B,
+                  find_entry("training", "global_batch")};
+  const factor ft = FACTOR(model, seq_len), f4 = {"4 bytes", 4, NULL};
+  CHECKED("MLP activations of one micro-batch", &x, fb, ft, {"4·model.dim", 4 * C, fdim.e}, f4);
+  CHECKED("logits of one micro-batch", &x, fb, ft, FACTOR(model, vocab_size), f4);
+  CHECKED("attention probabilities of one micro-batch", &x, fb, FACTOR(model, heads), ft, ft, f4);
+
+  /* everything one rank holds for its live micro-batches: the model's slots
+   * and the estimate are sums of at most this many elements */
+  int64_t lmax = 0, first, count;
+  for (int s = 0; s < pp; ++s) {
+    td_config_stage_layers(cfg, s, &first, &count);
+    if (count > lmax) lmax = count;
+  }
+  int gpipe = cfg->parallel_pp_schedule[0] == 'g';
+  int64_t live = pp <= 1 ? 1 : gpipe ? m : (pp < m ? pp : m);
+  if (pp > 1 && gpipe && m > INT32_MAX) {
+    char wbuf[TD_STR_MAX + 64];
+    TD_FAIL(TD_ERR_DECK, "%s: parallel.pp_schedule = gpipe keeps all %lld micro-batches of a step "
+            "alive (at most %d; use 1f1b or a larger parallel.micro_batch)",
+            WHERE(parallel, pp_schedule), (long long)m, INT32_MAX);
+  }
+  int64_t width = 16 * C + V + H * T + 8; /* bounded by the schema's ranges */
+  CHECKED("activation memory of the largest pipeline stage", &x,
+          {"(live micro-batches + 1)", live + 1, gpipe && pp > 1 ? fb.e : find_entry("parallel", "pp")},
+          {"(layers per stage + 3)", lmax + 3, find_entry("model", "layers")}, fb, ft,
+          {"(16·model.dim + model.vocab_size + model.heads·model.seq_len + 8)", width, fdim.e}, f4);
+  return TD_OK;
+}
+
 static td_status cross_check(td_config *cfg, const marks *mk) {
   char wbuf[TD_STR_MAX + 64];
   for (int i = 0; i < NSCHEMA; ++i)
@@ -503,8 +618,11 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
   if (cfg->training_global_batch % dp != 0)
     TD_FAIL(TD_ERR_DECK, "%s: training.global_batch = %lld is not divisible by parallel.dp = %lld",
             WHERE(training, global_batch), (long long)cfg->training_global_batch, (long long)dp);
-  int64_t mb = cfg->parallel_micro_batch;
-  if (mb > 0 && cfg->training_global_batch % (mb * dp) != 0)
+  int64_t mb = cfg->parallel_micro_batch, mbdp = 0;
+  if (mb > 0)
+    CHECKED("sequences of one micro-batch step", &mbdp, FACTOR(parallel, micro_batch),
+            FACTOR(parallel, dp));
+  if (mb > 0 && cfg->training_global_batch % mbdp != 0)
     TD_FAIL(TD_ERR_DECK,
             "%s: training.global_batch = %lld is not divisible by parallel.micro_batch × "
             "parallel.dp = %lld × %lld",
@@ -519,7 +637,7 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
             (long long)cfg->training_steps);
   if (cfg->data_train[0] == '\0')
     TD_FAIL(TD_ERR_DECK, "%s: data.train is empty", WHERE(data, train));
-  return TD_OK;
+  return check_sizes(cfg, mk);
 }
 
 static void derive_paths(td_config *cfg) {
@@ -573,10 +691,40 @@ td_status td_config_load_text(const char *name, const char *text, td_config *cfg
   return load_impl(name, text, 0, NULL, 0, cfg);
 }
 
-/* Print a string as a YAML scalar, quoted when it needs to be. */
+/* The code point at s (UTF-8) and its length in bytes; an invalid byte is
+ * returned as itself with length 1. */
+static uint32_t utf8_next(const unsigned char *s, int *len) {
+  int n = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3
+          : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+  uint32_t cp = n == 1 ? s[0] : n == 2 ? s[0] & 0x1fu : n == 3 ? s[0] & 0x0fu : s[0] & 0x07u;
+  for (int i = 1; i < n; ++i) {
+    if ((s[i] & 0xc0) != 0x80) n = 0;
+    if (!n) break;
+    cp = cp << 6 | (s[i] & 0x3fu);
+  }
+  *len = n ? n : 1;
+  return n ? cp : s[0];
+}
+
+/* Whether libyaml reads code point cp back as itself inside a scalar: YAML's
+ * printable set less NEL, LS and PS (line breaks) and the BOM. */
+static int yaml_literal_ok(uint32_t cp) {
+  if (cp == 0x85 || cp == 0x2028 || cp == 0x2029 || cp == 0xfeff) return 0;
+  return (cp >= 0x20 && cp <= 0x7e) || (cp >= 0xa0 && cp <= 0xd7ff) ||
+         (cp >= 0xe000 && cp <= 0xfffd) || (cp >= 0x10000 && cp <= 0x10ffff);
+}
+
+/* Print a string as a YAML scalar, quoted when it needs to be; in quotes,
+ * what YAML would not read back as itself is escaped. */
 static void print_str(FILE *out, const char *s) {
+  size_t n = strlen(s);
   int plain = s[0] != '\0' && !strpbrk(s, ":#{}[],&*!|>'\"%@`") && s[0] != ' ' &&
-              s[0] != '-' && s[0] != '?';
+              s[n - 1] != ' ' && s[0] != '-' && s[0] != '?' && s[0] != '~';
+  for (const unsigned char *c = (const unsigned char *)s; plain && *c;) {
+    int len;
+    plain = yaml_literal_ok(utf8_next(c, &len));
+    c += len;
+  }
   if (plain && (!strcasecmp(s, "true") || !strcasecmp(s, "false") || !strcasecmp(s, "yes") ||
                 !strcasecmp(s, "no") || !strcasecmp(s, "null") || !strcasecmp(s, "on") ||
                 !strcasecmp(s, "off") || strtod(s, NULL) != 0.0 || s[0] == '0'))
@@ -586,9 +734,24 @@ static void print_str(FILE *out, const char *s) {
     return;
   }
   fputc('"', out);
-  for (; *s; ++s) {
-    if (*s == '"' || *s == '\\') fputc('\\', out);
-    fputc(*s, out);
+  for (const unsigned char *c = (const unsigned char *)s; *c;) {
+    int len;
+    uint32_t cp = utf8_next(c, &len);
+    if (cp == '"' || cp == '\\')
+      fprintf(out, "\\%c", (int)cp);
+    else if (cp == '\n')
+      fputs("\\n", out);
+    else if (cp == '\t')
+      fputs("\\t", out);
+    else if (yaml_literal_ok(cp))
+      fwrite(c, 1, (size_t)len, out);
+    else if (cp < 0x100)
+      fprintf(out, "\\x%02x", (unsigned)cp);
+    else if (cp < 0x10000)
+      fprintf(out, "\\u%04x", (unsigned)cp);
+    else
+      fprintf(out, "\\U%08x", (unsigned)cp);
+    c += len;
   }
   fputc('"', out);
 }
@@ -701,12 +864,16 @@ void td_config_model_diff(const td_config *a, const td_config *b, char *buf, siz
 }
 
 int64_t td_config_micro_batch(const td_config *cfg) {
-  return cfg->parallel_micro_batch > 0 ? cfg->parallel_micro_batch
-                                       : cfg->training_global_batch / cfg->parallel_dp;
+  if (cfg->parallel_micro_batch > 0) return cfg->parallel_micro_batch;
+  return cfg->parallel_dp > 0 ? cfg->training_global_batch / cfg->parallel_dp : 0;
 }
 
+/* 0 where micro-batch × dp is 0 or overflows (a deck cross_check refuses). */
 int64_t td_config_accum_steps(const td_config *cfg) {
-  return cfg->training_global_batch / (cfg->parallel_dp * td_config_micro_batch(cfg));
+  int64_t step;
+  if (__builtin_mul_overflow(cfg->parallel_dp, td_config_micro_batch(cfg), &step) || step <= 0)
+    return 0;
+  return cfg->training_global_batch / step;
 }
 
 void td_config_stage_layers(const td_config *cfg, int s, int64_t *first, int64_t *count) {

@@ -30,12 +30,19 @@ void td_yaml_free(td_yaml_node **node) {
   *node = NULL;
 }
 
+/* Nodes one document may expand to: aliases share nodes in libyaml's tree
+ * but are copied here, so ten levels of ten aliases each would be 10^10. */
+#define TD_YAML_MAX_NODES 100000
+
 static td_status convert(yaml_document_t *doc, yaml_node_t *src, int depth,
-                         const char *path, td_yaml_node **out) {
+                         const char *path, int64_t *nodes, td_yaml_node **out) {
   *out = NULL;
   if (depth > 64)
     TD_FAIL(TD_ERR_DECK, "%s:%zu:%zu: nesting deeper than 64 levels", path,
             src->start_mark.line + 1, src->start_mark.column + 1);
+  if (++*nodes > TD_YAML_MAX_NODES)
+    TD_FAIL(TD_ERR_DECK, "%s:%zu:%zu: more than %d nodes (aliases of aliases?)", path,
+            src->start_mark.line + 1, src->start_mark.column + 1, TD_YAML_MAX_NODES);
   td_yaml_node *x = calloc(1, sizeof *x);
   if (!x) TD_FAIL(TD_ERR_NOMEM, "out of memory reading %s", path);
   x->line = (int)src->start_mark.line + 1;
@@ -55,7 +62,7 @@ static td_status convert(yaml_document_t *doc, yaml_node_t *src, int depth,
       if (!x->items) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory reading %s", path);
       for (int i = 0; i < n; ++i) {
         yaml_node_t *c = yaml_document_get_node(doc, src->data.sequence.items.start[i]);
-        TD_CHECK_GOTO(convert(doc, c, depth + 1, path, &x->items[i]));
+        TD_CHECK_GOTO(convert(doc, c, depth + 1, path, nodes, &x->items[i]));
         x->n = i + 1;
       }
       break;
@@ -75,9 +82,9 @@ static td_status convert(yaml_document_t *doc, yaml_node_t *src, int depth,
           TD_FAIL_GOTO(TD_ERR_DECK, "%s:%zu:%zu: a key must be a plain name, found a %s",
                        path, k->start_mark.line + 1, k->start_mark.column + 1,
                        k->type == YAML_MAPPING_NODE ? "mapping" : "list");
-        TD_CHECK_GOTO(convert(doc, k, depth + 1, path, &x->keys[i]));
-        TD_CHECK_GOTO(convert(doc, v, depth + 1, path, &x->items[i]));
-        x->n = i + 1;
+        TD_CHECK_GOTO(convert(doc, k, depth + 1, path, nodes, &x->keys[i]));
+        x->n = i + 1; /* the key is freed with x if its value fails */
+        TD_CHECK_GOTO(convert(doc, v, depth + 1, path, nodes, &x->items[i]));
         for (int j = 0; j < i; ++j)
           if (strcmp(x->keys[j]->value, x->keys[i]->value) == 0)
             TD_FAIL_GOTO(TD_ERR_DECK, "%s:%d:%d: duplicate key '%s' (first at line %d)",
@@ -136,7 +143,8 @@ td_status td_yaml_load(const char *path, const char *text, td_yaml_node **out) {
     *out = empty;
     goto done;
   }
-  TD_CHECK_GOTO(convert(&doc, root, 0, path, out));
+  int64_t nodes = 0;
+  TD_CHECK_GOTO(convert(&doc, root, 0, path, &nodes, out));
   {
     /* One document per file: a second one after "---" would be ignored silently. */
     yaml_document_t next;
