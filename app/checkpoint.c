@@ -11,6 +11,7 @@
  * the same disjoint cover. */
 #include "app/td_checkpoint.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "io/td_ckpt.h"
 #include "io/td_h5.h"
 #include "parallel/td_mpi.h"
+#include "parallel/td_watchdog.h"
 #include "td_build.h"
 
 #define MAX_BOX 32
@@ -121,7 +123,7 @@ static td_status group_attrs(hid_t f, const char *path, const char **names, cons
 
 /* ---- save ------------------------------------------------------------------------- */
 
-td_status td_trainer_save(td_trainer *t, char *path_out, size_t cap) {
+static td_status save_impl(td_trainer *t, char *path_out, size_t cap) {
   td_status st = TD_OK;
   td_config *c = &t->cfg;
   td_model *m = t->model;
@@ -166,6 +168,7 @@ td_status td_trainer_save(td_trainer *t, char *path_out, size_t cap) {
       int64_t d[2];
       dims_of(p, d);
       TD_CHECK_GOTO(td_ckpt_write_tensor(w, name, p->ndim, d, nb, boxes, from));
+      if (which == 0 && i == 1) TD_CHECK_GOTO(td_test_fail_point("ckpt_save"));
     }
   }
   hid_t g = -1;
@@ -206,6 +209,16 @@ done:
 
 /* ---- load ----------------------------------------------------------------------- */
 
+/* The boxes of tensor i's local elements in [lo, hi) of the local space, with
+ * src_off relative to element lo (what read_group reads into host). */
+static int read_boxes(const td_trainer *t, int i, int64_t lo, int64_t hi, td_ckpt_box *out) {
+  const td_param *p = &t->model->reg->p[i];
+  if (!p->present) return 0;
+  int64_t a = p->offset > lo ? p->offset : lo;
+  int64_t b = p->offset + p->local_numel < hi ? p->offset + p->local_numel : hi;
+  return tensor_boxes(t->model->reg, p, a - p->offset, b - p->offset, p->offset - lo, out);
+}
+
 /* Read every present tensor's local elements in [lo, hi) of the local space
  * into host (host[0] is element lo), verifying checksums over the owned cover. */
 static td_status read_group(td_trainer *t, td_ckpt_reader *r, const char *prefix, int64_t lo,
@@ -214,13 +227,7 @@ static td_status read_group(td_trainer *t, td_ckpt_reader *r, const char *prefix
   for (int i = 0; i < m->reg->n; ++i) {
     const td_param *p = &m->reg->p[i];
     td_ckpt_box boxes[MAX_BOX], vboxes[MAX_BOX];
-    int nb = 0, nv = 0;
-    if (p->present) {
-      int64_t a = p->offset > lo ? p->offset : lo;
-      int64_t b = p->offset + p->local_numel < hi ? p->offset + p->local_numel : hi;
-      nb = tensor_boxes(m->reg, p, a - p->offset, b - p->offset, p->offset - lo, boxes);
-      nv = owned_boxes(t, i, lo, vboxes);
-    }
+    int nb = read_boxes(t, i, lo, hi, boxes), nv = p->present ? owned_boxes(t, i, lo, vboxes) : 0;
     char name[160];
     snprintf(name, sizeof name, "%s/%s", prefix, p->name);
     int64_t d[2];
@@ -230,7 +237,42 @@ static td_status read_group(td_trainer *t, td_ckpt_reader *r, const char *prefix
   return TD_OK;
 }
 
-td_status td_trainer_load(td_trainer *t, const char *path, int load_optim) {
+/* Not collective: every value this rank read of group `prefix` (read_group's
+ * boxes; host[0] is element lo) must be finite, and >= 0 where nonneg (AdamW's
+ * second moments, whose square root the update takes). A checksum only
+ * proves that the file holds what was written, and a NaN written by a run
+ * that diverged, or by a hand-edited file, would otherwise surface steps
+ * later as a NaN loss (exit 3). TD_ERR_CKPT naming the file, the tensor and
+ * the element's flat index in the global shape. */
+static td_status check_values(const td_trainer *t, const char *path, const char *prefix,
+                              int64_t lo, int64_t hi, const float *host, int nonneg) {
+  const td_registry *reg = t->model->reg;
+  for (int i = 0; i < reg->n; ++i) {
+    const td_param *p = &reg->p[i];
+    td_ckpt_box boxes[MAX_BOX];
+    int nb = read_boxes(t, i, lo, hi, boxes);
+    int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
+    for (int b = 0; b < nb; ++b) {
+      const td_ckpt_box *x = &boxes[b];
+      for (int64_t r = 0; r < x->nr; ++r) {
+        const float *row = host + x->src_off + r * x->src_ld;
+        for (int64_t c = 0; c < x->nc; ++c) {
+          float v = row[c];
+          if (isfinite(v) && !(nonneg && v < 0.0f)) continue;
+          TD_FAIL(TD_ERR_CKPT,
+                  "%s: tensor %s/%s holds %s%g at element %lld (flat index in its shape); "
+                  "a checkpoint must hold finite values%s",
+                  path, prefix, p->name, isfinite(v) ? "a negative second moment " : "",
+                  (double)v, (long long)((x->r0 + r) * cols + x->c0 + c),
+                  nonneg ? " and non-negative second moments" : "");
+        }
+      }
+    }
+  }
+  return TD_OK;
+}
+
+static td_status load_impl(td_trainer *t, const char *path, int load_optim) {
   td_status st = TD_OK;
   td_ckpt_reader *r = NULL;
   float *host = NULL;
@@ -261,10 +303,11 @@ td_status td_trainer_load(td_trainer *t, const char *path, int load_optim) {
                           (long long)saved.model_heads, (long long)saved.model_vocab_size,
                           (long long)saved.model_seq_len);
     } else {
-      td_status s2 = td_error_status();
+      char why[1600];
+      snprintf(why, sizeof why, "%s", td_error_message());
       td_error_clear();
       st = td_error_set(TD_ERR_CKPT, __FILE__, __LINE__, __func__,
-                        "%s: /config is not a valid deck (%s)", path, td_status_text(s2));
+                        "%s: /config is not a valid deck: %s", path, why);
     }
   } else {
     st = TD_ERR_CKPT;
@@ -272,9 +315,11 @@ td_status td_trainer_load(td_trainer *t, const char *path, int load_optim) {
   TD_CHECK_GOTO(td_agree(t->app->world, st));
   int64_t n = t->model->reg->total_local;
   TD_CHECK_GOTO(td_alloc((void **)&host, (size_t)(n > 0 ? n : 1) * sizeof(float), "checkpoint staging"));
+  TD_CHECK_GOTO(td_test_fail_point("ckpt_load"));
   int verify = c->checkpoint_verify;
   st = read_group(t, r, "/model", 0, n, host, verify);
   if (st == TD_OK) st = td_ckpt_read_finish(r);
+  if (st == TD_OK) st = check_values(t, path, "/model", 0, n, host, 0);
   if (st == TD_OK) st = td_zero_set_params(t->zero, host);
   TD_CHECK_GOTO(td_agree(t->app->world, st));
   int64_t step = 0, tokens = 0, epoch = 0, position = 0;
@@ -283,12 +328,15 @@ td_status td_trainer_load(td_trainer *t, const char *path, int load_optim) {
     int64_t lo, hi;
     td_zero_moments(t->zero, &mv[0], &mv[1], &lo, &hi);
     const char *prefix[2] = {"/optim/exp_avg", "/optim/exp_avg_sq"};
-    for (int which = 0; which < 2 && st == TD_OK; ++which) {
+    for (int which = 0; which < 2; ++which) {
       memset(host, 0, (size_t)n * sizeof(float));
       st = read_group(t, r, prefix[which], lo, hi, host, verify);
       if (st == TD_OK) st = td_ckpt_read_finish(r);
+      if (st == TD_OK) st = check_values(t, path, prefix[which], lo, hi, host, which == 1);
       if (st == TD_OK && hi > lo)
         st = k->to_device(k, mv[which], host, (size_t)(hi - lo) * sizeof(float));
+      /* before the next group's reads, which every rank must make */
+      TD_CHECK_GOTO(td_agree(t->app->world, st));
     }
     if (st == TD_OK) st = td_h5_attr_read_i64(f, path, "step", &step);
     if (st == TD_OK) st = td_h5_attr_read_i64(f, path, "tokens_seen", &tokens);
@@ -321,6 +369,23 @@ done:
   td_ckpt_close(&r);
   td_free(host);
   td_free(text);
+  return st;
+}
+
+/* Checkpoint I/O pauses the watchdog (td_watchdog.h): a large save on a slow
+ * file system keeps ranks waiting for each other for longer than any
+ * step. */
+td_status td_trainer_save(td_trainer *t, char *path_out, size_t cap) {
+  td_watchdog_pause(1);
+  td_status st = save_impl(t, path_out, cap);
+  td_watchdog_pause(0);
+  return st;
+}
+
+td_status td_trainer_load(td_trainer *t, const char *path, int load_optim) {
+  td_watchdog_pause(1);
+  td_status st = load_impl(t, path, load_optim);
+  td_watchdog_pause(0);
   return st;
 }
 

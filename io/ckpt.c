@@ -59,6 +59,7 @@ struct td_ckpt_writer {
   int npend, cap_pend;
   char (*pend_path)[160];
   uint64_t *pend; /* 3 per tensor */
+  int64_t collective_bytes; /* tensors this large use collective MPI-IO */
   int crash;   /* TD_TEST_CRASH_SAVE */
   int signal_; /* TD_TEST_SIGNAL_SAVE: the signal to raise half-way, or 0 */
   char dir[TD_CKPT_PATH_MAX], name[64];
@@ -67,6 +68,7 @@ struct td_ckpt_writer {
 
 struct td_ckpt_reader {
   MPI_Comm comm;
+  int64_t collective_bytes; /* as the writer's */
   hid_t file, dxpl, dxpl_ind;
   char path[TD_CKPT_PATH_MAX];
   /* deferred verification (td_ckpt_read_defer): per tensor the path, the
@@ -88,7 +90,13 @@ typedef struct {
   MPI_Comm comm;
   int node_size;
   char made_dir[TD_CKPT_PATH_MAX]; /* the folder the last save made (every rank alike) */
+  /* settings from the environment, read on rank 0 and broadcast (they decide
+   * collective calls, so every rank must see the same): */
+  int64_t collective_bytes; /* TD_CKPT_COLLECTIVE_MB (collective_bytes below) */
+  int crash, signal_;       /* TD_TEST_CRASH_SAVE, TD_TEST_SIGNAL_SAVE */
 } ckpt_comms;
+
+static void read_settings(ckpt_comms *c);
 
 static int ckpt_comms_delete(MPI_Comm comm, int keyval, void *value, void *extra) {
   (void)comm, (void)keyval, (void)extra;
@@ -110,7 +118,12 @@ static td_status ckpt_comms_get(MPI_Comm comm, ckpt_comms **out) {
   if (!c) TD_FAIL(TD_ERR_NOMEM, "out of memory for the checkpoint communicators");
   c->comm = MPI_COMM_NULL;
   MPI_Comm node = MPI_COMM_NULL;
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) read_settings(c);
+  int64_t set[3] = {c->collective_bytes, c->crash, c->signal_};
   if (MPI_Comm_dup(comm, &c->comm) != MPI_SUCCESS ||
+      MPI_Bcast(set, 3, MPI_INT64_T, 0, c->comm) != MPI_SUCCESS ||
       MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
           MPI_SUCCESS ||
       MPI_Comm_size(node, &c->node_size) != MPI_SUCCESS ||
@@ -120,6 +133,7 @@ static td_status ckpt_comms_get(MPI_Comm comm, ckpt_comms **out) {
     TD_FAIL(TD_ERR_MPI, "cannot make the checkpoint communicators");
   }
   MPI_Comm_free(&node);
+  c->collective_bytes = set[0], c->crash = (int)set[1], c->signal_ = (int)set[2];
   *out = c;
   return TD_OK;
 }
@@ -405,16 +419,24 @@ static td_status reduce3(MPI_Comm comm, uint64_t v[3]) {
  * row blocks or row segments), and each collective call synchronises all
  * ranks, which measured 3–10× slower here (124M: 1 rank 32 s vs 6.2 s, 4
  * ranks 19.6 s vs 3.6 s). A parallel file system with many ranks per node
- * may prefer collective buffering for large tensors: set it there. The value
- * must be the same on every rank (it comes from the environment mpiexec
- * gives them all). */
+ * may prefer collective buffering for large tensors: set it there. Rank 0's
+ * value is used by every rank (read_settings). */
 #define CKPT_COLLECTIVE_BYTES_DEFAULT INT64_MAX
 static int64_t collective_bytes(void) {
   const char *e = getenv("TD_CKPT_COLLECTIVE_MB");
   if (e && *e) return (int64_t)(atof(e) * 1048576.0);
   return CKPT_COLLECTIVE_BYTES_DEFAULT;
 }
-#define CKPT_COLLECTIVE_BYTES collective_bytes()
+
+/* Rank 0's environment; ckpt_comms_get broadcasts it (a launcher may give
+ * the ranks different environments: an MPMD launch, a site wrapper). */
+static void read_settings(ckpt_comms *c) {
+  c->collective_bytes = collective_bytes();
+  const char *crash = getenv("TD_TEST_CRASH_SAVE");
+  c->crash = crash && strcmp(crash, "1") == 0;
+  const char *sig = getenv("TD_TEST_SIGNAL_SAVE");
+  c->signal_ = !sig ? 0 : strcmp(sig, "USR1") == 0 ? SIGUSR1 : strcmp(sig, "TERM") == 0 ? SIGTERM : 0;
+}
 
 static hid_t make_dxpl_mode(H5FD_mpio_xfer_t mode) {
   hid_t p = H5Pcreate(H5P_DATASET_XFER);
@@ -541,10 +563,6 @@ td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
   w->file = w->dxpl = w->dxpl_ind = -1;
   w->wb_fd = -1;
   w->step = step;
-  const char *crash = getenv("TD_TEST_CRASH_SAVE");
-  w->crash = crash && strcmp(crash, "1") == 0;
-  const char *sig = getenv("TD_TEST_SIGNAL_SAVE");
-  w->signal_ = !sig ? 0 : strcmp(sig, "USR1") == 0 ? SIGUSR1 : strcmp(sig, "TERM") == 0 ? SIGTERM : 0;
   snprintf(w->dir, sizeof w->dir, "%s", dir);
   td_ckpt_file_name(step, w->name, sizeof w->name);
   snprintf(w->final_, sizeof w->final_, "%s/%s", dir, w->name);
@@ -552,6 +570,8 @@ td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
   ckpt_comms *cc = NULL;
   TD_CHECK_GOTO(ckpt_comms_get(comm, &cc));
   w->comm = cc->comm;
+  w->collective_bytes = cc->collective_bytes;
+  w->crash = cc->crash, w->signal_ = cc->signal_;
   w->wb_every = CKPT_WRITEBACK_BYTES / cc->node_size;
   if (w->wb_every < CKPT_PIECE_BYTES) w->wb_every = CKPT_PIECE_BYTES;
   MPI_Comm_rank(w->comm, &w->rank);
@@ -567,7 +587,7 @@ td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
                       "cannot make a transfer property list: %s", td_h5_error_text());
   else
     st = td_h5_create_aligned(w->tmp, w->comm, MPI_INFO_NULL, CKPT_ALIGN_THRESHOLD,
-                              CKPT_ALIGNMENT, CKPT_COLLECTIVE_BYTES != INT64_MAX, &w->file);
+                              CKPT_ALIGNMENT, w->collective_bytes != INT64_MAX, &w->file);
   if (st == TD_OK) st = td_h5_attr_write_str(w->file, "format", TD_CKPT_FORMAT);
   if (st == TD_OK)
     st = td_h5_attr_write_i64(w->file, "format_version", TD_CKPT_FORMAT_VERSION);
@@ -643,7 +663,7 @@ td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
     data = &dummy;
   }
   /* An empty tensor has no storage to write to (the same on every rank). */
-  int collective = rows * cols * (int64_t)sizeof(float) >= CKPT_COLLECTIVE_BYTES;
+  int collective = rows * cols * (int64_t)sizeof(float) >= w->collective_bytes;
   if (!collective && local == TD_OK && rows * cols > 0) {
     local = write_pieces(w, d, path, ndim, gshape, nbox, boxes, src);
   } else if (rows * cols > 0 && (collective || sel.nelem > 0) && (collective || local == TD_OK) &&
@@ -683,6 +703,21 @@ done:
   sel_free(&sel);
   if (d >= 0) H5Dclose(d);
   return st;
+}
+
+/* Close the .tmp of a save that failed (its data are garbage). The close
+ * still flushes HDF5's metadata; on a full disk that fails, and HDF5 1.10
+ * keeps a half-closed file that it dereferences at MPI_Finalize (SIGSEGV in
+ * H5F__close_cb). So each rank first truncates the .tmp, which gives its
+ * data's space back, then closes, and if a close fails all the same it tries
+ * once more. Collective (H5Fclose). */
+static void close_failed(td_ckpt_writer *w) {
+  if (w->file < 0) return;
+  if (truncate(w->tmp, 0) != 0) { /* (gone or unwritable: the close may still work) */
+  }
+  if (H5Fclose(w->file) < 0 && H5Iis_valid(w->file) > 0) H5Fclose(w->file);
+  w->file = -1;
+  H5Eclear2(H5E_DEFAULT);
 }
 
 td_status td_ckpt_save_commit(td_ckpt_writer **wp, int keep, char *final_path,
@@ -733,7 +768,7 @@ td_status td_ckpt_save_commit(td_ckpt_writer **wp, int keep, char *final_path,
     free(sum);
     st = agreed;
     if (st != TD_OK) {
-      td_h5_close(&w->file);
+      close_failed(w);
       goto done;
     }
   }
@@ -743,9 +778,11 @@ td_status td_ckpt_save_commit(td_ckpt_writer **wp, int keep, char *final_path,
    * of the metadata) are handed to the OS by the close, flushes the file
    * (after the first flush on a node the others find little left to do);
    * one agreement then says that every byte is on disk. */
-  if (H5Fclose(w->file) < 0)
+  if (H5Fclose(w->file) < 0) {
     st = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__,
                       "%s: cannot close: %s", w->tmp, td_h5_error_text());
+    if (H5Iis_valid(w->file) > 0) close_failed(w);
+  }
   w->file = -1;
   if (st == TD_OK) st = td_ckpt_fsync_path(w->tmp, 0);
   TD_CHECK_GOTO(td_agree(w->comm, st));
@@ -770,10 +807,15 @@ void td_ckpt_save_abort(td_ckpt_writer **wp) {
   if (!wp || !*wp) return;
   td_ckpt_writer *w = *wp;
   *wp = NULL;
+  /* Closing is collective (MPI-IO) and so is the barrier: a rank failing
+   * alone only unlinks the .tmp (the others' writes go to the unlinked file
+   * until the abort ends them). */
+  if (td_error_alone()) {
+    unlink(w->tmp); /* its space comes back when the job ends */
+    return;
+  }
   td_h5_close(&w->dxpl);
-  if (w->file >= 0) H5Fclose(w->file);
-  w->file = -1;
-  H5Eclear2(H5E_DEFAULT);
+  close_failed(w);
   MPI_Barrier(w->comm);
   if (w->rank == 0) unlink(w->tmp);
   writer_free(w);
@@ -800,8 +842,33 @@ static td_status as_ckpt_error(const char *file, int line, const char *func,
   return td_error_set(TD_ERR_CKPT, file, line, func, "%s: %s (%s)", path, what, msg);
 }
 
-/* Check the root attributes of an open file (any driver). */
-static td_status check_format(hid_t f, const char *path) {
+/* Integer root attribute `name` of n elements (1: a scalar), each >= lo;
+ * TD_ERR_CKPT naming the file and the attribute otherwise. */
+static td_status root_ints(hid_t f, const char *path, const char *name, int n, int64_t lo,
+                           int64_t *v) {
+  td_status st = n == 1 ? td_h5_attr_read_i64(f, path, name, v)
+                        : td_h5_attr_read_i64v(f, path, name, v, n);
+  if (st != TD_OK) {
+    char what[160];
+    snprintf(what, sizeof what, "bad or missing root attribute '%s' (%d integer%s >= %lld "
+             "expected)", name, n, n == 1 ? "" : "s", (long long)lo);
+    return as_ckpt_error(__FILE__, __LINE__, __func__, path, what);
+  }
+  for (int i = 0; i < n; ++i) {
+    if (v[i] >= lo) continue;
+    char which[32] = "";
+    if (n > 1) snprintf(which, sizeof which, "[%d]", i);
+    TD_FAIL(TD_ERR_CKPT, "%s: root attribute '%s'%s is %lld; expected an integer >= %lld", path,
+            name, which, (long long)v[i], (long long)lo);
+  }
+  return TD_OK;
+}
+
+/* Check the root attributes of an open file (any driver): `format`,
+ * `format_version`, and the ones format 1 requires of every save: `step`
+ * and `tokens_seen` (integers >= 0), `saved_grid` (3 integers >= 1). On an
+ * MPI-IO file every rank makes the same calls (collective metadata reads). */
+td_status td_ckpt_check_root(hid_t f, const char *path) {
   char fmt[128] = "";
   htri_t ex = H5Aexists(f, "format");
   if (ex <= 0) {
@@ -824,6 +891,10 @@ static td_status check_format(hid_t f, const char *path) {
   TD_REQUIRE(ver == TD_CKPT_FORMAT_VERSION, TD_ERR_CKPT,
              "%s: checkpoint format_version is %lld; this trident reads version %d",
              path, (long long)ver, TD_CKPT_FORMAT_VERSION);
+  int64_t v[3];
+  TD_CHECK(root_ints(f, path, "step", 1, 0, v));
+  TD_CHECK(root_ints(f, path, "tokens_seen", 1, 0, v));
+  TD_CHECK(root_ints(f, path, "saved_grid", 3, 1, v));
   return TD_OK;
 }
 
@@ -840,6 +911,7 @@ td_status td_ckpt_open(MPI_Comm comm, const char *path, td_ckpt_reader **out) {
   ckpt_comms *cc = NULL;
   TD_CHECK_GOTO(ckpt_comms_get(comm, &cc));
   r->comm = cc->comm;
+  r->collective_bytes = cc->collective_bytes;
   if (access(path, R_OK) != 0)
     st = td_error_set(TD_ERR_CKPT, __FILE__, __LINE__, __func__,
                       "%s: cannot read checkpoint: %s", path, strerror(errno));
@@ -849,7 +921,7 @@ td_status td_ckpt_open(MPI_Comm comm, const char *path, td_ckpt_reader **out) {
     st = as_ckpt_error(__FILE__, __LINE__, __func__, path,
                        "not a readable HDF5 checkpoint: missing, truncated or "
                        "not HDF5");
-  if (st == TD_OK) st = check_format(r->file, path);
+  if (st == TD_OK) st = td_ckpt_check_root(r->file, path);
   if (st == TD_OK) {
     r->dxpl = make_dxpl();
     r->dxpl_ind = make_dxpl_mode(H5FD_MPIO_INDEPENDENT);
@@ -914,7 +986,8 @@ td_status td_ckpt_read_finish(td_ckpt_reader *r) {
 
 void td_ckpt_close(td_ckpt_reader **r) {
   if (!r || !*r) return;
-  reader_free(*r);
+  /* closing is collective (MPI-IO): not when this rank fails alone */
+  if (!td_error_alone()) reader_free(*r);
   *r = NULL;
 }
 
@@ -984,7 +1057,7 @@ td_status td_ckpt_read_tensor(td_ckpt_reader *r, const char *path, int ndim,
     TD_CHECK_GOTO(sel_build(r->path, path, ndim, gshape, 0, NULL, NULL, 1, 0, &sel));
   float dummy = 0.0f;
   float *data = sel.stage ? sel.stage : (sel.nelem == 0 || !dst) ? &dummy : dst;
-  int collective = rows * cols * (int64_t)sizeof(float) >= CKPT_COLLECTIVE_BYTES;
+  int collective = rows * cols * (int64_t)sizeof(float) >= r->collective_bytes;
   if (rows * cols > 0 && (collective || sel.nelem > 0) &&
       H5Dread(d, H5T_NATIVE_FLOAT, sel.mspace, sel.fspace,
               collective || r->dxpl_ind < 0 ? r->dxpl : r->dxpl_ind, data) < 0 &&
@@ -1002,15 +1075,20 @@ td_status td_ckpt_read_tensor(td_ckpt_reader *r, const char *path, int ndim,
     TD_CHECK_GOTO(pend_reserve(&r->pend_path, &r->pend, 5, &r->cap_pend, r->npend));
     uint64_t *q = r->pend + 5 * (size_t)r->npend;
     uint64_t stored = 0;
-    if (verify && local == TD_OK) {
+    if (verify) {
+      /* every rank makes these metadata reads (collective metadata reads are
+       * on), also one whose own read failed: it keeps its first error */
       htri_t ex = H5Aexists(d, "checksum");
+      td_status a = TD_OK;
       if (ex <= 0) {
         H5Eclear2(H5E_DEFAULT);
-        local = td_error_set(TD_ERR_CKPT, __FILE__, __LINE__, __func__,
-                             "%s: tensor %s has no checksum attribute", r->path, path);
-      } else if (td_h5_attr_read_u64(d, r->path, "checksum", &stored) != TD_OK) {
-        local = as_ckpt_error(__FILE__, __LINE__, __func__, r->path, "bad checksum attribute");
+        if (local == TD_OK)
+          a = td_error_set(TD_ERR_CKPT, __FILE__, __LINE__, __func__,
+                           "%s: tensor %s has no checksum attribute", r->path, path);
+      } else if (td_h5_attr_read_u64(d, r->path, "checksum", &stored) != TD_OK && local == TD_OK) {
+        a = as_ckpt_error(__FILE__, __LINE__, __func__, r->path, "bad checksum attribute");
       }
+      if (local == TD_OK) local = a;
     }
     snprintf(r->pend_path[r->npend], sizeof r->pend_path[0], "%s", path);
     q[0] = stored, q[1] = v[0], q[2] = v[1], q[3] = local != TD_OK;

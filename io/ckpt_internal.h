@@ -3,6 +3,7 @@
 #ifndef TD_CKPT_INTERNAL_H
 #define TD_CKPT_INTERNAL_H
 
+#include <hdf5.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,6 +31,13 @@ int td_ckpt_parse_name(const char *name, int tmp, int64_t *step);
 /* The largest step of a committed file in dir; 0 if there is none (or dir
  * cannot be read), 1 and *step otherwise. */
 int td_ckpt_newest(const char *dir, int64_t *step);
+
+/* Check the root attributes of an open checkpoint: `format` ==
+ * "trident-checkpoint", `format_version` == 1, `step` and `tokens_seen`
+ * integers >= 0, `saved_grid` 3 integers >= 1. TD_ERR_CKPT naming the file
+ * and the attribute otherwise. Collective metadata reads on an MPI-IO file
+ * (every rank makes the same calls). */
+td_status td_ckpt_check_root(hid_t f, const char *path);
 
 /* mkdir -p. TD_ERR_IO naming the path on failure. */
 td_status td_ckpt_mkdir_p(const char *dir);

@@ -1,5 +1,13 @@
 /* dataset.c — token dataset readers (td_dataset.h): trident HDF5 through a
- * hyperslab per window, nanoGPT and llm.c .bin files through pread. */
+ * hyperslab per window, nanoGPT and llm.c .bin files through pread.
+ *
+ * A run reads its dataset for hours; the file must not change meanwhile.
+ * HDF5 does not notice: reads past a truncated end return zeros (the sec2
+ * driver fills them in), and chunks already in its cache keep their old
+ * bytes. So every window read is followed by an fstat of the file opened at
+ * the start: a different size or modification time ends the run with an
+ * error naming the file and the window. (A file replaced by rename is a new
+ * inode: the open one is unchanged and the run goes on with it.) */
 #include "io/td_dataset.h"
 
 #include <errno.h>
@@ -24,8 +32,9 @@ struct td_dataset {
   const char *format;
   int64_t ntokens;
   int64_t vocab_size; /* the deck's */
+  int fd; /* the file (kept open for HDF5 too: td_dataset_read_window checks it) */
+  struct stat st; /* at open */
   /* .bin files */
-  int fd;
   int64_t data_offset; /* bytes before token 0 */
   int token_bytes;     /* 2 or 4 */
   /* HDF5 */
@@ -90,7 +99,7 @@ static td_status open_hdf5(td_dataset *d, td_split split) {
   int rank = H5Sget_simple_extent_ndims(d->fspace);
   H5T_class_t c = H5Tget_class(t);
   size_t size = H5Tget_size(t);
-  if (c != H5T_INTEGER || size > 4) {
+  if (c != H5T_INTEGER || size > 4 || size == 0) {
     TD_FAIL_GOTO(TD_ERR_DATA,
                  "%s: dataset %s holds %s of %zu bytes; expected integer tokens "
                  "(uint16 or uint32)",
@@ -107,12 +116,34 @@ static td_status open_hdf5(td_dataset *d, td_split split) {
   d->ntokens = (int64_t)n;
   if (d->ntokens == 0)
     TD_FAIL_GOTO(TD_ERR_DATA, "%s: dataset %s is empty (0 tokens)", p, d->dname);
+  /* HDF5 sizes its read buffers by the storage the file's index claims: a
+   * damaged index must not make it allocate more than the file could hold. */
+  struct stat sb;
+  hsize_t stored = H5Dget_storage_size(d->dset);
+  if (stat(p, &sb) == 0 && stored > (hsize_t)sb.st_size)
+    TD_FAIL_GOTO(TD_ERR_DATA,
+                 "%s: dataset %s claims %llu bytes of storage but the file has %lld "
+                 "(a damaged HDF5 file?)",
+                 p, d->dname, (unsigned long long)stored, (long long)sb.st_size);
+  /* Uncompressed tokens are all stored: dims that claim more (2^40 tokens in
+   * a small file) would read fill values as tokens. */
+  hid_t dcpl = H5Dget_create_plist(d->dset);
+  int nfilters = dcpl < 0 ? 0 : H5Pget_nfilters(dcpl);
+  if (dcpl >= 0) H5Pclose(dcpl);
+  if (nfilters == 0 && (d->ntokens < 0 || stored / size < (hsize_t)d->ntokens))
+    TD_FAIL_GOTO(TD_ERR_DATA,
+                 "%s: dataset %s claims %llu tokens but stores %llu bytes of %zu-byte "
+                 "tokens (truncated or damaged)",
+                 p, d->dname, (unsigned long long)n, (unsigned long long)stored, size);
   if (H5Aexists(d->file, "vocab_size") > 0) {
     int64_t v = 0;
     if (td_h5_attr_read_i64(d->file, p, "vocab_size", &v) != TD_OK) {
       st = as_data_error("");
       goto done;
     }
+    if (v < 1)
+      TD_FAIL_GOTO(TD_ERR_DATA, "%s: the dataset's vocab_size attribute is %lld; expected >= 1",
+                   p, (long long)v);
     if (v > d->vocab_size)
       TD_FAIL_GOTO(TD_ERR_DATA,
                    "%s: the dataset's vocab_size attribute is %lld but the "
@@ -210,9 +241,8 @@ td_status td_dataset_open(const char *path, td_split split, int64_t vocab_size,
   size_t nhead = 0;
   if (pread_full(d->fd, head, sizeof head, 0, &nhead) != 0)
     TD_FAIL_GOTO(TD_ERR_DATA, "%s: cannot read: %s", path, strerror(errno));
+  d->st = sb;
   if (nhead == sizeof head && memcmp(head, HDF5_SIGNATURE, sizeof head) == 0) {
-    close(d->fd);
-    d->fd = -1;
     TD_CHECK_GOTO(open_hdf5(d, split));
   } else {
     TD_CHECK_GOTO(open_bin(d, head, nhead, (int64_t)sb.st_size));
@@ -233,19 +263,40 @@ int64_t td_dataset_nwindows(const td_dataset *d, int64_t T) {
   return (d->ntokens - 1) / T;
 }
 
-/* Check the n tokens of out (first global index first) against the vocab. */
-static td_status check_tokens(const td_dataset *d, const int32_t *out,
-                              int64_t n, int64_t first, int is_unsigned) {
+/* Check the n tokens of window i in out (token `first` first) against the
+ * vocab. */
+static td_status check_tokens(const td_dataset *d, int64_t i, const int32_t *out, int64_t n,
+                              int64_t first, int is_unsigned) {
   for (int64_t k = 0; k < n; ++k) {
     int64_t v = is_unsigned ? (int64_t)(uint32_t)out[k] : (int64_t)out[k];
     if (v < 0 || v >= d->vocab_size)
       TD_FAIL(TD_ERR_DATA,
-              "%s: token %lld (of %s) is %lld, outside the vocabulary "
+              "%s: window %lld: token %lld (of %s) is %lld, outside the vocabulary "
               "[0, %lld)",
-              d->path, (long long)(first + k),
+              d->path, (long long)i, (long long)(first + k),
               d->dname ? d->dname : "the file", (long long)v,
               (long long)d->vocab_size);
   }
+  return TD_OK;
+}
+
+/* After reading window i: the file must be the one opened (size and
+ * modification time unchanged; see the file comment). */
+static td_status check_unchanged(const td_dataset *d, int64_t i, int64_t first, int64_t n) {
+  struct stat now;
+  if (fstat(d->fd, &now) != 0)
+    TD_FAIL(TD_ERR_IO, "%s: window %lld (tokens [%lld, %lld)): cannot stat the file: %s",
+            d->path, (long long)i, (long long)first, (long long)(first + n), strerror(errno));
+  if (now.st_size != d->st.st_size || now.st_mtim.tv_sec != d->st.st_mtim.tv_sec ||
+      now.st_mtim.tv_nsec != d->st.st_mtim.tv_nsec)
+    TD_FAIL(TD_ERR_DATA,
+            "%s: window %lld (tokens [%lld, %lld)%s%s): the file changed while this run "
+            "reads it (%lld bytes at the start, %lld now%s); a dataset must stay as it is "
+            "for the whole run",
+            d->path, (long long)i, (long long)first, (long long)(first + n),
+            d->dname ? " of " : "", d->dname ? d->dname : "", (long long)d->st.st_size,
+            (long long)now.st_size,
+            now.st_size == d->st.st_size ? ", modified since" : "");
   return TD_OK;
 }
 
@@ -267,10 +318,12 @@ td_status td_dataset_read_window(td_dataset *d, int64_t i, int64_t T,
                   mspace, d->fspace, H5P_DEFAULT, out);
     const char *why = e < 0 ? td_h5_error_text() : NULL;
     if (mspace >= 0) H5Sclose(mspace);
+    /* a changed file explains a failed read better than HDF5's text */
+    TD_CHECK(check_unchanged(d, i, first, n));
     if (e < 0)
-      TD_FAIL(TD_ERR_DATA, "%s: cannot read tokens [%lld, %lld) of %s: %s",
-              d->path, (long long)first, (long long)(first + n), d->dname, why);
-    TD_CHECK(check_tokens(d, out, n, first, !d->is_signed));
+      TD_FAIL(TD_ERR_DATA, "%s: window %lld: cannot read tokens [%lld, %lld) of %s: %s",
+              d->path, (long long)i, (long long)first, (long long)(first + n), d->dname, why);
+    TD_CHECK(check_tokens(d, i, out, n, first, !d->is_signed));
     return TD_OK;
   }
   /* .bin: read the raw little-endian tokens into the front of out, then widen
@@ -278,11 +331,12 @@ td_status td_dataset_read_window(td_dataset *d, int64_t i, int64_t T,
   size_t bytes = (size_t)n * (size_t)d->token_bytes, got = 0;
   unsigned char *raw = (unsigned char *)out;
   if (pread_full(d->fd, raw, bytes, d->data_offset + first * d->token_bytes, &got) != 0)
-    TD_FAIL(TD_ERR_IO, "%s: cannot read tokens [%lld, %lld): %s", d->path,
-            (long long)first, (long long)(first + n), strerror(errno));
+    TD_FAIL(TD_ERR_IO, "%s: window %lld: cannot read tokens [%lld, %lld): %s", d->path,
+            (long long)i, (long long)first, (long long)(first + n), strerror(errno));
+  TD_CHECK(check_unchanged(d, i, first, n));
   if (got != bytes)
-    TD_FAIL(TD_ERR_DATA, "%s: file shrank: tokens [%lld, %lld) are not there",
-            d->path, (long long)first, (long long)(first + n));
+    TD_FAIL(TD_ERR_DATA, "%s: window %lld: file shrank: tokens [%lld, %lld) are not there",
+            d->path, (long long)i, (long long)first, (long long)(first + n));
   if (d->token_bytes == 2) {
     for (int64_t k = n - 1; k >= 0; --k) {
       uint32_t v = (uint32_t)raw[2 * k] | (uint32_t)raw[2 * k + 1] << 8;
@@ -294,7 +348,7 @@ td_status td_dataset_read_window(td_dataset *d, int64_t i, int64_t T,
       memcpy(raw + 4 * k, &v, 4);
     }
   }
-  TD_CHECK(check_tokens(d, out, n, first, 1));
+  TD_CHECK(check_tokens(d, i, out, n, first, 1));
   return TD_OK;
 }
 

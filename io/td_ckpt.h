@@ -97,7 +97,8 @@ td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
  * intermediate groups created; contiguous layout) of global shape gshape
  * (ndim 1: (n), ndim 2: (rows, cols)); each rank writes its boxes with one
  * H5Dwrite: independent MPI-IO (no synchronisation per tensor), or collective
- * for tensors of at least $TD_CKPT_COLLECTIVE_MB MiB when that is set. The boxes of all ranks must cover the
+ * for tensors of at least $TD_CKPT_COLLECTIVE_MB MiB when that is set (rank 0's
+ * environment decides for all). The boxes of all ranks must cover the
  * tensor exactly once: boxes outside the shape and a total element count
  * different from the tensor's are errors (TD_ERR_INTERNAL; overlaps that
  * happen to compensate holes are not detected), reported — like a failed
@@ -126,7 +127,9 @@ td_status td_ckpt_save_commit(td_ckpt_writer **w, int keep, char *final_path,
                               size_t cap);
 
 /* Collective: abandon a save (on error): close the file and remove the
- * .tmp. Accepts NULL / *w == NULL; sets *w = NULL. */
+ * .tmp. When this rank failed alone (td_error_alone) it only forgets the
+ * writer: the job is being aborted and the others would not join. Accepts
+ * NULL / *w == NULL; sets *w = NULL. */
 void td_ckpt_save_abort(td_ckpt_writer **w);
 
 /* ---- loading ----------------------------------------------------------------- */
@@ -170,7 +173,8 @@ td_status td_ckpt_read_tensor(td_ckpt_reader *r, const char *path, int ndim,
                               const td_ckpt_box *boxes, float *dst, int verify,
                               int nvbox, const td_ckpt_box *vboxes);
 
-/* Collective: close. Accepts NULL / *r == NULL; sets *r = NULL. */
+/* Collective: close (only forgets the reader when this rank failed alone).
+ * Accepts NULL / *r == NULL; sets *r = NULL. */
 void td_ckpt_close(td_ckpt_reader **r);
 /* Defer checksum verification (and failure agreement) of the following
  * td_ckpt_read_tensor calls to td_ckpt_read_finish: one reduction for all

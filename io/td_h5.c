@@ -7,7 +7,18 @@
 
 /* ---- errors --------------------------------------------------------------- */
 
-void td_h5_init(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+void td_h5_init(void) {
+  static int done;
+  if (done) return;
+  done = 1;
+  /* No clean-up at exit(): a job aborted (MPI_Abort exits) while a parallel
+   * file is open would otherwise close it collectively there, in MPI calls
+   * after the abort, and die of SIGABRT instead of the abort's exit code.
+   * Files are closed by the code that opened them; MPI_Finalize ends the
+   * library otherwise. */
+  H5dont_atexit();
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
 
 #define TD_H5_ERRMAX 1024
 #define TD_H5_ERRFRAMES 2 /* innermost frames shown */
@@ -380,6 +391,12 @@ static td_status read_string_obj(hid_t obj, int is_attr, const char *what,
     if (n) memcpy(*out, vl, n);
   } else {
     size_t n = H5Tget_size(t);
+    /* the size comes from the file: a damaged type must not size a buffer
+     * beyond what is stored */
+    hsize_t stored = is_attr ? H5Aget_storage_size(obj) : H5Dget_storage_size(obj);
+    if (n == 0 || (hsize_t)n > stored)
+      TD_FAIL_GOTO(TD_ERR_HDF5, "%s: a string of %zu bytes with %llu bytes stored (damaged?)",
+                   what, n, (unsigned long long)stored);
     mt = H5Tcopy(t);
     if (mt < 0 || H5Tset_size(mt, n + 1) < 0 ||
         H5Tset_strpad(mt, H5T_STR_NULLTERM) < 0)

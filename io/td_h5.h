@@ -19,8 +19,9 @@
 
 #include "td_error.h"
 
-/* Turn off HDF5's automatic error printing (errors come back as td_status).
- * Call once per process before any other td_h5 function; idempotent. */
+/* Turn off HDF5's automatic error printing (errors come back as td_status)
+ * and its clean-up at exit() (see td_h5.c). Call once per process before any
+ * other HDF5 function; idempotent. */
 void td_h5_init(void);
 /* The innermost message(s) of the calling thread's HDF5 error stack as one
  * line, e.g. "H5Fopen: unable to open file: name = 'x.h5', errno = 2, ...".

@@ -87,7 +87,7 @@ case_run() {
     local out=$bad/run_${name}_np$np rcdir=$bad/rc_${name}_np$np
     rm -rf "$out" "$rcdir" "$out.log"
     mkdir -p "$rcdir"
-    local cmd=("$mpiexec" -n "$np" sh -c '"$@"; rc=$?; echo $rc >"$TD_RCDIR/rank.$PMI_RANK"; exit $rc'
+    local cmd=("$mpiexec" -n "$np" sh -c '"$@"; rc=$?; echo $rc >"$TD_RCDIR/rank.${PMI_RANK:-$OMPI_COMM_WORLD_RANK}"; exit $rc'
                sh "$trident" train "$deck" --set "data.train=$corpus" --set "parallel.dp=$np"
                --set "run.out_dir=$out" --set training.steps=20 --set "checkpoint.resume=$resume" "$@")
     local t0 rc=0 dt

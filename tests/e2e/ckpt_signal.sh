@@ -38,14 +38,14 @@ tcmd=("$trident" train "$deck" --set "data.train=$corpus" "${g_args[@]}"
       --set "run.out_dir=$r" "${args[@]}" --set checkpoint.resume=auto)
 cmd=("$mpiexec" -n "$g_np" "${tcmd[@]}")
 # Each rank runs under a wrapper that records its exit status in
-# $rcdir/rank.<PMI_RANK> (hydra signals the rank's whole process group, so
+# $rcdir/rank.<PMI_RANK or OMPI_COMM_WORLD_RANK> (hydra signals the rank's whole process group, so
 # trident gets the signal itself; the wrapper only passes it on again).
 rcdir=$r.rc
 rm -rf "$rcdir"
 mkdir -p "$rcdir"
 wrap='trap "kill -'$sig' \$c 2>/dev/null" '$sig'; "$@" & c=$!
 while :; do wait $c; rc=$?; kill -0 $c 2>/dev/null || break; done
-echo $rc >"$TD_RCDIR/rank.$PMI_RANK"; exit $rc'
+echo $rc >"$TD_RCDIR/rank.${PMI_RANK:-$OMPI_COMM_WORLD_RANK}"; exit $rc'
 echo "+ ${cmd[*]}" >"$r.log"
 # mpiexec itself in the background (not under timeout: the signal goes to it)
 TD_RCDIR=$rcdir "$mpiexec" -n "$g_np" bash -c "$wrap" bash "${tcmd[@]}" >>"$r.log" 2>&1 </dev/null &
