@@ -11,6 +11,7 @@
 
 #include "app/td_app.h"
 #include "app/td_signals.h"
+#include "io/td_h5.h"
 #include "parallel/td_mpi.h"
 #include "td_build.h"
 #include "td_log.h"
@@ -28,12 +29,15 @@ static const command k_commands[] = {
      "  --set key.path=value   override a deck value (repeatable), e.g. --set training.steps=10\n"
      "  --dump FILE            (testing) write initial weights, batches, losses and step-0\n"
      "                         gradients to FILE for tests/reference/check_train.py\n"},
-    {"check", td_cmd_check, "trident check DECK [--set key.path=value]... | trident check --schema",
+    {"check", td_cmd_check,
+     "trident check DECK [--set key.path=value]... [--json] | trident check --schema",
      "Validate DECK without training: print the resolved deck, the grid map (rank → dp, tp,\n"
-     "pp), the parameter count, memory per rank (parameters, gradients, optimizer state,\n"
-     "activations; by ZeRO stage) and FLOPs per token and per step.\n"
+     "pp), the parameter count, the memory each rank will allocate (parameters, gradients,\n"
+     "optimizer state, ZeRO working buffers, activations) and FLOPs per token and step.\n"
      "  --schema               print every deck key with type, default, range and meaning\n"
-     "  --ranks                print only the number of ranks the deck needs (dp·tp·pp)\n"},
+     "  --ranks                print only the number of ranks the deck needs (dp·tp·pp)\n"
+     "  --json                 print each rank's memory (bytes, as training allocates it) as\n"
+     "                         one JSON object instead of the report\n"},
     {"eval", td_cmd_eval, "trident eval DECK [--checkpoint FILE] [--json] [--set ...]",
      "Validation loss of a checkpoint (default: the latest of checkpoint.dir) over the first\n"
      "eval.batches × training.global_batch windows of the validation tokens.\n"
@@ -111,19 +115,53 @@ static int finish(td_app *app, td_status st) {
   return code;
 }
 
+/* Open MPI's MPI-IO (OMPIO) opens a shared-file-pointer module with every
+ * file. Its default, "sm", guards the pointer with a POSIX semaphore named
+ * after the file's base name alone (/dev/shm/sem.OMPIO_<name>, shared by
+ * every job on the node): a rank killed while a checkpoint is open leaves it
+ * taken, and from then on every save of a file of that name on that node
+ * waits for ever (a job killed while saving step 4 and resumed from step 2
+ * hangs at step 4). HDF5 never moves a shared file pointer, so trident leaves
+ * "sm" out unless the user chose the components (OMPI_MCA_sharedfp). Read by
+ * MPI_Init; the same on every rank. */
+static void mpi_defaults(void) {
+#ifdef OPEN_MPI
+  setenv("OMPI_MCA_sharedfp", "^sm", 0);
+#endif
+}
+
 int main(int argc, char **argv) {
   int provided = 0;
   td_signals_block();
+  mpi_defaults();
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "trident: error: MPI_Init failed\n");
     return 3;
   }
   td_app app = {MPI_COMM_NULL, 0, 1};
-  MPI_Comm_dup(MPI_COMM_WORLD, &app.world);
-  MPI_Comm_set_errhandler(app.world, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(app.world, &app.rank);
-  MPI_Comm_size(app.world, &app.size);
+  /* OpenMP threads never call MPI; the watchdog thread calls only MPI_Abort,
+   * which every MPI we know allows from any thread when the job is ending. */
+  if (provided < MPI_THREAD_FUNNELED) {
+    fprintf(stderr, "trident: error: the MPI library provides thread level %d, trident needs "
+            "MPI_THREAD_FUNNELED (%d): use an MPI built with thread support\n", provided,
+            MPI_THREAD_FUNNELED);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    return 3;
+  }
+  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &app.world);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(app.world, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(app.world, &app.rank);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(app.world, &app.size);
+  if (rc != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    fprintf(stderr, "trident: error: setting up the world communicator failed: %s\n", text);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    return 3;
+  }
   td_log_set_rank(app.rank, app.size);
+  td_h5_init(); /* first HDF5 call of the process (see there) */
   td_signals_install(argc > 1 && strcmp(argv[1], "train") == 0);
 
   const char *cmd = argc > 1 ? argv[1] : NULL;

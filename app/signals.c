@@ -1,4 +1,4 @@
-/* signals.c — the training job's SIGTERM/SIGUSR1 flag (see td_signals.h). */
+/* signals.c — the training job's SIGTERM/SIGUSR1/SIGUSR2 flag (see td_signals.h). */
 #include "app/td_signals.h"
 
 #include <signal.h>
@@ -13,6 +13,7 @@ void td_signals_block(void) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGUSR2);
   sigprocmask(SIG_BLOCK, &set, NULL);
 }
 
@@ -24,10 +25,12 @@ void td_signals_install(int catch_them) {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGUSR1, &sa, NULL);
+  sigaction(SIGUSR2, &sa, NULL);
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGUSR2);
   sigprocmask(SIG_UNBLOCK, &set, NULL);
 }
 

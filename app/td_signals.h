@@ -1,10 +1,12 @@
-/* td_signals.h — SIGTERM and SIGUSR1 (what Slurm sends before a time limit
- * or preemption) during training: they only set a flag; the training loop
- * agrees on it at a step boundary, saves a checkpoint and exits 75. */
+/* td_signals.h — SIGTERM, SIGUSR1 and SIGUSR2 during training (what Slurm
+ * sends before a time limit or preemption; Open MPI's mpirun forwards USR1
+ * and USR2 to the ranks, MPICH's hydra USR1 and TERM): they only set a flag;
+ * the training loop agrees on it at a step boundary, saves a checkpoint and
+ * exits 75. */
 #ifndef TD_SIGNALS_H
 #define TD_SIGNALS_H
 
-/* Before MPI_Init: block SIGTERM and SIGUSR1, so that one arriving during
+/* Before MPI_Init: block SIGTERM, SIGUSR1 and SIGUSR2, so that one arriving during
  * start-up waits (instead of reaching the MPI library's own handler). */
 void td_signals_block(void);
 /* After MPI_Init: with catch, install the flag handler (training); without,

@@ -44,19 +44,66 @@ td_deps() {
   fi
 }
 
-TD_BUILD_PACKAGES="cmake make gcc g++ pkg-config mpich libmpich-dev libhdf5-mpich-dev hdf5-tools \
+# TD_MPI=mpich|openmpi (default mpich): the MPI trident is built against,
+# with the parallel HDF5 built for it. Debian installs both side by side and
+# points the generic `mpicc`, `mpiexec` and `h5pcc` at Open MPI's when it is
+# there (priority 50 against 40), so nothing here trusts those names: td_mpi
+# sets the chosen MPI's own compiler wrapper, launcher and h5pcc, td_build
+# hands them to CMake, and the scripts launch with "$TD_MPIEXEC". Elsewhere
+# (a cluster's modules) the paths do not exist and CMake finds what is loaded.
+td_mpi() {
+  TD_MPI=${TD_MPI:-mpich}
+  case $TD_MPI in
+    mpich) TD_MPI_PACKAGES="mpich libmpich-dev libhdf5-mpich-dev" ;;
+    openmpi) TD_MPI_PACKAGES="openmpi-bin libopenmpi-dev libhdf5-openmpi-dev" ;;
+    *) echo "deps: TD_MPI=$TD_MPI: expected mpich or openmpi" >&2; return 2 ;;
+  esac
+  TD_MPICC=/usr/bin/mpicc.$TD_MPI
+  TD_H5PCC=/usr/bin/h5pcc.$TD_MPI
+  TD_MPIEXEC=/usr/bin/mpiexec.$TD_MPI
+  [ -x "$TD_MPIEXEC" ] || TD_MPIEXEC=$(command -v mpiexec || echo mpiexec)
+}
+td_mpi || return 2 2>/dev/null || exit 2
+
+TD_BUILD_PACKAGES="cmake make gcc g++ pkg-config $TD_MPI_PACKAGES hdf5-tools \
 libyaml-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev"
 TD_TEST_PACKAGES="python3-torch python3-numpy python3-h5py"
 
-# td_build BUILD_DIR [cmake args...] — configure (if needed) and build trident.
+# td_build BUILD_DIR [cmake args...] — configure (if needed) and build trident
+# against $TD_MPI (its mpicc, mpiexec and h5pcc named explicitly when they
+# are installed where Debian puts them).
+# td_mpi_cmake_args — prints the CMake arguments naming $TD_MPI's tools, one
+# per line (none where they are not installed where Debian puts them).
+td_mpi_cmake_args() {
+  [ -x "$TD_MPICC" ] && echo "-DMPI_C_COMPILER=$TD_MPICC"
+  [ -x "/usr/bin/mpiexec.$TD_MPI" ] && echo "-DMPIEXEC_EXECUTABLE=$TD_MPIEXEC"
+  [ -x "$TD_H5PCC" ] && echo "-DHDF5_C_COMPILER_EXECUTABLE=$TD_H5PCC"
+  return 0
+}
+
+# td_mpi_forget_other BUILD_DIR — a build directory configured against the
+# other MPI (or by a bare cmake that trusted the alternatives) loses its
+# CMake cache, so that it is configured afresh: CMake's cached MPI and HDF5
+# results would not follow a changed compiler wrapper.
+td_mpi_forget_other() {
+  local dir=$1
+  if [ -f "$dir/CMakeCache.txt" ] && [ -x "$TD_MPICC" ] &&
+     ! grep -qx "MPI_C_COMPILER:[A-Z]*=$TD_MPICC" "$dir/CMakeCache.txt"; then
+    echo "build: $dir was configured for another MPI; configuring it for $TD_MPI"
+    rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
+  fi
+}
+
 td_build() {
   local dir=$1; shift
-  local src
+  local src mpi=()
   src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  mapfile -t mpi < <(td_mpi_cmake_args)
+  td_mpi_forget_other "$dir"
   if [ ! -f "$dir/CMakeCache.txt" ]; then
-    echo "build: configuring $dir"
-    cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@" >"$dir.configure.log" 2>&1 || {
-      cat "$dir.configure.log"; return 1; }
+    echo "build: configuring $dir ($TD_MPI)"
+    cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=Release ${mpi[@]+"${mpi[@]}"} "$@" \
+      >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; return 1; }
     grep -E "^-- trident:" "$dir.configure.log" || true
   fi
   echo "build: compiling ($(nproc) jobs)"

@@ -19,7 +19,7 @@ td_build build
 ./build/trident --version
 
 echo "== quickstart: check the deck on $RANKS ranks"
-mpiexec -n "$RANKS" ./build/trident check inputs/quickstart.yaml --set parallel.dp="$RANKS" \
+"$TD_MPIEXEC" -n "$RANKS" ./build/trident check inputs/quickstart.yaml --set parallel.dp="$RANKS" \
   | sed -n '/^# grid/,$p'
 
 echo "== quickstart: prepare the corpus"
@@ -33,11 +33,11 @@ fi
 echo "== quickstart: train on $RANKS ranks"
 rm -rf runs/quickstart
 export OMP_WAIT_POLICY=passive
-mpiexec -n "$RANKS" ./build/trident train inputs/quickstart.yaml --set parallel.dp="$RANKS" \
+"$TD_MPIEXEC" -n "$RANKS" ./build/trident train inputs/quickstart.yaml --set parallel.dp="$RANKS" \
   --set training.steps="$STEPS" --set checkpoint.resume=never
 
 echo "== quickstart: evaluate the last checkpoint"
-mpiexec -n "$RANKS" ./build/trident eval inputs/quickstart.yaml --set parallel.dp="$RANKS" --json
+"$TD_MPIEXEC" -n "$RANKS" ./build/trident eval inputs/quickstart.yaml --set parallel.dp="$RANKS" --json
 
 echo "== quickstart: sample text"
 ckpt=runs/quickstart/ckpt/$(cat runs/quickstart/ckpt/latest)
