@@ -6,12 +6,15 @@
 #ifndef TD_SIGNALS_H
 #define TD_SIGNALS_H
 
-/* Before MPI_Init: block SIGTERM, SIGUSR1 and SIGUSR2, so that one arriving during
- * start-up waits (instead of reaching the MPI library's own handler). */
+/* First thing in main, before any thread is started (MPI's, OpenMP's, the
+ * watchdog's: they inherit the mask): block SIGTERM, SIGUSR1 and SIGUSR2, so
+ * that one arriving during start-up waits, and none ever interrupts a
+ * compute thread. */
 void td_signals_block(void);
-/* After MPI_Init: with catch, install the flag handler (training); without,
- * restore the default action (the other commands end at once). Then unblock:
- * a signal that arrived meanwhile is delivered now. */
+/* After MPI_Init: with catch (training), start the thread that takes them
+ * with sigwait and sets the flag — they stay blocked everywhere else; a
+ * signal that arrived meanwhile is taken now. Without, restore the default
+ * action and unblock them in this thread (the other commands end at once). */
 void td_signals_install(int catch_them);
 /* The last signal caught (0: none). */
 int td_signal_pending(void);

@@ -52,6 +52,10 @@ td_add_ckpt_test(NAME checkpoint_signal_usr1 SCRIPT ckpt_signal.sh ARGS 2,1,1,0 
 #    and signals inside the saves themselves (a second one during the stop's
 #    save): every save commits, exit 75, bitwise resume
 td_add_ckpt_test(NAME checkpoint_signal_in_save SCRIPT ckpt_signal_in_save.sh ARGS 2,1,1,0 TERM)
+#    and a flood of SIGUSR1 during the steps: the stop signals are taken by
+#    trident's own thread, never by a compute thread (a handler frame pushed
+#    into oneDNN's JIT kernels corrupted the heap)
+td_add_ckpt_test(NAME checkpoint_signal_flood SCRIPT signal_flood.sh TIMEOUT 200)
 
 # 5. damaged checkpoints: exit 2 on every rank, one message naming the file
 td_add_ckpt_test(NAME checkpoint_bad_files SCRIPT ckpt_bad.sh)
