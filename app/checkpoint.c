@@ -199,8 +199,9 @@ static td_status save_impl(td_trainer *t, char *path_out, size_t cap) {
   H5Gclose(g);
   TD_CHECK_GOTO(st);
   TD_CHECK_GOTO(td_ckpt_save_commit(&w, (int)c->checkpoint_keep, path_out, cap));
+  t->last_save_s = td_now() - t0;
   td_log("checkpoint: step %lld saved to %s in %.2f s\n", (long long)t->step, path_out,
-         td_now() - t0);
+         t->last_save_s);
 done:
   if (w) td_ckpt_save_abort(&w);
   free(yaml);
@@ -362,9 +363,10 @@ static td_status load_impl(td_trainer *t, const char *path, int load_optim) {
     TD_CHECK_GOTO(td_agree(t->app->world, st));
     t->step = step;
   }
+  t->last_load_s = td_now() - t0;
   if (!t->quiet)
-    td_log("checkpoint: loaded %s (step %lld) in %.2f s%s\n", path, (long long)step, td_now() - t0,
-         verify ? ", checksums verified" : "");
+    td_log("checkpoint: loaded %s (step %lld) in %.2f s%s\n", path, (long long)step,
+           t->last_load_s, verify ? ", checksums verified" : "");
 done:
   td_ckpt_close(&r);
   td_free(host);

@@ -1,11 +1,13 @@
 /* run.c — the training loop: steps, the per-step log line and metrics,
  * evaluation, and the test dump for the PyTorch oracle. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "app/td_checkpoint.h"
 #include "app/td_signals.h"
@@ -179,6 +181,65 @@ static td_status trim_metrics(const char *path, int64_t step) {
   return TD_OK;
 }
 
+/* ---- the stop signal's lead ------------------------------------------------------ */
+
+/* A scheduler that ends jobs at a time limit can send a stop signal some
+ * seconds before (Slurm: --signal=USR1@N); trident acts on it at the next
+ * step boundary and saves, so the lead must cover one step and one save.
+ * TD_SIGNAL_LEAD_S says what the lead is (jobs/train.sbatch sets it from its
+ * #SBATCH --signal line: Slurm does not tell the job). Warnings only, on
+ * rank 0: nothing collective depends on it. */
+typedef struct lead_check {
+  double lead;  /* seconds; 0: not known */
+  int warned;   /* the last check warned (warn again only after it held) */
+} lead_check;
+
+static void lead_init(const td_trainer *t, lead_check *lc) {
+  memset(lc, 0, sizeof *lc);
+  const char *e = t->app->rank == 0 ? getenv("TD_SIGNAL_LEAD_S") : NULL;
+  char *end = NULL;
+  double v = e && *e ? strtod(e, &end) : 0.0;
+  if (e && *e && (!end || *end || !(v > 0))) {
+    td_warn("TD_SIGNAL_LEAD_S='%s' is not a number of seconds; ignored", e);
+    v = 0.0;
+  }
+  lc->lead = v;
+}
+
+/* Compare the lead with one step (step_s) and a save: the last save's
+ * measured time, else an estimate (the resumed load's time, or the bytes a
+ * save writes — fp32 parameters and two AdamW moments — at 200 MB/s). */
+static void lead_check_now(const td_trainer *t, lead_check *lc, double step_s, const char *when) {
+  if (!(lc->lead > 0)) return;
+  double save_s = t->last_save_s;
+  const char *how = "the last save";
+  if (!(save_s > 0)) {
+    double bytes = 12.0 * (double)t->model->reg->total_global;
+    save_s = bytes / 200e6;
+    how = "estimated: fp32 parameters and two moments at 200 MB/s";
+    if (t->last_load_s > save_s) {
+      save_s = t->last_load_s;
+      how = "estimated: as long as the checkpoint load";
+    }
+  }
+  int short_lead = step_s + save_s > lc->lead;
+  if (short_lead && !lc->warned)
+    td_warn("%s: the stop signal comes %.0f s before the end (TD_SIGNAL_LEAD_S) but one "
+            "step takes %.1f s and a save %.1f s (%s): the job may be killed before its "
+            "checkpoint commits; ask for a longer lead (Slurm checks time limits every 30 s: "
+            "--signal=USR1@%.0f or more)",
+            when, lc->lead, step_s, save_s, how, ceil(1.5 * (step_s + save_s)) + 30.0);
+  lc->warned = short_lead;
+}
+
+/* Test only (TD_TEST_STEP_SLEEP_MS): a pause that a signal does not cut
+ * short, as a long step would not be. */
+static void test_pause(long ms) {
+  struct timespec left = {ms / 1000, ms % 1000 * 1000000L};
+  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+}
+
 /* ---- logging --------------------------------------------------------------------- */
 
 static void fmt_eta(double s, char *buf, size_t cap) {
@@ -305,6 +366,11 @@ td_status td_trainer_run(td_trainer *t) {
   if (t->step > 0) td_log("trident: resuming at step %lld\n", (long long)t->step);
   double t_start = td_now();
   int64_t first_step = t->step;
+  lead_check lead;
+  lead_init(t, &lead);
+  /* test only: every step made slower by a pause (the scheduler tests) */
+  const char *pause_env = getenv("TD_TEST_STEP_SLEEP_MS");
+  long pause_ms = pause_env ? strtol(pause_env, NULL, 10) : 0;
   while (t->step < c->training_steps) {
     double t0 = td_now();
     double loss = 0, norm = 0, lr = 0;
@@ -318,7 +384,9 @@ td_status td_trainer_run(td_trainer *t) {
         TD_CHECK_GOTO(dump_tensors(t, d.file, "/model_after", td_zero_owned_params(t->zero), 0));
       }
     }
+    if (pause_ms > 0) test_pause(pause_ms);
     double step_s = td_now() - t0;
+    if (t->step == first_step + 1) lead_check_now(t, &lead, step_s, "at start-up");
     int has_val = 0;
     int last = t->step == c->training_steps;
     if ((c->eval_every > 0 && t->step % c->eval_every == 0) || (last && c->eval_every >= 0)) {
@@ -331,8 +399,10 @@ td_status td_trainer_run(td_trainer *t) {
                              has_val, val));
     int sig = 0;
     TD_CHECK_GOTO(agree_signal(t, &sig));
-    if ((c->checkpoint_every > 0 && t->step % c->checkpoint_every == 0) || last || sig)
+    if ((c->checkpoint_every > 0 && t->step % c->checkpoint_every == 0) || last || sig) {
       TD_CHECK_GOTO(save(t));
+      if (!sig && !last) lead_check_now(t, &lead, step_s, "after this save");
+    }
     if (sig && !last) {
       st = td_error_set(TD_STOPPED, __FILE__, __LINE__, __func__,
                         "stopped by %s at step %lld after committing its checkpoint in %s; run "

@@ -52,6 +52,8 @@ typedef struct td_trainer {
   int quiet;           /* no progress lines on stdout (generate prints text there) */
   const char *dump_path; /* --dump FILE (testing) */
   float *grad_snapshot;  /* when set: host copy of the unclipped gradients of the last step */
+  double last_save_s;    /* wall seconds of the last checkpoint save (0: none yet) */
+  double last_load_s;    /* wall seconds of the checkpoint load this run resumed from */
 } td_trainer;
 
 /* Set up everything for cfg (collective on app->world): grid, back-end,

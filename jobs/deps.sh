@@ -34,6 +34,7 @@ td_deps() {
     apt-get install -y -qq --no-install-recommends $missing >/tmp/trident-apt.log 2>&1 || {
       echo "deps: apt-get install failed (log: /tmp/trident-apt.log):"; tail -20 /tmp/trident-apt.log; return 1; }
     echo "deps: installed"
+    td_mpi # the chosen MPI's tools exist now
   else
     echo "deps: missing Debian packages: $missing"
     echo "deps: not root, so not installing them. Provide them another way, e.g. on a cluster:"
@@ -69,14 +70,11 @@ TD_BUILD_PACKAGES="cmake make gcc g++ pkg-config $TD_MPI_PACKAGES hdf5-tools \
 libyaml-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev"
 TD_TEST_PACKAGES="python3-torch python3-numpy python3-h5py"
 
-# td_build BUILD_DIR [cmake args...] — configure (if needed) and build trident
-# against $TD_MPI (its mpicc, mpiexec and h5pcc named explicitly when they
-# are installed where Debian puts them).
 # td_mpi_cmake_args — prints the CMake arguments naming $TD_MPI's tools, one
 # per line (none where they are not installed where Debian puts them).
 td_mpi_cmake_args() {
   [ -x "$TD_MPICC" ] && echo "-DMPI_C_COMPILER=$TD_MPICC"
-  [ -x "/usr/bin/mpiexec.$TD_MPI" ] && echo "-DMPIEXEC_EXECUTABLE=$TD_MPIEXEC"
+  [ -x "/usr/bin/mpiexec.$TD_MPI" ] && echo "-DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.$TD_MPI"
   [ -x "$TD_H5PCC" ] && echo "-DHDF5_C_COMPILER_EXECUTABLE=$TD_H5PCC"
   return 0
 }
@@ -94,6 +92,9 @@ td_mpi_forget_other() {
   fi
 }
 
+# td_build BUILD_DIR [cmake args...] — configure (if needed) and build trident
+# against $TD_MPI (its mpicc, mpiexec and h5pcc named explicitly when they
+# are installed where Debian puts them).
 td_build() {
   local dir=$1; shift
   local src mpi=()
