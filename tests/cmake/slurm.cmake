@@ -6,9 +6,10 @@
 # else runs beside it (RUN_SERIAL: the timing-sensitive tests would suffer).
 set(TD_SLURM_RUN ${CMAKE_CURRENT_SOURCE_DIR}/slurm/run.sh)
 if(TD_MPI_FLAVOR STREQUAL "openmpi")
-  # the Open MPI build: one sbatch job through srun --mpi=pmix (issue 18)
+  # the Open MPI build: a job through srun --mpi=pmix, and one stopped by
+  # scancel --signal=USR1, requeued and resumed (issue 18)
   add_test(NAME slurm_openmpi_job
-    COMMAND bash ${TD_SLURM_RUN} $<TARGET_FILE:trident> ${CMAKE_CURRENT_BINARY_DIR}/slurm train4)
+    COMMAND bash ${TD_SLURM_RUN} $<TARGET_FILE:trident> ${CMAKE_CURRENT_BINARY_DIR}/slurm train4 scancel)
   set_tests_properties(slurm_openmpi_job PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
     RUN_SERIAL TRUE LABELS "slurm;openmpi;e2e" ENVIRONMENT "${TD_GRID_ENV}")
 else()
