@@ -56,6 +56,9 @@ td_add_ckpt_test(NAME checkpoint_signal_in_save SCRIPT ckpt_signal_in_save.sh AR
 #    trident's own thread, never by a compute thread (a handler frame pushed
 #    into oneDNN's JIT kernels corrupted the heap)
 td_add_ckpt_test(NAME checkpoint_signal_flood SCRIPT signal_flood.sh TIMEOUT 200)
+#    and jobs/mpirun.sh (the lab-machine launcher) with RESTART=1: SIGUSR1 to
+#    its mpiexec, it relaunches, the run resumes bit for bit
+td_add_ckpt_test(NAME checkpoint_mpirun_script SCRIPT mpirun_script.sh)
 
 # 5. damaged checkpoints: exit 2 on every rank, one message naming the file
 td_add_ckpt_test(NAME checkpoint_bad_files SCRIPT ckpt_bad.sh)

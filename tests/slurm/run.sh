@@ -223,22 +223,17 @@ if want timeout; then
 fi
 
 # ---- operators' signals, once the jobs run ----
-if want scancel; then
-  if wait_steps "$w/scancel" 5; then
-    scancel --signal=USR1 "${jid[scancel]}" && info "scancel: scancel --signal=USR1 ${jid[scancel]} after 5 steps"
+# usr1_after NAME RUNDIR N: scancel --signal=USR1 job NAME once RUNDIR logs N steps
+usr1_after() {
+  if wait_steps "$2" "$3"; then
+    scancel --signal=USR1 "${jid[$1]}" && info "$1: scancel --signal=USR1 ${jid[$1]} after $3 steps"
   else
-    fail "scancel: the job did not log 5 steps in 120 s"
-    show "$w/scancel.out"
+    fail "$1: the job did not log $3 steps in 120 s"
+    show "$w/$1.out"
   fi
-fi
-if want elastic; then
-  if wait_steps "$w/elastic" 5; then
-    scancel --signal=USR1 "${jid[elastic4]}" && info "elastic: scancel --signal=USR1 ${jid[elastic4]} after 5 steps"
-  else
-    fail "elastic: the 4-task job did not log 5 steps in 120 s"
-    show "$w/elastic4.out"
-  fi
-fi
+}
+want scancel && usr1_after scancel "$w/scancel" 5
+want elastic && usr1_after elastic4 "$w/elastic" 5
 if want bounded && wait_steps "$w/bounded" 3; then
   scancel --signal=USR1 "${jid[bounded]}" && info "bounded: first scancel --signal=USR1 after 3 steps"
   # the requeued run: wait for it to resume and log a step, signal it again
