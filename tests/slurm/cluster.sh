@@ -64,6 +64,8 @@ sl_start() {
   chmod 400 "$dir/munge.key"
   sed -e "s|@DIR@|$dir|g" -e "s|@CTLD_PORT@|$sl_ctld_port|" -e "s|@SLURMD_PORT@|$sl_slurmd_port|" \
     -e "s|@CPUS@|${SL_CPUS:-16}|" "$src/slurm.conf.in" >"$dir/slurm.conf"
+  printf 'NodeName=localhost Name=gpu File=/dev/null\nNodeName=localhost Name=gpu File=/dev/zero\n' \
+    >"$dir/gres.conf"
   export SLURM_CONF=$dir/slurm.conf
   sl_dir=$dir
   sl_spawn munged "$dir/munged.out" munged --foreground --force --socket="$dir/munge.socket" \

@@ -32,6 +32,10 @@
 #   timeout    --time=1 --signal=USR1@1 and a first step of 200 s: the
 #              signal cannot be acted on in time; the time limit ends the
 #              job (TIMEOUT) before any checkpoint, and it is not requeued
+#   gpus       2 tasks with --gpus-per-node=2 and with --gpus-per-task=1 on
+#              the node's two stand-in GPUs (slurm.conf.in): each task's
+#              trident sees CUDA_VISIBLE_DEVICES = its own device (0 and 1),
+#              recorded by a wrapper; the training itself runs on the CPU
 # Steps are slowed by TD_TEST_STEP_SLEEP_MS (test only) where a job must
 # still be running when its signal comes: Slurm looks at time limits every
 # 30 s, so a 1-minute job's USR1@50 arrives 10 to 40 s after its start
@@ -41,7 +45,7 @@
 # the test is skipped (77) when this Slurm has no such plugin.
 set -uo pipefail
 if [ $# -lt 2 ]; then
-  sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 here=$(cd "$(dirname "$0")" && pwd)
@@ -52,7 +56,7 @@ source "$src/tests/e2e/ckpt_lib.sh"
 source "$here/cluster.sh"
 trident_arg=$1 work_arg=$2
 shift 2
-all="train4 timelimit scancel elastic baddeck bounded warn timeout"
+all="train4 timelimit scancel elastic baddeck bounded warn timeout gpus"
 only=${*:-$all}
 for x in $only; do
   case " $all " in *" $x "*) ;; *) echo "unknown test '$x' (have: $all)" >&2; exit 2 ;; esac
@@ -217,6 +221,20 @@ if want warn; then
   TD_TEST_STEP_SLEEP_MS=1500 TD_SIGNAL_LEAD_S=1 submit warn -n 1 -- \
     "$deck" "${common[@]}" --set training.steps=6 --set "run.out_dir=$w/warn"
 fi
+if want gpus; then
+  cat >"$w/record-gpu.sh" <<'WRAP'
+#!/usr/bin/env bash
+[ "${1:-}" = train ] && echo "task ${SLURM_LOCALID:-?} CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset}" >>"$TD_GPU_LOG"
+exec "$TD_REAL_TRIDENT" "$@"
+WRAP
+  chmod +x "$w/record-gpu.sh"
+  for how in per-node per-task; do
+    opt=--gpus-per-node=2
+    [ $how = per-task ] && opt=--gpus-per-task=1
+    TRIDENT=$w/record-gpu.sh TD_GPU_LOG=$w/gpus-$how.log submit "gpus-$how" -n 2 "$opt" -- \
+      "$deck" "${common[@]}" --set training.steps=6 --set parallel.dp=2 --set "run.out_dir=$w/gpus-$how"
+  done
+fi
 if want timeout; then
   TD_TEST_STEP_SLEEP_MS=200000 TD_SIGNAL_LEAD_S=1 submit timeout -n 1 --time=1 --signal=USR1@1 -- \
     "$deck" "${common[@]}" --set "run.out_dir=$w/timeout"
@@ -380,6 +398,22 @@ if want timeout; then
     fail "timeout: state $done_state, restarts $(field "$j" Restarts), latest '$(ck_latest "$w/timeout")' (expected TIMEOUT, 0, none)"
     show "$o"
   fi
+fi
+
+# ---- 10. GPUs: one device per task ----
+if want gpus; then
+  for how in per-node per-task; do
+    j=${jid[gpus-$how]}
+    wait_done "$j"
+    got=$(sort "$w/gpus-$how.log" 2>/dev/null | tr '\n' ';')
+    if [ "$done_state" = COMPLETED ] &&
+       [ "$got" = "task 0 CUDA_VISIBLE_DEVICES=0;task 1 CUDA_VISIBLE_DEVICES=1;" ]; then
+      pass "gpus: --gpus-$how: each task's trident sees its own GPU ($got)"
+    else
+      fail "gpus: --gpus-$how: state $done_state, tasks saw: ${got:-nothing}"
+      show "$w/gpus-$how.out"
+    fi
+  done
 fi
 
 echo "slurm: $((SECONDS - t_start)) s in all ($only)"
