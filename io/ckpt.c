@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "io/ckpt_internal.h"
@@ -697,7 +698,16 @@ td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
     fprintf(stderr, "TD_TEST_SIGNAL_SAVE: rank %d raises %s in the middle of %s\n", w->rank,
             w->signal_ == SIGUSR1 ? "SIGUSR1" : "SIGTERM", w->tmp);
     fflush(stderr);
-    raise(w->signal_);
+    /* to the process, as a launcher or Slurm sends it (raise() would aim it
+     * at this thread, where the stop signals are blocked: trident takes them
+     * on a thread of its own); then wait until that thread has taken it */
+    kill(getpid(), w->signal_);
+    for (int i = 0; i < 5000; ++i) {
+      sigset_t pending;
+      if (sigpending(&pending) != 0 || !sigismember(&pending, w->signal_)) break;
+      nanosleep(&(struct timespec){0, 1000000L}, NULL);
+    }
+    nanosleep(&(struct timespec){0, 10000000L}, NULL);
   }
 done:
   sel_free(&sel);

@@ -36,7 +36,7 @@
  * td_ckpt_write_tensor call of a save, after its data is written and every
  * rank has reached that point, raise(SIGKILL) on every rank — a save killed
  * half-way, for the crash test (tests/unit/ckpt_crash.sh). Likewise
- * TD_TEST_SIGNAL_SAVE=USR1 or TERM makes every rank raise that signal at the
+ * TD_TEST_SIGNAL_SAVE=USR1 or TERM makes every rank send itself that signal at the
  * same point of every save (tests/e2e/ckpt_signal_in_save.sh). Never set
  * them outside tests.
  *
