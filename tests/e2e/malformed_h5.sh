@@ -105,32 +105,56 @@ expect_of() { cut -d';' -f"$2" <<<"$1"; }
 
 base=(--set "data.train=$corpus" --set "data.val=$corpus" --set training.steps=3
       --set schedule.warmup=1 --set checkpoint.resume=never)
-while IFS=$'\t' read -r name file expect regexes; do
-  for np in 1 2; do
-    e=$(expect_of "$expect" 1)
-    [ "$e" = - ] || run_case "$name" train "$e" "$regexes" "$np" train "$deck" "${base[@]}" \
-      --set "parallel.dp=$np" --set "run.out_dir=$work/runs/${name}_train_np$np" \
-      --set "checkpoint.resume=$file"
-    e=$(expect_of "$expect" 2)
-    [ "$e" = - ] || run_case "$name" eval "$e" "$regexes" "$np" eval "$deck" "${base[@]}" \
-      --set "parallel.dp=$np" --set "run.out_dir=$work/runs/${name}_eval_np$np" --checkpoint "$file"
-    e=$(expect_of "$expect" 3)
-    [ "$e" = - ] || run_case "$name" "ckpt info" "$e" "$regexes" "$np" ckpt info "$file"
-  done
-done <"$files/ckpt.tsv"
 
-while IFS=$'\t' read -r name file expect regexes; do
+# ckpt_case NAME FILE EXPECT REGEXES NP — a damaged checkpoint through train,
+# eval and ckpt info on NP ranks.
+ckpt_case() {
+  local name=$1 file=$2 expect=$3 regexes=$4 np=$5 e
+  e=$(expect_of "$expect" 1)
+  [ "$e" = - ] || run_case "$name" train "$e" "$regexes" "$np" train "$deck" "${base[@]}" \
+    --set "parallel.dp=$np" --set "run.out_dir=$work/runs/${name}_train_np$np" \
+    --set "checkpoint.resume=$file"
+  e=$(expect_of "$expect" 2)
+  [ "$e" = - ] || run_case "$name" eval "$e" "$regexes" "$np" eval "$deck" "${base[@]}" \
+    --set "parallel.dp=$np" --set "run.out_dir=$work/runs/${name}_eval_np$np" --checkpoint "$file"
+  e=$(expect_of "$expect" 3)
+  [ "$e" = - ] || run_case "$name" "ckpt info" "$e" "$regexes" "$np" ckpt info "$file"
+}
+# data_case NAME FILE EXPECT REGEXES NP — a damaged dataset through train and eval.
+data_case() {
+  local name=$1 file=$2 expect=$3 regexes=$4 np=$5 e train
+  train=("${base[@]}" --set "data.train=$file")
+  case $name in val_*) train=("${base[@]}" --set "data.val=$file") ;; esac
+  e=$(expect_of "$expect" 1)
+  [ "$e" = - ] || run_case "$name" train "$e" "$regexes" "$np" train "$deck" "${train[@]}" \
+    --set "parallel.dp=$np" --set "run.out_dir=$work/runs/${name}_train_np$np"
+  e=$(expect_of "$expect" 2)
+  [ "$e" = - ] || run_case "$name" eval "$e" "$regexes" "$np" eval "$deck" "${base[@]}" \
+    --set "data.val=$file" --set "parallel.dp=$np" \
+    --set "run.out_dir=$work/runs/${name}_eval_np$np" --checkpoint "$good"
+}
+# both KIND NAME FILE EXPECT REGEXES — the case at 1 and at 2 ranks side by
+# side (each launch is mostly start-up: the two overlap well on 2 cores);
+# their PASS/FAIL lines are printed in order and counted here.
+both() {
+  local kind=$1 np out
+  shift
   for np in 1 2; do
-    train=("${base[@]}" --set "data.train=$file")
-    case $name in val_*) train=("${base[@]}" --set "data.val=$file") ;; esac
-    e=$(expect_of "$expect" 1)
-    [ "$e" = - ] || run_case "$name" train "$e" "$regexes" "$np" train "$deck" "${train[@]}" \
-      --set "parallel.dp=$np" --set "run.out_dir=$work/runs/${name}_train_np$np"
-    e=$(expect_of "$expect" 2)
-    [ "$e" = - ] || run_case "$name" eval "$e" "$regexes" "$np" eval "$deck" "${base[@]}" \
-      --set "data.val=$file" --set "parallel.dp=$np" \
-      --set "run.out_dir=$work/runs/${name}_eval_np$np" --checkpoint "$good"
+    "${kind}_case" "$@" "$np" >"$work/runs/$1.$kind.np$np.out" 2>&1 </dev/null &
   done
+  wait
+  for np in 1 2; do
+    out=$work/runs/$1.$kind.np$np.out
+    cat "$out"
+    ck_npass=$((ck_npass + $(grep -c "^PASS" "$out")))
+    ck_nfail=$((ck_nfail + $(grep -c "^FAIL" "$out")))
+  done
+}
+while IFS=$'\t' read -r name file expect regexes; do
+  both ckpt "$name" "$file" "$expect" "$regexes"
+done <"$files/ckpt.tsv"
+while IFS=$'\t' read -r name file expect regexes; do
+  both data "$name" "$file" "$expect" "$regexes"
 done <"$files/data.tsv"
 info "total $((SECONDS - t_start)) s"
 ck_finish
