@@ -10,7 +10,8 @@
 # what changed.
 #   bash tests/run.sh                  everything (what CI runs)
 #   bash tests/run.sh [ctest args...]  the main build's tests only, e.g. -R deck
-# Environment: TD_FUZZ_SECONDS (per harness, default 30), TD_TEST_STAGES
+# Environment: TD_FUZZ_SECONDS (per harness, default 30), TD_FUZZ_SEED
+# (libFuzzer seed of the gate, default 1), TD_TEST_STAGES
 # (default "main sanitize openmpi fuzz"; with ctest arguments "main").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,11 +53,11 @@ if has openmpi && [ "$TD_MPI" != openmpi ]; then
   echo "== tests/run.sh: Open MPI subset done at $(( $(date +%s) - t0 )) s"
 fi
 if has fuzz; then
-  echo "== tests/run.sh: fuzzing (build-fuzz/, ${TD_FUZZ_SECONDS:-30} s per harness)"
+  echo "== tests/run.sh: fuzzing (build-fuzz/, ${TD_FUZZ_SECONDS:-30} s per harness, seed ${TD_FUZZ_SEED:-1})"
   td_deps clang libclang-rt-14-dev || echo "fuzz: could not install clang's libFuzzer (Debian 12 names)"
   if command -v clang >/dev/null 2>&1 &&
       ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
-    bash tests/fuzz/run.sh --seconds "${TD_FUZZ_SECONDS:-30}" || status=1
+    bash tests/fuzz/run.sh --seconds "${TD_FUZZ_SECONDS:-30}" --seed "${TD_FUZZ_SEED:-1}" || status=1
   else
     echo "fuzz: SKIPPED: clang with libFuzzer (Debian: clang libclang-rt-14-dev) is not installed"
   fi

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # run.sh — build and run trident's libFuzzer harnesses (tests/fuzz/*.c).
 #
-#   tests/fuzz/run.sh [--seconds N] [--only NAME[,NAME...]] [--build DIR] [--strict]
+#   tests/fuzz/run.sh [--seconds N] [--seed S] [--only NAME[,NAME...]] [--build DIR] [--strict]
 #       fuzz each harness for N seconds (default 600) on a scratch copy of
 #       tests/fuzz/corpus/NAME plus tests/fuzz/regressions/NAME
+#       --seed S: libFuzzer's seed (default: a random one each run); with a
+#       seed the inputs tried are the same on every run up to the time
+#       limit (the CI's gate uses one, so a run fails on a defect, not on
+#       luck)
 #   tests/fuzz/run.sh --regress [--only ...] [--build DIR]
 #       run every harness once over its corpus and regressions (-runs=0)
 #
@@ -25,12 +29,15 @@ ROOT=$(cd "$HERE/../.." && pwd)
 SECONDS_EACH=600
 REGRESS=0
 STRICT=0
+SEED=""
 ONLY="deck,dataset,ckpt,prepare"
 BUILD=$ROOT/build-fuzz
 while [ $# -gt 0 ]; do
   case $1 in
     --seconds) SECONDS_EACH=$2; shift 2 ;;
     --seconds=*) SECONDS_EACH=${1#*=}; shift ;;
+    --seed) SEED=$2; shift 2 ;;
+    --seed=*) SEED=${1#*=}; shift ;;
     --regress) REGRESS=1; shift ;;
     --strict) STRICT=1; shift ;;
     --only) ONLY=$2; shift 2 ;;
@@ -92,7 +99,8 @@ FLAGS=(-timeout=10 -rss_limit_mb=2048)
 # by RSS is run again with a 256 MiB malloc limit to see whether a system
 # library's huge allocation caused it; a timeout is looked at with gdb.
 # A heap overflow or use-after-free counts as the library's only when the
-# library both made the access and allocated the block; stack and global
+# library made the access and allocated the block (or ASan knows no block:
+# a wild pointer); a memcpy with overlapping ranges is the caller's; stack and global
 # overflows, UBSan reports (trident's instrumented code) and leaks are
 # always trident's.
 innermost() { # LOG LINE-PATTERN: first frame after the matching line that is not the allocator's
@@ -106,26 +114,38 @@ lib_of() { # FRAME: the system library it is in, or nothing
     grep -oE "lib[A-Za-z0-9_+-]*\.so" <<<"$1" | head -1
   fi
 }
-owner() {
-  local log=$1 bin=$2 input=$3 lib=""
+# lib_in LOG: the system library a finding in LOG belongs to, or nothing
+lib_in() {
+  local log=$1 lib=""
   if grep -qE "stack-buffer-overflow|global-buffer-overflow|stack-use-after|runtime error:|detected memory leaks" "$log"; then
-    echo trident
-    return
+    return 0
   fi
-  if grep -qE "heap-buffer-overflow|heap-use-after-free|double-free|attempting free|memcpy-param-overlap" "$log"; then
-    # a library's access to a block the library allocated
+  if grep -qE "heap-buffer-overflow|heap-use-after-free|double-free|attempting free" "$log"; then
+    # a library's access to a block the library allocated, or to no known
+    # block at all ("wild pointer": no allocation stack)
     lib=$(lib_of "$(innermost "$log" "ERROR: AddressSanitizer")")
-    [ -n "$lib" ] && [ -z "$(lib_of "$(innermost "$log" "allocated by thread")")" ] && lib=""
+    if [ -n "$lib" ] && grep -q "allocated by thread" "$log" &&
+        [ -z "$(lib_of "$(innermost "$log" "allocated by thread")")" ]; then
+      lib=""
+    fi
+  elif grep -q "memcpy-param-overlap" "$log"; then
+    # no block to attribute: the library that called memcpy
+    lib=$(lib_of "$(innermost "$log" "ERROR: AddressSanitizer")")
   elif grep -q "out-of-memory (malloc(" "$log"; then
     lib=$(lib_of "$(innermost "$log" "out-of-memory .malloc")")
   elif grep -qE "(SEGV|FPE|BUS|ILL|ABRT) on unknown|deadly signal|allocation-size-too-big|stack-overflow" "$log"; then
     lib=$(lib_of "$(innermost "$log" "ERROR: |deadly signal")")
   fi
-  # no stack (the report raced the RSS check): once more, alone
+  echo "$lib"
+}
+owner() {
+  local log=$1 bin=$2 input=$3 lib=""
+  lib=$(lib_in "$log")
+  # no stack (the report raced the RSS check): once more, alone, with a
+  # malloc limit; what that run reports decides
   if [ -z "$lib" ] && [ -n "$input" ] && grep -q "out-of-memory" "$log"; then
     "$bin" -runs=1 -malloc_limit_mb=256 -rss_limit_mb=8192 -timeout=30 "$input" >"$log.again" 2>&1
-    grep -q "out-of-memory (malloc(" "$log.again" &&
-      lib=$(lib_of "$(innermost "$log.again" "out-of-memory .malloc")")
+    lib=$(lib_in "$log.again")
   fi
   # a timeout: does the library call trident made return at all? (gdb)
   if [ -z "$lib" ] && [ -n "$input" ] && grep -q "timeout after" "$log"; then
@@ -175,6 +195,7 @@ for h in "${HARNESSES[@]}"; do
   [ -f "$HERE/$h.dict" ] && dict=(-dict="$HERE/$h.dict")
   result=ok
   third=()
+  rm -f "$LOGS/$h.finding.log"
   execs=0 busy=0 ft="" cov=""
   if [ $REGRESS -eq 1 ]; then
     # files, not folders: each runs once and nothing is written back
@@ -194,13 +215,17 @@ for h in "${HARNESSES[@]}"; do
     [ -d "$reg" ] && cp "$reg"/* "$scratch"/ 2>/dev/null
     deadline=$(( $(date +%s) + SECONDS_EACH ))
     : >"$log"
+    round=0
     # Fuzz until the deadline; a finding in a third-party library is set
     # aside and fuzzing goes on from the corpus grown so far.
     while left=$(( deadline - $(date +%s) )); [ $left -gt 2 ]; do
       rm -rf "$art"; mkdir -p "$art"
       one=$WORK/$h.run.log
+      seed=()
+      [ -n "$SEED" ] && seed=(-seed=$(( SEED + round )))
+      round=$(( round + 1 ))
       start=$(date +%s)
-      "$bin" -max_total_time="$left" "${FLAGS[@]}" -artifact_prefix="$art/" \
+      "$bin" -max_total_time="$left" "${FLAGS[@]}" ${seed[@]+"${seed[@]}"} -artifact_prefix="$art/" \
         -print_final_stats=1 "${dict[@]}" "$scratch" >"$one" 2>&1
       rc=$?
       busy=$(( busy + $(date +%s) - start ))
@@ -223,6 +248,8 @@ for h in "${HARNESSES[@]}"; do
       fi
       status=1
       result="FAIL (exit $rc; log $log)"
+      cp "$one" "$LOGS/$h.finding.log"
+      [ -f "$one.again" ] && cat "$one.again" >>"$LOGS/$h.finding.log"
       if [ -n "$input" ]; then
         mkdir -p "$reg"
         cp "$input" "$reg/"
@@ -235,7 +262,9 @@ for h in "${HARNESSES[@]}"; do
   rate=$(( execs / (busy > 0 ? busy : 1) ))
   printf '%-8s %10s %8s %7s %6s  %s\n' "$h" "$execs" "$rate" "${ft:-?}" "${cov:-?}" "$result"
   if [ "$result" != ok ]; then
-    grep -m1 -A14 -E "ERROR: |runtime error:|deadly signal|timeout after|out-of-memory" "$log" |
+    shown=$log
+    [ -f "$LOGS/$h.finding.log" ] && shown=$LOGS/$h.finding.log
+    grep -m1 -A14 -E "ERROR: |runtime error:|deadly signal|timeout after|out-of-memory" "$shown" |
       sed 's/^/    | /'
   fi
   for t in ${third[@]+"${third[@]}"}; do
