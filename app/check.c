@@ -72,6 +72,12 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
    * other rank waits in a collective: the job must end, not hang. */
   TD_CHECK_GOTO(td_test_fail_point("check"));
 
+  /* what this build cannot compute is refused here, not in the middle of a run */
+  char why[256];
+  if (!td_kernels_precision_ok(cfg->run_device, cfg->training_precision, why, sizeof why))
+    st = td_error_set(TD_ERR_DECK, __FILE__, __LINE__, __func__, "%s: training.precision: %s",
+                      cfg->deck_path, why);
+  TD_CHECK_GOTO(td_agree(app->world, st));
   st = td_registry_create(cfg, g->tp, g->tp_rank, g->pp, g->pp_rank, &reg);
   rank_info me;
   memset(&me, 0, sizeof me);
@@ -141,10 +147,17 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
          td_config_accum_steps(cfg) == 1 ? "" : "s");
   human_bytes((double)worst, h, sizeof h);
   int zero = (int)cfg->parallel_zero;
-  printf("memory: ZeRO stage %d; the largest rank allocates %s: fp32 parameters%s, gradients%s, "
+  int bf16 = strcmp(cfg->training_precision, "bf16") == 0;
+  if (bf16)
+    printf("precision: bf16: fp32 master parameters, gradients and AdamW moments; a bf16 working "
+           "copy of the parameters made after each optimizer step%s; matmuls on bf16 operands "
+           "with fp32 accumulation, saved for backward in bf16 (LayerNorm, attention and GELU "
+           "outputs); residual stream, softmax, statistics and loss in fp32\n",
+           zero == 3 ? " (ZeRO-3 gathers it: half the bytes)" : "");
+  printf("memory: ZeRO stage %d; the largest rank allocates %s: fp32 parameters%s%s, gradients%s, "
          "AdamW moments%s, working buffers%s, activations of %lld live micro-batch%s (the "
          "sizes training allocates, from the same code; host-side buffers not included)\n",
-         zero, h, zero >= 3 ? " (sharded)" : "", zero >= 2 ? " (sharded)" : zero == 1 ? " (+ shard)" : "",
+         zero, h, zero >= 3 ? " (sharded)" : "", bf16 ? " + bf16 working copy" : "", zero >= 2 ? " (sharded)" : zero == 1 ? " (+ shard)" : "",
          zero >= 1 ? " (sharded)" : "",
          zero == 3 ? " (gathered units, unit gradients, reduce-scatter shares)"
          : zero == 2 ? " (unit gradients, reduce-scatter shares)" : " (none)",

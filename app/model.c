@@ -23,35 +23,38 @@ static td_status units_create(td_model *m);
 
 /* ---- allocation ------------------------------------------------------------ */
 
-/* Allocate n floats (4-byte elements) in the back-end and count them in
+/* Allocate n elements of es bytes in the back-end and count them in
  * act_bytes; a size query (no back-end) only counts. The one place where
  * the model's memory is decided (trident check prints it from here). */
-static td_status dev_alloc(td_model *m, void **out, int64_t n, const char *what) {
-  m->act_bytes += 4.0 * (double)n;
+static td_status dev_alloc(td_model *m, void **out, int64_t n, size_t es, const char *what) {
+  m->act_bytes += (double)es * (double)n;
   if (!m->k) return TD_OK;
-  return m->k->alloc(m->k, out, (size_t)(n > 0 ? n : 1) * 4, what);
+  return m->k->alloc(m->k, out, (size_t)(n > 0 ? n : 1) * es, what);
 }
 
-#define ACT(field, n) TD_CHECK(dev_alloc(m, (void **)&a->field, (n), "activations " #field))
-#define SCR(field, n) TD_CHECK(dev_alloc(m, (void **)&m->field, (n), "backward scratch " #field))
+/* float32 (and int32) buffers, and the matmul inputs of type m->at */
+#define ACT(field, n) TD_CHECK(dev_alloc(m, (void **)&a->field, (n), 4, "activations " #field))
+#define ACTM(field, n) \
+  TD_CHECK(dev_alloc(m, (void **)&a->field, (n), td_dtype_size(m->at), "activations " #field))
+#define SCR(field, n) TD_CHECK(dev_alloc(m, (void **)&m->field, (n), 4, "backward scratch " #field))
 
 static td_status alloc_slot(td_model *m, td_acts *a) {
   int64_t N = m->B * m->T, L = m->L_count, C = m->C;
   ACT(encoded, N * C);
-  ACT(ln1, L * N * C);
+  ACTM(ln1, L * N * C);
   ACT(ln1_mean, L * N);
   ACT(ln1_rstd, L * N);
   ACT(qkv, L * N * m->C3);
-  ACT(atty, L * N * m->Cl);
+  ACTM(atty, L * N * m->Cl);
   ACT(att, L * m->B * m->NH * m->T * m->T);
   ACT(res2, L * N * C);
-  ACT(ln2, L * N * C);
+  ACTM(ln2, L * N * C);
   ACT(ln2_mean, L * N);
   ACT(ln2_rstd, L * N);
   ACT(fch, L * N * m->F);
-  ACT(fch_gelu, L * N * m->F);
+  ACTM(fch_gelu, L * N * m->F);
   ACT(res3, L * N * C);
-  ACT(lnf, N * C);
+  ACTM(lnf, N * C);
   ACT(lnf_mean, N);
   ACT(lnf_rstd, N);
   ACT(logits, m->last_stage ? N * m->Vs : 1);
@@ -75,6 +78,12 @@ static td_status alloc_buffers(td_model *m) {
   SCR(datty, N * m->Cl);
   SCR(dfch, N * m->F);
   SCR(datt_scratch, m->B * m->NH * m->T * m->T);
+  if (m->at == TD_BF16) { /* the widest gradient a matmul reads */
+    int64_t w = C > m->C3 ? C : m->C3;
+    w = w > m->F ? w : m->F;
+    if (m->last_stage && m->Vs > w) w = m->Vs;
+    TD_CHECK(dev_alloc(m, &m->dmm, N * w, 2, "backward scratch dmm (bf16 gradients)"));
+  }
   if (m->k) /* host memory, not counted: 12 bytes a row */
     TD_CHECK(td_alloc((void **)&m->rowstat_host, (size_t)3 * N * sizeof(float), "loss statistics"));
   return TD_OK;
@@ -100,6 +109,7 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->valid_rows = B * m->T;
   m->first_stage = grid->pp_rank == 0;
   m->last_stage = grid->pp_rank == grid->pp - 1;
+  m->pt = m->at = strcmp(cfg->training_precision, "bf16") == 0 ? TD_BF16 : TD_F32;
   TD_CHECK_GOTO(alloc_buffers(m));
   TD_CHECK_GOTO(units_create(m));
 done:
@@ -117,15 +127,15 @@ void td_model_destroy(td_model **mp) {
   if (m->k) {
     for (int i = 0; m->acts && i < m->nslots; ++i) {
       td_acts *a = &m->acts[i];
-      float *bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att,
-                       a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->res3,
-                       a->lnf, a->lnf_mean, a->lnf_rstd, a->logits, a->rowmax, a->sumexp};
+      void *bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att,
+                      a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->res3,
+                      a->lnf, a->lnf_mean, a->lnf_rstd, a->logits, a->rowmax, a->sumexp};
       for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; ++j)
         if (bufs[j]) m->k->free(m->k, bufs[j]);
       if (a->inputs) m->k->free(m->k, a->inputs);
       if (a->targets) m->k->free(m->k, a->targets);
     }
-    float *scr[] = {m->dres, m->dtmp, m->dln, m->dqkv, m->datty, m->dfch, m->datt_scratch};
+    void *scr[] = {m->dres, m->dtmp, m->dln, m->dqkv, m->datty, m->dfch, m->datt_scratch, m->dmm};
     for (size_t j = 0; j < sizeof scr / sizeof scr[0]; ++j)
       if (scr[j]) m->k->free(m->k, scr[j]);
   }
@@ -143,17 +153,20 @@ void td_model_destroy(td_model **mp) {
 /* ---- per-layer views ------------------------------------------------------------ */
 
 typedef struct {
+  void *ln1w, *ln1b, *wqkv, *bqkv, *wproj, *bproj, *ln2w, *ln2b, *wfc, *bfc, *wfcp, *bfcp;
+} layer_w; /* parameters, of type m->pt */
+typedef struct {
   float *ln1w, *ln1b, *wqkv, *bqkv, *wproj, *bproj, *ln2w, *ln2b, *wfc, *bfc, *wfcp, *bfcp;
-} layer_g;
+} layer_g; /* gradients */
 
 int td_model_unit_of(const td_model *m, const td_param *p) {
   if (p->layer >= 0) return 1 + p->layer;
   return p->kind == TD_PK_LNF_W || p->kind == TD_PK_LNF_B ? m->nunits - 1 : 0;
 }
 
-void td_model_units_flat(td_model *m, float *params, float *grads) {
+void td_model_units_flat(td_model *m, void *params, float *grads) {
   for (int u = 0; u < m->nunits; ++u) {
-    m->unit_param[u] = params + m->unit_begin[u];
+    m->unit_param[u] = (char *)params + (size_t)m->unit_begin[u] * td_dtype_size(m->pt);
     m->unit_grad[u] = grads ? grads + m->unit_begin[u] : NULL;
   }
 }
@@ -163,7 +176,7 @@ static td_status units_create(td_model *m) {
   m->nunits = n;
   m->unit_begin = calloc((size_t)n, sizeof(int64_t));
   m->unit_end = calloc((size_t)n, sizeof(int64_t));
-  m->unit_param = calloc((size_t)n, sizeof(float *));
+  m->unit_param = calloc((size_t)n, sizeof(void *));
   m->unit_grad = calloc((size_t)n, sizeof(float *));
   if (!m->unit_begin || !m->unit_end || !m->unit_param || !m->unit_grad)
     TD_FAIL(TD_ERR_NOMEM, "out of memory for model units");
@@ -178,12 +191,23 @@ static td_status units_create(td_model *m) {
   return TD_OK;
 }
 
-/* Pointer to parameter (which = 0) or gradient (1) kind/layer where its unit lives now. */
-static float *pv(const td_model *m, int which, td_param_kind k, int layer) {
+/* Parameter kind/layer (type m->pt) where its unit lives now. */
+static void *pw(const td_model *m, td_param_kind k, int layer) {
   const td_param *p = td_registry_find(m->reg, k, layer);
   int u = td_model_unit_of(m, p);
-  float *base = which ? m->unit_grad[u] : m->unit_param[u];
-  return base + (p->offset - m->unit_begin[u]);
+  return (char *)m->unit_param[u] + (size_t)(p->offset - m->unit_begin[u]) * td_dtype_size(m->pt);
+}
+
+/* Its gradient (float32). */
+static float *pg(const td_model *m, td_param_kind k, int layer) {
+  const td_param *p = td_registry_find(m->reg, k, layer);
+  int u = td_model_unit_of(m, p);
+  return m->unit_grad[u] + (p->offset - m->unit_begin[u]);
+}
+
+/* Element i of an activation buffer of type m->at. */
+static void *at_(const td_model *m, void *base, int64_t i) {
+  return (char *)base + (size_t)i * td_dtype_size(m->at);
 }
 
 static td_status hook(td_model *m, int acquire, int u, td_phase ph) {
@@ -195,13 +219,40 @@ static td_status hook(td_model *m, int acquire, int u, td_phase ph) {
 /* Between large kernels: let the owner's communication progress. */
 static td_status poll(td_model *m) { return m->hooks.poll ? m->hooks.poll(m->hooks.ctx) : TD_OK; }
 
-static void layer_views(const td_model *m, int flat, int layer, layer_g *w) {
-  w->ln1w = pv(m, flat, TD_PK_LN1_W, layer), w->ln1b = pv(m, flat, TD_PK_LN1_B, layer);
-  w->wqkv = pv(m, flat, TD_PK_QKV_W, layer), w->bqkv = pv(m, flat, TD_PK_QKV_B, layer);
-  w->wproj = pv(m, flat, TD_PK_ATTPROJ_W, layer), w->bproj = pv(m, flat, TD_PK_ATTPROJ_B, layer);
-  w->ln2w = pv(m, flat, TD_PK_LN2_W, layer), w->ln2b = pv(m, flat, TD_PK_LN2_B, layer);
-  w->wfc = pv(m, flat, TD_PK_FC_W, layer), w->bfc = pv(m, flat, TD_PK_FC_B, layer);
-  w->wfcp = pv(m, flat, TD_PK_FCPROJ_W, layer), w->bfcp = pv(m, flat, TD_PK_FCPROJ_B, layer);
+static void layer_params(const td_model *m, int layer, layer_w *w) {
+  w->ln1w = pw(m, TD_PK_LN1_W, layer), w->ln1b = pw(m, TD_PK_LN1_B, layer);
+  w->wqkv = pw(m, TD_PK_QKV_W, layer), w->bqkv = pw(m, TD_PK_QKV_B, layer);
+  w->wproj = pw(m, TD_PK_ATTPROJ_W, layer), w->bproj = pw(m, TD_PK_ATTPROJ_B, layer);
+  w->ln2w = pw(m, TD_PK_LN2_W, layer), w->ln2b = pw(m, TD_PK_LN2_B, layer);
+  w->wfc = pw(m, TD_PK_FC_W, layer), w->bfc = pw(m, TD_PK_FC_B, layer);
+  w->wfcp = pw(m, TD_PK_FCPROJ_W, layer), w->bfcp = pw(m, TD_PK_FCPROJ_B, layer);
+}
+
+static void layer_grads(const td_model *m, int layer, layer_g *g) {
+  g->ln1w = pg(m, TD_PK_LN1_W, layer), g->ln1b = pg(m, TD_PK_LN1_B, layer);
+  g->wqkv = pg(m, TD_PK_QKV_W, layer), g->bqkv = pg(m, TD_PK_QKV_B, layer);
+  g->wproj = pg(m, TD_PK_ATTPROJ_W, layer), g->bproj = pg(m, TD_PK_ATTPROJ_B, layer);
+  g->ln2w = pg(m, TD_PK_LN2_W, layer), g->ln2b = pg(m, TD_PK_LN2_B, layer);
+  g->wfc = pg(m, TD_PK_FC_W, layer), g->bfc = pg(m, TD_PK_FC_B, layer);
+  g->wfcp = pg(m, TD_PK_FCPROJ_W, layer), g->bfcp = pg(m, TD_PK_FCPROJ_B, layer);
+}
+
+/* C = op(A)·op(B) (+ C): activations or gradients (type at) times
+ * parameters (type m->pt), or their products for a weight gradient. */
+static td_status mm(td_model *m, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                    const void *A, td_dtype at, const void *B, td_dtype bt, float beta,
+                    float *C) {
+  return m->k->gemm(m->k, ta, tb, M, N, K, A, at, B, bt, beta, C, TD_F32);
+}
+
+/* The gradient g (n floats) as a matmul reads it: itself in float32, its
+ * bf16 rounding (in m->dmm) under bf16. */
+static td_status mm_grad(td_model *m, const float *g, int64_t n, const void **out) {
+  *out = g;
+  if (m->at == TD_F32) return TD_OK;
+  TD_CHECK(m->k->cast(m->k, m->dmm, TD_BF16, g, TD_F32, n));
+  *out = m->dmm;
+  return TD_OK;
 }
 
 /* Sum a (N, C) partial result over the tensor-parallel group. */
@@ -224,47 +275,53 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
   if (targets && m->last_stage) TD_CHECK(k->to_device(k, a->targets, targets, tokbytes));
 
   float *x = a->encoded;
+  td_dtype pt = m->pt, at = m->at;
   int U = m->nunits - 1; /* the head unit {ln_f} */
   if (m->first_stage || m->last_stage) TD_CHECK(hook(m, 1, 0, TD_PHASE_FORWARD));
   if (m->first_stage) {
-    const float *wte = pv(m, 0, TD_PK_WTE, -1);
-    const float *wpe = pv(m, 0, TD_PK_WPE, -1);
+    const void *wte = pw(m, TD_PK_WTE, -1);
+    const void *wpe = pw(m, TD_PK_WPE, -1);
     TD_CHECK(k->embed_fwd(k, x, a->inputs, wte, m->v0, m->Vs, m->grid->tp_rank == 0 ? wpe : NULL,
-                          B, T, C));
+                          pt, B, T, C));
     TD_CHECK(tp_sum(m, x, N * C));
   }
   for (int64_t li = 0; li < m->L_count; ++li) {
-    layer_g w;
+    layer_w w;
     int u = (int)(1 + m->L_first + li);
     TD_CHECK(hook(m, 1, u, TD_PHASE_FORWARD));
-    layer_views(m, 0, (int)(m->L_first + li), &w);
+    layer_params(m, (int)(m->L_first + li), &w);
     const float *resid = li == 0 ? x : a->res3 + (li - 1) * N * C;
-    float *ln1 = a->ln1 + li * N * C, *qkv = a->qkv + li * N * m->C3;
-    float *atty = a->atty + li * N * m->Cl, *att = a->att + li * B * m->NH * T * T;
-    float *res2 = a->res2 + li * N * C, *ln2 = a->ln2 + li * N * C;
-    float *fch = a->fch + li * N * m->F, *fcg = a->fch_gelu + li * N * m->F;
+    void *ln1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * m->Cl);
+    void *ln2 = at_(m, a->ln2, li * N * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
+    float *qkv = a->qkv + li * N * m->C3, *att = a->att + li * B * m->NH * T * T;
+    float *res2 = a->res2 + li * N * C, *fch = a->fch + li * N * m->F;
     float *res3 = a->res3 + li * N * C;
-    TD_CHECK(k->layernorm_fwd(k, ln1, a->ln1_mean + li * N, a->ln1_rstd + li * N, resid, w.ln1w,
-                              w.ln1b, N, C));
-    TD_CHECK(k->gemm(k, 0, 0, N, m->C3, C, ln1, w.wqkv, 0.0f, qkv));
+    TD_CHECK(k->layernorm_fwd(k, ln1, at, a->ln1_mean + li * N, a->ln1_rstd + li * N, resid,
+                              w.ln1w, w.ln1b, pt, N, C));
+    TD_CHECK(mm(m, 0, 0, N, m->C3, C, ln1, at, w.wqkv, pt, 0.0f, qkv));
     TD_CHECK(poll(m));
-    TD_CHECK(k->bias_fwd(k, qkv, w.bqkv, N, m->C3));
-    TD_CHECK(k->attention_fwd(k, atty, att, qkv, B, T, m->NH, m->HS));
-    TD_CHECK(k->gemm(k, 0, 0, N, C, m->Cl, atty, w.wproj, 0.0f, m->dtmp));
+    TD_CHECK(k->bias_fwd(k, qkv, w.bqkv, pt, N, m->C3));
+    if (at == TD_F32) {
+      TD_CHECK(k->attention_fwd(k, atty, att, qkv, B, T, m->NH, m->HS));
+    } else { /* attention in float32 (datty is free until backward), saved rounded */
+      TD_CHECK(k->attention_fwd(k, m->datty, att, qkv, B, T, m->NH, m->HS));
+      TD_CHECK(k->cast(k, atty, at, m->datty, TD_F32, N * m->Cl));
+    }
+    TD_CHECK(mm(m, 0, 0, N, C, m->Cl, atty, at, w.wproj, pt, 0.0f, m->dtmp));
     TD_CHECK(poll(m));
     TD_CHECK(tp_sum(m, m->dtmp, N * C));
-    TD_CHECK(k->bias_fwd(k, m->dtmp, w.bproj, N, C));
+    TD_CHECK(k->bias_fwd(k, m->dtmp, w.bproj, pt, N, C));
     TD_CHECK(k->add(k, res2, resid, m->dtmp, N * C));
-    TD_CHECK(k->layernorm_fwd(k, ln2, a->ln2_mean + li * N, a->ln2_rstd + li * N, res2, w.ln2w,
-                              w.ln2b, N, C));
-    TD_CHECK(k->gemm(k, 0, 0, N, m->F, C, ln2, w.wfc, 0.0f, fch));
+    TD_CHECK(k->layernorm_fwd(k, ln2, at, a->ln2_mean + li * N, a->ln2_rstd + li * N, res2,
+                              w.ln2w, w.ln2b, pt, N, C));
+    TD_CHECK(mm(m, 0, 0, N, m->F, C, ln2, at, w.wfc, pt, 0.0f, fch));
     TD_CHECK(poll(m));
-    TD_CHECK(k->bias_fwd(k, fch, w.bfc, N, m->F));
-    TD_CHECK(k->gelu_fwd(k, fcg, fch, N * m->F));
-    TD_CHECK(k->gemm(k, 0, 0, N, C, m->F, fcg, w.wfcp, 0.0f, m->dtmp));
+    TD_CHECK(k->bias_fwd(k, fch, w.bfc, pt, N, m->F));
+    TD_CHECK(k->gelu_fwd(k, fcg, at, fch, N * m->F));
+    TD_CHECK(mm(m, 0, 0, N, C, m->F, fcg, at, w.wfcp, pt, 0.0f, m->dtmp));
     TD_CHECK(poll(m));
     TD_CHECK(tp_sum(m, m->dtmp, N * C));
-    TD_CHECK(k->bias_fwd(k, m->dtmp, w.bfcp, N, C));
+    TD_CHECK(k->bias_fwd(k, m->dtmp, w.bfcp, pt, N, C));
     TD_CHECK(k->add(k, res3, res2, m->dtmp, N * C));
     TD_CHECK(hook(m, 0, u, TD_PHASE_FORWARD));
   }
@@ -275,11 +332,9 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
   TD_CHECK(hook(m, 1, U, TD_PHASE_FORWARD));
 
   const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * N * C : x;
-  TD_CHECK(k->layernorm_fwd(k, a->lnf, a->lnf_mean, a->lnf_rstd, last,
-                            pv(m, 0, TD_PK_LNF_W, -1), pv(m, 0, TD_PK_LNF_B, -1), N,
-                            C));
-  const float *wte = pv(m, 0, TD_PK_WTE, -1);
-  TD_CHECK(k->gemm(k, 0, 1, N, m->Vs, C, a->lnf, wte, 0.0f, a->logits));
+  TD_CHECK(k->layernorm_fwd(k, a->lnf, at, a->lnf_mean, a->lnf_rstd, last,
+                            pw(m, TD_PK_LNF_W, -1), pw(m, TD_PK_LNF_B, -1), pt, N, C));
+  TD_CHECK(mm(m, 0, 1, N, m->Vs, C, a->lnf, at, pw(m, TD_PK_WTE, -1), pt, 0.0f, a->logits));
   TD_CHECK(poll(m));
   TD_CHECK(hook(m, 0, U, TD_PHASE_FORWARD));
   TD_CHECK(hook(m, 0, 0, TD_PHASE_FORWARD));
@@ -328,6 +383,8 @@ td_status td_model_backward(td_model *m, int slot, float loss_scale, const float
   td_acts *a = &m->acts[slot];
   int64_t B = m->B, T = m->T, C = m->C, N = B * T;
   float *x = a->encoded;
+  td_dtype pt = m->pt, at = m->at;
+  const void *d = NULL; /* the gradient the next matmuls read (type at) */
   int U = m->nunits - 1;
   if (m->first_stage || m->last_stage) TD_CHECK(hook(m, 1, 0, TD_PHASE_BACKWARD));
   if (m->last_stage) {
@@ -336,19 +393,17 @@ td_status td_model_backward(td_model *m, int slot, float loss_scale, const float
     float *dl = a->logits; /* gradient in place */
     TD_CHECK(k->xent_bwd(k, dl, a->logits, a->rowmax, a->sumexp, a->targets, m->v0,
                          loss_scale, N, m->Vs, vvalid));
-    const float *wte = pv(m, 0, TD_PK_WTE, -1);
-    float *dwte = pv(m, 1, TD_PK_WTE, -1);
-    TD_CHECK(k->gemm(k, 1, 0, m->Vs, C, N, dl, a->lnf, 1.0f, dwte));
+    TD_CHECK(mm_grad(m, dl, N * m->Vs, &d));
+    TD_CHECK(mm(m, 1, 0, m->Vs, C, N, d, at, a->lnf, at, 1.0f, pg(m, TD_PK_WTE, -1)));
     TD_CHECK(poll(m));
-    TD_CHECK(k->gemm(k, 0, 0, N, C, m->Vs, dl, wte, 0.0f, m->dln));
+    TD_CHECK(mm(m, 0, 0, N, C, m->Vs, d, at, pw(m, TD_PK_WTE, -1), pt, 0.0f, m->dln));
     TD_CHECK(poll(m));
     TD_CHECK(tp_sum(m, m->dln, N * C));
     const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * N * C : x;
     TD_CHECK(k->zero(k, m->dres, (size_t)N * C * sizeof(float)));
-    TD_CHECK(k->layernorm_bwd(k, m->dres, pv(m, 1, TD_PK_LNF_W, -1),
-                              pv(m, 1, TD_PK_LNF_B, -1), m->dln, last,
-                              pv(m, 0, TD_PK_LNF_W, -1), a->lnf_mean, a->lnf_rstd, N,
-                              C));
+    TD_CHECK(k->layernorm_bwd(k, m->dres, pg(m, TD_PK_LNF_W, -1), pg(m, TD_PK_LNF_B, -1),
+                              m->dln, last, pw(m, TD_PK_LNF_W, -1), pt, a->lnf_mean,
+                              a->lnf_rstd, N, C));
     TD_CHECK(hook(m, 0, U, TD_PHASE_BACKWARD));
   } else {
     /* gradient of this stage's output, from the next stage: dres = dout */
@@ -356,52 +411,57 @@ td_status td_model_backward(td_model *m, int slot, float loss_scale, const float
     TD_CHECK(k->add(k, m->dres, m->dres, dout, N * C));
   }
   for (int64_t li = m->L_count - 1; li >= 0; --li) {
-    layer_g w, g;
+    layer_w w;
+    layer_g g;
     int layer = (int)(m->L_first + li);
     TD_CHECK(hook(m, 1, 1 + layer, TD_PHASE_BACKWARD));
-    layer_views(m, 0, layer, &w);
-    layer_views(m, 1, layer, &g);
+    layer_params(m, layer, &w);
+    layer_grads(m, layer, &g);
     const float *resid = li == 0 ? x : a->res3 + (li - 1) * N * C;
-    const float *ln1 = a->ln1 + li * N * C, *qkv = a->qkv + li * N * m->C3;
-    const float *atty = a->atty + li * N * m->Cl, *att = a->att + li * B * m->NH * T * T;
-    const float *res2 = a->res2 + li * N * C, *ln2 = a->ln2 + li * N * C;
-    const float *fch = a->fch + li * N * m->F, *fcg = a->fch_gelu + li * N * m->F;
+    const void *ln1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * m->Cl);
+    const void *ln2 = at_(m, a->ln2, li * N * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
+    const float *qkv = a->qkv + li * N * m->C3, *att = a->att + li * B * m->NH * T * T;
+    const float *res2 = a->res2 + li * N * C, *fch = a->fch + li * N * m->F;
     /* m->dres holds d loss / d res3. MLP: res3 = res2 + gelu(ln2·Wfc + bfc)·Wfcp + bfcp */
     TD_CHECK(k->bias_bwd(k, g.bfcp, m->dres, N, C));
-    TD_CHECK(k->gemm(k, 1, 0, m->F, C, N, fcg, m->dres, 1.0f, g.wfcp));
+    TD_CHECK(mm_grad(m, m->dres, N * C, &d));
+    TD_CHECK(mm(m, 1, 0, m->F, C, N, fcg, at, d, at, 1.0f, g.wfcp));
     TD_CHECK(poll(m));
-    TD_CHECK(k->gemm(k, 0, 1, N, m->F, C, m->dres, w.wfcp, 0.0f, m->dfch));
+    TD_CHECK(mm(m, 0, 1, N, m->F, C, d, at, w.wfcp, pt, 0.0f, m->dfch));
     TD_CHECK(poll(m));
     TD_CHECK(k->gelu_bwd(k, m->dfch, fch, m->dfch, N * m->F));
     TD_CHECK(k->bias_bwd(k, g.bfc, m->dfch, N, m->F));
-    TD_CHECK(k->gemm(k, 1, 0, C, m->F, N, ln2, m->dfch, 1.0f, g.wfc));
+    TD_CHECK(mm_grad(m, m->dfch, N * m->F, &d));
+    TD_CHECK(mm(m, 1, 0, C, m->F, N, ln2, at, d, at, 1.0f, g.wfc));
     TD_CHECK(poll(m));
-    TD_CHECK(k->gemm(k, 0, 1, N, C, m->F, m->dfch, w.wfc, 0.0f, m->dln));
+    TD_CHECK(mm(m, 0, 1, N, C, m->F, d, at, w.wfc, pt, 0.0f, m->dln));
     TD_CHECK(poll(m));
     TD_CHECK(tp_sum(m, m->dln, N * C));
-    TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln2w, g.ln2b, m->dln, res2, w.ln2w,
+    TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln2w, g.ln2b, m->dln, res2, w.ln2w, pt,
                               a->ln2_mean + li * N, a->ln2_rstd + li * N, N, C));
     /* m->dres now holds d loss / d res2. Attention: res2 = x + attn(...)·Wproj + bproj */
     TD_CHECK(k->bias_bwd(k, g.bproj, m->dres, N, C));
-    TD_CHECK(k->gemm(k, 1, 0, m->Cl, C, N, atty, m->dres, 1.0f, g.wproj));
+    TD_CHECK(mm_grad(m, m->dres, N * C, &d));
+    TD_CHECK(mm(m, 1, 0, m->Cl, C, N, atty, at, d, at, 1.0f, g.wproj));
     TD_CHECK(poll(m));
-    TD_CHECK(k->gemm(k, 0, 1, N, m->Cl, C, m->dres, w.wproj, 0.0f, m->datty));
+    TD_CHECK(mm(m, 0, 1, N, m->Cl, C, d, at, w.wproj, pt, 0.0f, m->datty));
     TD_CHECK(poll(m));
     TD_CHECK(k->attention_bwd(k, m->dqkv, m->datt_scratch, m->datty, qkv, att, B, T, m->NH, m->HS));
     TD_CHECK(k->bias_bwd(k, g.bqkv, m->dqkv, N, m->C3));
-    TD_CHECK(k->gemm(k, 1, 0, C, m->C3, N, ln1, m->dqkv, 1.0f, g.wqkv));
+    TD_CHECK(mm_grad(m, m->dqkv, N * m->C3, &d));
+    TD_CHECK(mm(m, 1, 0, C, m->C3, N, ln1, at, d, at, 1.0f, g.wqkv));
     TD_CHECK(poll(m));
-    TD_CHECK(k->gemm(k, 0, 1, N, C, m->C3, m->dqkv, w.wqkv, 0.0f, m->dln));
+    TD_CHECK(mm(m, 0, 1, N, C, m->C3, d, at, w.wqkv, pt, 0.0f, m->dln));
     TD_CHECK(poll(m));
     TD_CHECK(tp_sum(m, m->dln, N * C));
-    TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln1w, g.ln1b, m->dln, resid, w.ln1w,
+    TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln1w, g.ln1b, m->dln, resid, w.ln1w, pt,
                               a->ln1_mean + li * N, a->ln1_rstd + li * N, N, C));
     /* m->dres now holds d loss / d (block input) */
     TD_CHECK(hook(m, 0, 1 + layer, TD_PHASE_BACKWARD));
   }
   if (m->first_stage) {
-    TD_CHECK(k->embed_bwd(k, pv(m, 1, TD_PK_WTE, -1), pv(m, 1, TD_PK_WPE, -1),
-                          m->dres, a->inputs, m->v0, m->Vs, B, T, C));
+    TD_CHECK(k->embed_bwd(k, pg(m, TD_PK_WTE, -1), pg(m, TD_PK_WPE, -1), m->dres, a->inputs,
+                          m->v0, m->Vs, B, T, C));
   }
   if (m->first_stage || m->last_stage) TD_CHECK(hook(m, 0, 0, TD_PHASE_BACKWARD));
   return TD_OK;

@@ -355,11 +355,16 @@ td_status td_trainer_run(td_trainer *t) {
   if (st == TD_OK) st = cs;
   TD_CHECK(td_agree(t->app->world, st));
   if (t->dump_path) TD_CHECK_GOTO(dump_begin(t, &d));
+  int bf16 = strcmp(c->training_precision, "bf16") == 0;
   td_log("trident: training %s on %d rank%s (dp %lld, tp %lld, pp %lld, zero %lld), %d thread%s "
-         "per rank, %s back-end (%s), %lld steps of %lld tokens\n",
+         "per rank, %s back-end (%s), %s%s, %lld steps of %lld tokens\n",
          c->run_name, t->app->size, t->app->size == 1 ? "" : "s", (long long)c->parallel_dp,
          (long long)c->parallel_tp, (long long)c->parallel_pp, (long long)c->parallel_zero,
          t->threads, t->threads == 1 ? "" : "s", t->k->name, t->k->matmul_name,
+         c->training_precision,
+         !bf16 ? "" : t->k->bf16_matmul == 2 ? " (native bf16 matmul)"
+                                             : " (bf16 operands widened to fp32: no bf16 matmul "
+                                               "on this CPU)",
          (long long)c->training_steps, (long long)(c->training_global_batch * c->model_seq_len));
   double val = 0.0;
   if (c->eval_every > 0 && t->step == 0) TD_CHECK_GOTO(eval_and_log(t, &val));

@@ -15,19 +15,24 @@
 #include "parallel/td_coll.h"
 #include "parallel/td_grid.h"
 
-/* Activations of one micro-batch through one stage (all (B·T, ·) row-major). */
+/* Activations of one micro-batch through one stage (all (B·T, ·) row-major).
+ * The matmul inputs (void *) are of the model's activation type m->at:
+ * float32, or bf16 under training.precision: bf16; the rest is float32. */
 typedef struct td_acts {
   float *encoded;                  /* (N, C) embedding output (first stage) */
-  float *ln1, *ln1_mean, *ln1_rstd;/* per layer: (N, C), (N), (N) */
+  void *ln1;                       /* per layer (N, C) */
+  float *ln1_mean, *ln1_rstd;      /* per layer (N), (N) */
   float *qkv;                      /* per layer (N, 3C/tp) */
-  float *atty;                     /* per layer (N, C/tp) */
+  void *atty;                      /* per layer (N, C/tp) */
   float *att;                      /* per layer (B, NH/tp, T, T) */
   float *res2;                     /* per layer (N, C) residual after attention */
-  float *ln2, *ln2_mean, *ln2_rstd;
+  void *ln2;
+  float *ln2_mean, *ln2_rstd;
   float *fch;                      /* per layer (N, 4C/tp) */
-  float *fch_gelu;                 /* per layer (N, 4C/tp) */
+  void *fch_gelu;                  /* per layer (N, 4C/tp) */
   float *res3;                     /* per layer (N, C) block output */
-  float *lnf, *lnf_mean, *lnf_rstd;/* (N, C), (N), (N) last stage */
+  void *lnf;                       /* (N, C) last stage */
+  float *lnf_mean, *lnf_rstd;      /* (N), (N) */
   float *logits;                   /* (N, V/tp) last stage; gradient in place */
   float *rowmax, *sumexp, *tlogit; /* (N) cross-entropy statistics */
   int32_t *inputs, *targets;       /* (N) tokens of this micro-batch */
@@ -62,11 +67,16 @@ struct td_model {
   int64_t B, T, C, V, Vs, v0, L_first, L_count, NH, HS;
   int64_t C3, Cl, F; /* local 3C/tp, C/tp, 4C/tp */
   int first_stage, last_stage;
+  /* precision (DESIGN.md, "Precision"): pt the type of the parameters the
+   * kernels read (bf16: the working copy), at that of the saved matmul
+   * inputs; gradients, the residual stream and statistics are float32 */
+  td_dtype pt, at;
   /* activations of up to nslots micro-batches in flight (pipeline), and
    * backward scratch shared by all */
   int nslots;
   td_acts *acts;
   float *dres, *dtmp, *dln, *dqkv, *datty, *dfch, *datt_scratch;
+  void *dmm;             /* bf16: a gradient rounded for the matmuls that read it */
   float *rowstat_host;   /* (3N) host staging for cross-entropy statistics */
   double act_bytes;      /* back-end bytes of activations, scratch, tokens */
   int64_t valid_rows;    /* positions counted in the loss sum (default B·T;
@@ -74,14 +84,16 @@ struct td_model {
   /* units (see above): flat ranges and where their elements live now */
   int nunits;
   int64_t *unit_begin, *unit_end;
-  float **unit_param, **unit_grad; /* element unit_begin[u] of params / grads */
+  void **unit_param;               /* element unit_begin[u] of the params (type pt) */
+  float **unit_grad;               /* ... and of the grads */
   td_model_hooks hooks;            /* place units (the trainer's ZeRO engine) */
 };
 
 /* Unit of a parameter. */
 int td_model_unit_of(const td_model *m, const td_param *p);
-/* Point every unit at the flat buffers params / grads (grads may be NULL). */
-void td_model_units_flat(td_model *m, float *params, float *grads);
+/* Point every unit at the flat buffers params (type m->pt) / grads (grads
+ * may be NULL). */
+void td_model_units_flat(td_model *m, void *params, float *grads);
 
 /* Allocate the model for this rank: registry, units, activations for
  * micro-batches of B sequences. Parameters, gradients and optimizer state

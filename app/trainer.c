@@ -133,6 +133,7 @@ static td_status zero_opts(const td_config *c, const td_grid *g, const td_model 
   o->unit_end = m->unit_end;
   o->persistent_units[0] = 0;             /* {wte, wpe}: used at both ends */
   o->persistent_units[1] = m->nunits - 1; /* {ln_f} */
+  o->pt = m->pt;
   return TD_OK;
 }
 
@@ -205,10 +206,10 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   td_config *c = &t->cfg;
   td_h5_init();
   /* Checks that depend on what this build and grid can do; every rank sees the same. */
-  if (strcmp(c->training_precision, "fp32") != 0 && strcmp(c->run_device, "cpu") == 0)
-    st = td_error_set(TD_ERR_DECK, __FILE__, __LINE__, __func__,
-                      "%s: training.precision: %s is not supported on run.device: cpu yet "
-                      "(use fp32)", c->deck_path, c->training_precision);
+  char why[256];
+  if (!td_kernels_precision_ok(c->run_device, c->training_precision, why, sizeof why))
+    st = td_error_set(TD_ERR_DECK, __FILE__, __LINE__, __func__, "%s: training.precision: %s",
+                      c->deck_path, why);
   TD_CHECK_GOTO(td_agree(app->world, st));
   TD_CHECK_GOTO(td_grid_create(app->world, (int)c->parallel_dp, (int)c->parallel_tp,
                                (int)c->parallel_pp, &t->grid));

@@ -1,5 +1,6 @@
 /* registry.c — the one place back-ends are registered: picks the ops table
  * for the device named by the deck. */
+#include <stdio.h>
 #include <string.h>
 
 #include "kernels/td_kernels.h"
@@ -24,6 +25,23 @@ td_status td_kernels_create(const char *device, int threads, td_kernels **out) {
 #endif
   }
   TD_FAIL(TD_ERR_USAGE, "unknown device \"%s\" (expected \"cpu\" or \"cuda\")", device);
+}
+
+int td_kernels_precision_ok(const char *device, const char *precision, char *why, size_t n) {
+  if (n) why[0] = '\0';
+  if (strcmp(precision, "fp32") == 0) return 1;
+  if (strcmp(precision, "bf16") != 0) {
+    snprintf(why, n, "unknown precision \"%s\" (expected fp32 or bf16)", precision);
+    return 0;
+  }
+  if (strcmp(device, "cpu") == 0 && !td_kernels_cpu_bf16()) {
+    snprintf(why, n,
+             "bf16 on run.device: cpu needs the oneDNN matmul engine; this trident was "
+             "built with CBLAS (install libdnnl-dev and rebuild, or use training.precision: "
+             "fp32)");
+    return 0;
+  }
+  return 1;
 }
 
 void td_kernels_destroy(td_kernels **k) {

@@ -1,9 +1,14 @@
 /* td_kernels.h — the compute interface: one ops table per back-end.
  *
- * All tensors are row-major float32 in the back-end's memory (host for the CPU
- * back-end, device for CUDA); token ids are int32. Shapes are given per
- * pointer. "+=" means the kernel accumulates into the output, "=" that it
- * overwrites. The CPU back-end is the reference; every other back-end is
+ * All tensors are row-major in the back-end's memory (host for the CPU
+ * back-end, device for CUDA); token ids are int32. Tensors are float32
+ * unless a td_dtype argument names the pointer's element type: that is
+ * where precision matters (DESIGN.md, "Precision"): gemm operands and
+ * output, the parameters the pointwise ops read (the bf16 working copy) and
+ * the activations that are matmul inputs. Arithmetic is float32 whatever
+ * the storage (bf16 is rounded to nearest even on store). Shapes are given
+ * per pointer. "+=" means the kernel accumulates into the output, "=" that
+ * it overwrites. The CPU back-end is the reference; every other back-end is
  * tested against it. Kernels know nothing of MPI: tensor-parallel shards are
  * expressed by the (v0, Vs) vocabulary ranges and local head counts. */
 #ifndef TD_KERNELS_H
@@ -20,11 +25,19 @@ extern "C" {
 
 typedef struct td_kernels td_kernels;
 
+/* Element type of a tensor argument. */
+typedef enum { TD_F32 = 0, TD_BF16 = 1 } td_dtype;
+/* Bytes per element. */
+static inline size_t td_dtype_size(td_dtype t) { return t == TD_BF16 ? 2 : 4; }
+
 struct td_kernels {
   const char *name;        /* "cpu", "cuda" */
   const char *matmul_name; /* "onednn", "cblas", "cublas" */
   void *state;             /* back-end private state (primitive cache, ...) */
   int host_memory;         /* buffers live in host memory (MPI and HDF5 may use them directly) */
+  /* bf16 matmul: 2 native (hardware bf16 products), 1 emulated (bf16
+   * operands widened to float32: the same numbers, no speed-up), 0 none */
+  int bf16_matmul;
 
   /* ---- memory ---------------------------------------------------------- */
   /* Zeroed allocation in the back-end's memory; `what` names it in errors. */
@@ -34,25 +47,32 @@ struct td_kernels {
   td_status (*to_host)(td_kernels *k, void *dst_host, const void *src, size_t bytes);
   td_status (*to_device)(td_kernels *k, void *dst, const void *src_host, size_t bytes);
   td_status (*sync)(td_kernels *k); /* wait until queued work is done */
+  /* dst = src converted, n elements (bf16: round to nearest even). */
+  td_status (*cast)(td_kernels *k, void *dst, td_dtype dt, const void *src, td_dtype st,
+                    int64_t n);
 
   /* ---- matmul ------------------------------------------------------------ */
-  /* C (M,N) = op(A) · op(B) + beta·C, beta ∈ {0, 1}.
+  /* C (M,N) = op(A) · op(B) + beta·C, beta ∈ {0, 1}, products accumulated
+   * in float32 whatever the operand types (at, bt, ct; C of type bf16 is
+   * rounded once, after the sum).
    * op(A) is (M,K): A stored (M,K), or (K,M) when transA.
    * op(B) is (K,N): B stored (K,N), or (N,K) when transB. */
   td_status (*gemm)(td_kernels *k, int transA, int transB, int64_t M, int64_t N,
-                    int64_t K, const float *A, const float *B, float beta, float *C);
-  /* out (M,N) += bias (N) broadcast over rows. */
-  td_status (*bias_fwd)(td_kernels *k, float *out, const float *bias, int64_t M, int64_t N);
+                    int64_t K, const void *A, td_dtype at, const void *B, td_dtype bt,
+                    float beta, void *C, td_dtype ct);
+  /* out (M,N) += bias (N, type pt) broadcast over rows. */
+  td_status (*bias_fwd)(td_kernels *k, float *out, const void *bias, td_dtype pt, int64_t M,
+                        int64_t N);
   /* dbias (N) += Σ_m dout (M,N). */
   td_status (*bias_bwd)(td_kernels *k, float *dbias, const float *dout, int64_t M, int64_t N);
 
   /* ---- embedding ----------------------------------------------------------- */
   /* out[n,:] = (v0 ≤ tok[n] < v0+Vs ? wte[tok[n]-v0,:] : 0) + (wpe ? wpe[n mod T,:] : 0)
    * out (B·T, C), tokens (B·T), wte (Vs, C) = rows [v0, v0+Vs) of the vocabulary,
-   * wpe (T, C) or NULL. */
+   * wpe (T, C) or NULL; wte and wpe of type pt. */
   td_status (*embed_fwd)(td_kernels *k, float *out, const int32_t *tokens,
-                         const float *wte, int64_t v0, int64_t Vs, const float *wpe,
-                         int64_t B, int64_t T, int64_t C);
+                         const void *wte, int64_t v0, int64_t Vs, const void *wpe,
+                         td_dtype pt, int64_t B, int64_t T, int64_t C);
   /* dwte (Vs, C) += scatter of dout rows whose token is in [v0, v0+Vs);
    * dwpe (T, C) += Σ_b dout[b,t,:] when dwpe is not NULL. dout (B·T, C). */
   td_status (*embed_bwd)(td_kernels *k, float *dwte, float *dwpe, const float *dout,
@@ -60,13 +80,15 @@ struct td_kernels {
                          int64_t T, int64_t C);
 
   /* ---- LayerNorm (eps 1e-5) ------------------------------------------------ */
-  /* out = (x - mean)·rstd·w + b per row; out, x (N, C); mean, rstd (N) saved. */
-  td_status (*layernorm_fwd)(td_kernels *k, float *out, float *mean, float *rstd,
-                             const float *x, const float *w, const float *b,
+  /* out = (x - mean)·rstd·w + b per row; out (N, C) of type ot, x (N, C);
+   * w, b (C) of type pt; mean, rstd (N) saved. */
+  td_status (*layernorm_fwd)(td_kernels *k, void *out, td_dtype ot, float *mean, float *rstd,
+                             const float *x, const void *w, const void *b, td_dtype pt,
                              int64_t N, int64_t C);
-  /* dx (N,C) +=, dw (C) +=, db (C) += the gradients given dout (N,C). */
+  /* dx (N,C) +=, dw (C) +=, db (C) += the gradients given dout (N,C); w of
+   * type pt. */
   td_status (*layernorm_bwd)(td_kernels *k, float *dx, float *dw, float *db,
-                             const float *dout, const float *x, const float *w,
+                             const float *dout, const float *x, const void *w, td_dtype pt,
                              const float *mean, const float *rstd, int64_t N, int64_t C);
 
   /* ---- causal multi-head attention ---------------------------------------- */
@@ -82,8 +104,9 @@ struct td_kernels {
                              int64_t B, int64_t T, int64_t NH, int64_t HS);
 
   /* ---- pointwise ---------------------------------------------------------- */
-  /* out = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), n elements. */
-  td_status (*gelu_fwd)(td_kernels *k, float *out, const float *x, int64_t n);
+  /* out = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), n elements; out of
+   * type ot. */
+  td_status (*gelu_fwd)(td_kernels *k, void *out, td_dtype ot, const float *x, int64_t n);
   /* dx = gelu'(x)·dout (=), n elements. */
   td_status (*gelu_bwd)(td_kernels *k, float *dx, const float *x, const float *dout, int64_t n);
   /* out = a + b (out may alias a or b), n elements. */
@@ -128,6 +151,12 @@ struct td_kernels {
 
 /* Create the CPU back-end with `threads` OpenMP threads (0: leave as is). */
 td_status td_kernels_cpu_create(int threads, td_kernels **out);
+/* 1 if this build's CPU matmul engine takes bf16 operands (oneDNN), 0 if not (CBLAS). */
+int td_kernels_cpu_bf16(void);
+/* Whether the back-end `device` of this build computes `precision`
+ * ("fp32", "bf16") without creating it; 0 with the reason in why. For
+ * `trident check` and the trainer's set-up (every rank decides the same). */
+int td_kernels_precision_ok(const char *device, const char *precision, char *why, size_t n);
 /* Create the back-end named `device` ("cpu" or "cuda"). */
 td_status td_kernels_create(const char *device, int threads, td_kernels **out);
 /* Destroy a back-end; accepts NULL and sets *k = NULL. */

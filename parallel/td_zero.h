@@ -18,6 +18,12 @@
  *            into a working buffer before use (the next unit prefetched) and
  *            dropped after; persistent memory 16 bytes × n / dp.
  *
+ * Precision (opts.pt = TD_BF16): the master parameters, gradients and
+ * moments stay float32; the engine also keeps a bf16 working copy of the
+ * parameters it holds (the full buffer, at stage 3 the owned shard), made
+ * after every change of the masters (set, optimizer, gather), and hands out
+ * bf16 parameters: stage 3 gathers them in bf16, half the bytes.
+ *
  * Units are contiguous ranges of the local space used together (one
  * transformer block, the embeddings, the final LayerNorm). The caller brackets
  * every use of a unit with td_zero_acquire / td_zero_release. Gradients are
@@ -54,6 +60,7 @@ typedef struct td_zero_opts {
   int nunits;
   const int64_t *unit_begin, *unit_end; /* ranges; begin ≥ end means empty */
   int persistent_units[2]; /* units kept gathered for the whole step (stage 3), -1: none */
+  td_dtype pt;             /* type of the parameters handed out (TD_F32 or TD_BF16) */
 } td_zero_opts;
 
 typedef struct td_zero td_zero;
@@ -91,9 +98,10 @@ void td_zero_moments(td_zero *z, float **exp_avg, float **exp_avg_sq, int64_t *b
 td_status td_zero_begin_step(td_zero *z, int64_t micro);
 /* Start micro-batch j (0-based) of the step. */
 td_status td_zero_begin_micro(td_zero *z, int64_t j);
-/* Make unit u usable: *param (and, when backward, *grad) point at the unit's
- * first element. Stage 3 gathers (and prefetches the next unit in order). */
-td_status td_zero_acquire(td_zero *z, int u, int backward, float **param, float **grad);
+/* Make unit u usable: *param (type opts.pt; and, when backward, *grad)
+ * point at the unit's first element. Stage 3 gathers (and prefetches the
+ * next unit in order). */
+td_status td_zero_acquire(td_zero *z, int u, int backward, void **param, float **grad);
 /* Done with unit u; in backward its gradients of this micro-batch are final
  * and their reduction is launched. */
 td_status td_zero_release(td_zero *z, int u, int backward);
@@ -118,7 +126,7 @@ td_status td_zero_adamw(td_zero *z, float lr, float beta1, float beta2, float ep
 td_status td_zero_gather_params(td_zero *z);
 
 /* Bytes this rank's engine allocated (or would: a size query) for
- * parameters, gradients (full buffer and/or shard), AdamW moments, and
+ * parameters (with the bf16 working copy), gradients (full buffer and/or shard), AdamW moments, and
  * working buffers (stages 2–3: per slot a unit's gradients and its
  * reduce-scatter share, at stage 3 also its gathered parameters; slots 0 and
  * 1 sized for the two persistent units, the block slots for the largest

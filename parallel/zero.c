@@ -22,7 +22,7 @@ typedef struct {
   int valid;         /* parameters: gathered and current */
   int64_t seq;       /* gradients: when its reduction was launched (launch count) */
   MPI_Request req;
-  float *buf;        /* the largest unit this slot serves */
+  float *buf;        /* the largest unit this slot serves (parameters: of type o.pt) */
   float *recv;       /* gradients: this rank's part of the reduce-scatter */
   int64_t recv_off;  /* where recv goes in the gradient shard */
   int recv_n;
@@ -40,6 +40,8 @@ struct td_zero {
   int dp, rank;
   int64_t S, npad, own_b, own_e;
   float *params, *grads, *gshard, *m, *v;
+  void *p16;         /* bf16 working copy of params (o.pt = TD_BF16), else NULL */
+  size_t psz;        /* bytes per handed-out parameter */
   slot pslots[2 + TD_ZERO_BLOCK_SLOTS], gslots[2 + TD_ZERO_BLOCK_SLOTS];
   int nslots;
   /* stage 0/1: outstanding reductions */
@@ -166,7 +168,11 @@ td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *st
     if (!unit_empty(z, u)) TD_CHECK_GOTO(unit_counts(z, u));
   int stage = o->stage;
   size_t full = (size_t)z->npad * sizeof(float), shard = (size_t)z->S * sizeof(float);
+  z->psz = td_dtype_size(o->pt);
   TD_CHECK_GOTO(zalloc(z, &z->params, stage < 3 ? full : shard, ZB_PARAM, "parameters"));
+  if (o->pt == TD_BF16)
+    TD_CHECK_GOTO(zalloc(z, (float **)&z->p16, (stage < 3 ? full : shard) / 2, ZB_PARAM,
+                         "bf16 working copy of the parameters"));
   if (stage < 2) TD_CHECK_GOTO(zalloc(z, &z->grads, full, ZB_GRAD, "gradients"));
   if (stage >= 1) TD_CHECK_GOTO(zalloc(z, &z->gshard, shard, ZB_GRAD, "gradient shard"));
   TD_CHECK_GOTO(zalloc(z, &z->m, stage == 0 ? full : shard, ZB_OPTIM, "AdamW first moments"));
@@ -180,7 +186,9 @@ td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *st
     int64_t elems = 0, share = 0;
     slot_need(z, i, &elems, &share);
     size_t ub = (size_t)imax(elems, 1) * sizeof(float), rb = (size_t)imax(share, 1) * sizeof(float);
-    if (stage == 3) TD_CHECK_GOTO(zalloc(z, &ps->buf, ub, ZB_WORK, "gathered unit parameters"));
+    if (stage == 3)
+      TD_CHECK_GOTO(zalloc(z, &ps->buf, ub / sizeof(float) * z->psz, ZB_WORK,
+                           "gathered unit parameters"));
     TD_CHECK_GOTO(zalloc(z, &gs->buf, ub, ZB_WORK, "unit gradients"));
     TD_CHECK_GOTO(zalloc(z, &gs->recv, rb, ZB_WORK, "gradient shard receive buffer"));
   }
@@ -215,8 +223,8 @@ void td_zero_destroy(td_zero **zp) {
       if (z->k && ss[j]->recv) z->k->free(z->k, ss[j]->recv);
     }
   }
-  float *bufs[] = {z->params, z->grads, z->gshard, z->m, z->v};
-  for (int i = 0; i < 5; ++i)
+  void *bufs[] = {z->params, z->grads, z->gshard, z->m, z->v, z->p16};
+  for (int i = 0; i < 6; ++i)
     if (z->k && bufs[i]) z->k->free(z->k, bufs[i]);
   free(z->ucounts);
   free(z->udispls);
@@ -226,15 +234,23 @@ void td_zero_destroy(td_zero **zp) {
   free(z);
 }
 
+/* The bf16 working copy after the masters changed (no-op in float32). */
+static td_status refresh16(td_zero *z) {
+  if (!z->p16) return TD_OK;
+  return z->k->cast(z->k, z->p16, TD_BF16, z->params, TD_F32, z->o.stage < 3 ? z->npad : z->S);
+}
+
 td_status td_zero_set_params(td_zero *z, const float *host) {
   td_kernels *k = z->k;
   for (int i = 0; i < z->nslots; ++i) z->pslots[i].valid = 0; /* gathered copies are stale */
-  if (z->o.stage < 3)
-    return k->to_device(k, z->params, host, (size_t)z->o.n * sizeof(float));
+  if (z->o.stage < 3) {
+    TD_CHECK(k->to_device(k, z->params, host, (size_t)z->o.n * sizeof(float)));
+    return refresh16(z);
+  }
   TD_CHECK(k->zero(k, z->params, (size_t)z->S * sizeof(float)));
   if (z->own_e > z->own_b)
     TD_CHECK(k->to_device(k, z->params, host + z->own_b, (size_t)(z->own_e - z->own_b) * sizeof(float)));
-  return TD_OK;
+  return refresh16(z);
 }
 
 float *td_zero_params_full(td_zero *z) { return z->o.stage < 3 ? z->params : NULL; }
@@ -263,15 +279,17 @@ int64_t td_zero_slot_reuse_min(const td_zero *z) { return z->reuse_min; }
 static td_status start_gather(td_zero *z, int u, slot *s) {
   int64_t lo, hi;
   unit_part(z, u, z->rank, &lo, &hi);
-  const float *send = z->params + (hi > lo ? lo - (int64_t)z->rank * z->S : 0);
+  size_t at = (size_t)(hi > lo ? lo - (int64_t)z->rank * z->S : 0);
+  const void *send = z->p16 ? (const void *)((const char *)z->p16 + at * 2) : z->params + at;
+  MPI_Datatype t = z->p16 ? MPI_UINT16_T : MPI_FLOAT;
   s->unit = u;
   s->valid = 0;
   s->pending = 1;
   TD_CHECK(z->k->sync(z->k));
-  TD_MPI_CHECK(MPI_Iallgatherv(send, UCOUNTS(z, u)[z->rank], MPI_FLOAT, s->buf, UCOUNTS(z, u),
-                              UDISPLS(z, u), MPI_FLOAT, z->o.dp_comm, &s->req));
+  TD_MPI_CHECK(MPI_Iallgatherv(send, UCOUNTS(z, u)[z->rank], t, s->buf, UCOUNTS(z, u),
+                              UDISPLS(z, u), t, z->o.dp_comm, &s->req));
   count_stats(z, TD_COLL_ALLGATHER,
-              (double)(z->ue[u] - z->ub[u]) * 4.0 * (double)(z->dp - 1) / z->dp);
+              (double)(z->ue[u] - z->ub[u]) * (double)z->psz * (double)(z->dp - 1) / z->dp);
   return TD_OK;
 }
 
@@ -422,12 +440,12 @@ td_status td_zero_begin_micro(td_zero *z, int64_t j) {
   return TD_OK;
 }
 
-td_status td_zero_acquire(td_zero *z, int u, int backward, float **param, float **grad) {
+td_status td_zero_acquire(td_zero *z, int u, int backward, void **param, float **grad) {
   int stage = z->o.stage;
   if (unit_empty(z, u)) return TD_OK;
   TD_CHECK(progress(z));
   if (stage < 3) {
-    *param = z->params + z->ub[u];
+    *param = z->p16 ? (void *)((char *)z->p16 + (size_t)z->ub[u] * 2) : z->params + z->ub[u];
   } else {
     slot *s = NULL;
     TD_CHECK(param_slot(z, u, 1, &s));
@@ -550,7 +568,10 @@ td_status td_zero_adamw(td_zero *z, float lr, float beta1, float beta2, float ep
     TD_CHECK(k->adamw(k, p, g, z->m + (lo - base), z->v + (lo - base), hi - lo, lr, beta1, beta2,
                       eps, x->decay ? wd : 0.0f, t));
   }
-  if (stage == 1 || stage == 2) TD_CHECK(td_zero_gather_params(z));
+  if (stage == 1 || stage == 2)
+    TD_CHECK(td_zero_gather_params(z)); /* refreshes the working copy */
+  else
+    TD_CHECK(refresh16(z));
   for (int i = 0; i < z->nslots; ++i) z->pslots[i].valid = 0; /* parameters changed */
   return TD_OK;
 }
@@ -558,7 +579,7 @@ td_status td_zero_adamw(td_zero *z, float lr, float beta1, float beta2, float ep
 td_status td_zero_gather_params(td_zero *z) {
   int stage = z->o.stage;
   for (int i = 0; i < z->nslots; ++i) z->pslots[i].valid = 0; /* gathered copies are stale */
-  if (z->dp == 1) return TD_OK;
+  if (z->dp == 1) return refresh16(z);
   if (stage == 1 || stage == 2) {
     TD_CHECK(z->k->sync(z->k));
     double t0 = td_now();
@@ -575,6 +596,6 @@ td_status td_zero_gather_params(td_zero *z) {
     }
   }
   for (int i = 0; i < z->nslots; ++i) z->pslots[i].valid = 0;
-  return TD_OK;
+  return refresh16(z);
 }
 

@@ -34,10 +34,13 @@ static void cpu_destroy(td_kernels *k) {
     td_cpu_mm_engine_destroy(s);
     td_free(s->buckets);
     td_free(s->scratch);
+    td_free(s->widen);
     td_free(s);
   }
   td_free(k);
 }
+
+int td_kernels_cpu_bf16(void) { return td_cpu_mm_engine_bf16; }
 
 td_status td_kernels_cpu_create(int threads, td_kernels **out) {
   td_status st = TD_OK;
@@ -62,12 +65,14 @@ td_status td_kernels_cpu_create(int threads, td_kernels **out) {
   k->name = "cpu";
   k->host_memory = 1;
   k->matmul_name = td_cpu_mm_engine_name;
+  k->bf16_matmul = s->bf16;
   k->alloc = cpu_alloc;
   k->free = cpu_free;
   k->zero = cpu_zero;
   k->to_host = cpu_copy;
   k->to_device = cpu_copy;
   k->sync = cpu_sync;
+  k->cast = td_cpu_cast;
   k->gemm = td_cpu_gemm;
   k->bias_fwd = td_cpu_bias_fwd;
   k->bias_bwd = td_cpu_bias_bwd;

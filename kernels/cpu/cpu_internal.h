@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/td_bf16.h"
 #include "kernels/td_kernels.h"
 
 /* Hot row kernels are compiled for AVX-512, AVX2 and the baseline and picked
@@ -23,13 +24,16 @@
 /* C = alpha·A·B + beta·C over a (batch0, batch1) grid of products, every
  * operand addressed by element strides {batch0, batch1, row, col}:
  * A (M,K), B (K,N), C (M,N). beta ∈ {0, 1}. A transposed operand is a
- * row stride of 1; C must have a column stride of 1. This struct is also the
+ * row stride of 1; C must have a column stride of 1. at, bt, ct: the
+ * operands' td_dtype (accumulation is float32). This struct is also the
  * key of the plan cache, so it holds nothing but plain integers and floats. */
 typedef struct {
   int64_t batch0, batch1;
   int64_t M, N, K;
   int64_t sa[4], sb[4], sc[4];
   float alpha, beta;
+  int32_t at, bt, ct;
+  int32_t pad_;
 } td_cpu_mm;
 
 typedef struct td_cpu_plan td_cpu_plan; /* one cached matmul plan */
@@ -41,57 +45,71 @@ typedef struct {
   void *scratch;            /* shared user scratchpad, grown to the largest */
   size_t scratch_bytes;
   void *engine;             /* matmul engine (oneDNN engine + stream), or NULL */
+  int bf16;                 /* bf16 products: 2 native, 1 widened to float32, 0 none */
+  void *widen;              /* bf16 emulation: float32 copies of A, B, C */
+  size_t widen_bytes;
 } td_cpu_state;
 
 /* ---- matmul engine: one implementation per file, matmul_onednn.c or
  * matmul_cblas.c, chosen by TD_HAVE_DNNL --------------------------------- */
 extern const char td_cpu_mm_engine_name[];
+/* bf16 operands: 1 if the engine can compute them (natively or widened),
+ * 0 if it refuses them (CBLAS). */
+extern const int td_cpu_mm_engine_bf16;
+/* Sets s->bf16 too: 2 when the engine has bf16 products on this CPU. */
 td_status td_cpu_mm_engine_create(td_cpu_state *s);
 void td_cpu_mm_engine_destroy(td_cpu_state *s);
-/* Build the executable form of d; *scratch_bytes is the scratchpad it needs. */
+/* Build the executable form of d; *scratch_bytes is the scratchpad it needs.
+ * bf16 operands reach the engine only when s->bf16 == 2. */
 td_status td_cpu_mm_impl_create(td_cpu_state *s, const td_cpu_mm *d, void **impl,
                                 size_t *scratch_bytes);
 void td_cpu_mm_impl_destroy(void *impl);
 /* Run it; scratch has at least the bytes asked for. */
 td_status td_cpu_mm_impl_run(td_cpu_state *s, void *impl, const td_cpu_mm *d,
-                             const float *A, const float *B, float *C, void *scratch);
+                             const void *A, const void *B, void *C, void *scratch);
 
 /* ---- matmul.c -------------------------------------------------------------- */
 /* Run d, creating and caching its plan on first use. */
-td_status td_cpu_mm_run(td_kernels *k, const td_cpu_mm *d, const float *A,
-                        const float *B, float *C);
+td_status td_cpu_mm_run(td_kernels *k, const td_cpu_mm *d, const void *A,
+                        const void *B, void *C);
 void td_cpu_mm_cache_clear(td_cpu_state *s);
 td_status td_cpu_gemm(td_kernels *k, int transA, int transB, int64_t M, int64_t N,
-                      int64_t K, const float *A, const float *B, float beta, float *C);
-td_status td_cpu_bias_fwd(td_kernels *k, float *out, const float *bias, int64_t M,
-                          int64_t N);
+                      int64_t K, const void *A, td_dtype at, const void *B, td_dtype bt,
+                      float beta, void *C, td_dtype ct);
+td_status td_cpu_bias_fwd(td_kernels *k, float *out, const void *bias, td_dtype pt,
+                          int64_t M, int64_t N);
 td_status td_cpu_bias_bwd(td_kernels *k, float *dbias, const float *dout, int64_t M,
                           int64_t N);
 
 /* ---- the other ops, one file each ----------------------------------------------- */
 td_status td_cpu_embed_fwd(td_kernels *k, float *out, const int32_t *tokens,
-                           const float *wte, int64_t v0, int64_t Vs, const float *wpe,
-                           int64_t B, int64_t T, int64_t C);
+                           const void *wte, int64_t v0, int64_t Vs, const void *wpe,
+                           td_dtype pt, int64_t B, int64_t T, int64_t C);
 td_status td_cpu_embed_bwd(td_kernels *k, float *dwte, float *dwpe, const float *dout,
                            const int32_t *tokens, int64_t v0, int64_t Vs, int64_t B,
                            int64_t T, int64_t C);
-td_status td_cpu_layernorm_fwd(td_kernels *k, float *out, float *mean, float *rstd,
-                               const float *x, const float *w, const float *b,
-                               int64_t N, int64_t C);
+td_status td_cpu_layernorm_fwd(td_kernels *k, void *out, td_dtype ot, float *mean,
+                               float *rstd, const float *x, const void *w, const void *b,
+                               td_dtype pt, int64_t N, int64_t C);
 td_status td_cpu_layernorm_bwd(td_kernels *k, float *dx, float *dw, float *db,
-                               const float *dout, const float *x, const float *w,
-                               const float *mean, const float *rstd, int64_t N,
+                               const float *dout, const float *x, const void *w,
+                               td_dtype pt, const float *mean, const float *rstd, int64_t N,
                                int64_t C);
 td_status td_cpu_attention_fwd(td_kernels *k, float *out, float *att, const float *qkv,
                                int64_t B, int64_t T, int64_t NH, int64_t HS);
 td_status td_cpu_attention_bwd(td_kernels *k, float *dqkv, float *scratch,
                                const float *dout, const float *qkv, const float *att,
                                int64_t B, int64_t T, int64_t NH, int64_t HS);
-td_status td_cpu_gelu_fwd(td_kernels *k, float *out, const float *x, int64_t n);
+td_status td_cpu_gelu_fwd(td_kernels *k, void *out, td_dtype ot, const float *x, int64_t n);
 td_status td_cpu_gelu_bwd(td_kernels *k, float *dx, const float *x, const float *dout,
                           int64_t n);
 td_status td_cpu_add(td_kernels *k, float *out, const float *a, const float *b,
                      int64_t n);
+td_status td_cpu_cast(td_kernels *k, void *dst, td_dtype dt, const void *src, td_dtype st,
+                      int64_t n);
+/* A parameter vector of type pt as float32: p itself, or widened into tmp
+ * (n floats). */
+const float *td_cpu_param_f32(const void *p, td_dtype pt, float *tmp, int64_t n);
 td_status td_cpu_scale(td_kernels *k, float *x, float s, int64_t n);
 td_status td_cpu_sumsq(td_kernels *k, const float *x, int64_t n, double *out);
 td_status td_cpu_xent_rowmax(td_kernels *k, float *rowmax, const float *logits,

@@ -3,11 +3,25 @@
 
 /* out[n,:] = wte[tok[n]−v0,:] (0 if the token is outside [v0, v0+Vs))
  *          + wpe[n mod T,:] (if wpe). out (B·T, C), tokens (B·T), wte (Vs, C),
- * wpe (T, C) or NULL. */
+ * wpe (T, C) or NULL; wte and wpe of type pt (bf16: widened row by row). */
 td_status td_cpu_embed_fwd(td_kernels *k, float *out, const int32_t *tokens,
-                           const float *wte, int64_t v0, int64_t Vs, const float *wpe,
-                           int64_t B, int64_t T, int64_t C) {
+                           const void *wtep, int64_t v0, int64_t Vs, const void *wpep,
+                           td_dtype pt, int64_t B, int64_t T, int64_t C) {
   int64_t N = B * T;
+  if (pt == TD_BF16) {
+    const td_bf16 *wte = wtep, *wpe = wpep;
+#pragma omp parallel for schedule(static) if (N * C > 32768)
+    for (int64_t n = 0; n < N; n++) {
+      float *o = out + n * C;
+      int64_t v = (int64_t)tokens[n] - v0;
+      const td_bf16 *e = (v >= 0 && v < Vs) ? wte + v * C : NULL;
+      const td_bf16 *p = wpe ? wpe + (n % T) * C : NULL;
+      for (int64_t c = 0; c < C; c++)
+        o[c] = (e ? td_bf16_to_f32(e[c]) : 0.0f) + (p ? td_bf16_to_f32(p[c]) : 0.0f);
+    }
+    return TD_OK;
+  }
+  const float *wte = wtep, *wpe = wpep;
 #pragma omp parallel for schedule(static) if (N * C > 32768)
   for (int64_t n = 0; n < N; n++) {
     float *o = out + n * C;

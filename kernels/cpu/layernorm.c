@@ -1,15 +1,15 @@
 /* layernorm.c — LayerNorm over the last dimension (eps 1e-5), forward and
  * backward. Row statistics in float with vectorised (16-way) partial sums. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
 
 #define TD_LN_EPS 1e-5f
 #define TD_LN_COLS 128 /* columns per task of the dw/db reduction */
 
-/* One row: μ = Σx/C, σ² = Σ(x−μ)²/C, r = 1/√(σ²+eps), o = (x−μ)·r·w + b. */
-TD_CPU_CLONES static void ln_fwd_row(float *o, float *mean, float *rstd, const float *x,
-                                     const float *w, const float *b, int64_t C) {
+/* Row statistics: μ = Σx/C, σ² = Σ(x−μ)²/C, r = 1/√(σ²+eps). */
+TD_CPU_CLONES static void ln_stats(float *mean, float *rstd, const float *x, int64_t C) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
   for (int64_t c = 0; c < C; c++) s += x[c];
@@ -17,20 +17,45 @@ TD_CPU_CLONES static void ln_fwd_row(float *o, float *mean, float *rstd, const f
   float v = 0.0f;
 #pragma omp simd reduction(+ : v)
   for (int64_t c = 0; c < C; c++) v += (x[c] - mu) * (x[c] - mu);
-  float r = 1.0f / sqrtf(v / (float)C + TD_LN_EPS);
-#pragma omp simd
-  for (int64_t c = 0; c < C; c++) o[c] = (x[c] - mu) * r * w[c] + b[c];
   *mean = mu;
-  *rstd = r;
+  *rstd = 1.0f / sqrtf(v / (float)C + TD_LN_EPS);
 }
 
-/* out, x (N, C); w, b (C); mean, rstd (N). */
-td_status td_cpu_layernorm_fwd(td_kernels *k, float *out, float *mean, float *rstd,
-                               const float *x, const float *w, const float *b,
-                               int64_t N, int64_t C) {
+/* One row: o = (x−μ)·r·w + b, float32 or rounded to bf16. */
+TD_CPU_CLONES static void ln_fwd_row(float *o, float *mean, float *rstd, const float *x,
+                                     const float *w, const float *b, int64_t C) {
+  ln_stats(mean, rstd, x, C);
+  float mu = *mean, r = *rstd;
+#pragma omp simd
+  for (int64_t c = 0; c < C; c++) o[c] = (x[c] - mu) * r * w[c] + b[c];
+}
+
+TD_CPU_CLONES static void ln_fwd_row16(td_bf16 *o, float *mean, float *rstd, const float *x,
+                                       const float *w, const float *b, int64_t C) {
+  ln_stats(mean, rstd, x, C);
+  float mu = *mean, r = *rstd;
+#pragma omp simd
+  for (int64_t c = 0; c < C; c++) o[c] = td_bf16_from_f32((x[c] - mu) * r * w[c] + b[c]);
+}
+
+/* out (N, C) of type ot, x (N, C); w, b (C) of type pt; mean, rstd (N). */
+td_status td_cpu_layernorm_fwd(td_kernels *k, void *out, td_dtype ot, float *mean,
+                               float *rstd, const float *x, const void *wp, const void *bp,
+                               td_dtype pt, int64_t N, int64_t C) {
+  float *tmp = NULL;
+  if (pt != TD_F32 && !(tmp = malloc((size_t)(2 * C + 1) * sizeof(float))))
+    TD_FAIL(TD_ERR_NOMEM, "layernorm: out of memory for %lld parameters", (long long)C);
+  const float *w = td_cpu_param_f32(wp, pt, tmp, C), *b = td_cpu_param_f32(bp, pt, tmp + C, C);
+  if (ot == TD_BF16) {
+    td_bf16 *o = out;
 #pragma omp parallel for schedule(static) if (N * C > 16384)
-  for (int64_t n = 0; n < N; n++)
-    ln_fwd_row(out + n * C, mean + n, rstd + n, x + n * C, w, b, C);
+    for (int64_t n = 0; n < N; n++) ln_fwd_row16(o + n * C, mean + n, rstd + n, x + n * C, w, b, C);
+  } else {
+    float *o = out;
+#pragma omp parallel for schedule(static) if (N * C > 16384)
+    for (int64_t n = 0; n < N; n++) ln_fwd_row(o + n * C, mean + n, rstd + n, x + n * C, w, b, C);
+  }
+  free(tmp);
   return TD_OK;
 }
 
@@ -76,12 +101,16 @@ TD_CPU_CLONES static void ln_bwd_cols(float *dw, float *db, const float *dout,
   }
 }
 
-/* dx, dout, x (N, C) ; dw, db, w (C); mean, rstd (N). dw/db: threads own
- * column blocks, so their sums do not depend on the thread count. */
+/* dx, dout, x (N, C) ; dw, db, w (C; w of type pt); mean, rstd (N). dw/db:
+ * threads own column blocks, so their sums do not depend on the thread count. */
 td_status td_cpu_layernorm_bwd(td_kernels *k, float *dx, float *dw, float *db,
-                               const float *dout, const float *x, const float *w,
-                               const float *mean, const float *rstd, int64_t N,
+                               const float *dout, const float *x, const void *wp,
+                               td_dtype pt, const float *mean, const float *rstd, int64_t N,
                                int64_t C) {
+  float *tmp = NULL;
+  if (pt != TD_F32 && !(tmp = malloc((size_t)(C + 1) * sizeof(float))))
+    TD_FAIL(TD_ERR_NOMEM, "layernorm: out of memory for %lld parameters", (long long)C);
+  const float *w = td_cpu_param_f32(wp, pt, tmp, C);
   int64_t nblk = (C + TD_LN_COLS - 1) / TD_LN_COLS;
 #pragma omp parallel if (N * C > 16384)
   {
@@ -95,5 +124,6 @@ td_status td_cpu_layernorm_bwd(td_kernels *k, float *dx, float *dw, float *db,
                   C - c0 < TD_LN_COLS ? C - c0 : TD_LN_COLS);
     }
   }
+  free(tmp);
   return TD_OK;
 }

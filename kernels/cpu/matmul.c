@@ -7,6 +7,7 @@
  * shared by all plans, grown to the largest need. After warm-up nothing here
  * allocates. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -79,33 +80,83 @@ done:
 }
 
 /* Zero C (M,N) with strides sc over the batch grid: beta = 0 with K = 0. */
-static void mm_zero_c(const td_cpu_mm *d, float *C) {
+static void mm_zero_c(const td_cpu_mm *d, void *C) {
+  size_t es = td_dtype_size((td_dtype)d->ct);
   for (int64_t b0 = 0; b0 < d->batch0; b0++)
     for (int64_t b1 = 0; b1 < d->batch1; b1++)
-      for (int64_t m = 0; m < d->M; m++) {
-        float *c = C + b0 * d->sc[0] + b1 * d->sc[1] + m * d->sc[2];
-        for (int64_t n = 0; n < d->N; n++) c[n * d->sc[3]] = 0.0f;
-      }
+      for (int64_t m = 0; m < d->M; m++)
+        for (int64_t n = 0; n < d->N; n++)
+          memset((char *)C + (size_t)(b0 * d->sc[0] + b1 * d->sc[1] + m * d->sc[2] +
+                                      n * d->sc[3]) * es,
+                 0, es);
 }
 
-td_status td_cpu_mm_run(td_kernels *k, const td_cpu_mm *d, const float *A,
-                        const float *B, float *C) {
+/* Elements from an operand's first to its last (strides are positive). */
+static int64_t mm_span(const td_cpu_mm *d, const int64_t st[4], int64_t rows, int64_t cols) {
+  return (d->batch0 - 1) * st[0] + (d->batch1 - 1) * st[1] + (rows - 1) * st[2] +
+         (cols - 1) * st[3] + 1;
+}
+
+static td_status mm_run_plan(td_kernels *k, const td_cpu_mm *d, const void *A, const void *B,
+                             void *C) {
   td_cpu_state *s = k->state;
   td_cpu_plan *p = NULL;
-  if (d->M == 0 || d->N == 0 || d->batch0 == 0 || d->batch1 == 0) return TD_OK;
-  if (d->K == 0) {
-    if (d->beta == 0.0f) mm_zero_c(d, C);
-    return TD_OK;
-  }
   TD_CHECK(mm_plan_get(s, d, &p));
   TD_CHECK(td_cpu_mm_impl_run(s, p->impl, d, A, B, C, s->scratch));
   return TD_OK;
 }
 
+/* bf16 operands on an engine without bf16 products: widen them to float32
+ * (exact), multiply in float32 (the same products, accumulated in float32),
+ * round a bf16 C back. */
+static td_status mm_run_widened(td_kernels *k, const td_cpu_mm *d, const void *A,
+                                const void *B, void *C) {
+  td_cpu_state *s = k->state;
+  int64_t na = d->at == TD_BF16 ? mm_span(d, d->sa, d->M, d->K) : 0;
+  int64_t nb = d->bt == TD_BF16 ? mm_span(d, d->sb, d->K, d->N) : 0;
+  int64_t nc = d->ct == TD_BF16 ? mm_span(d, d->sc, d->M, d->N) : 0;
+  size_t need = (size_t)(na + nb + nc) * sizeof(float);
+  if (need > s->widen_bytes) {
+    td_free(s->widen);
+    s->widen = NULL;
+    s->widen_bytes = 0;
+    TD_CHECK(td_alloc(&s->widen, need, "bf16 matmul: float32 copies of the operands"));
+    s->widen_bytes = need;
+  }
+  float *wa = s->widen, *wb = wa + na, *wc = wb + nb;
+  td_cpu_mm f = *d;
+  f.at = f.bt = f.ct = TD_F32;
+  if (na) TD_CHECK(td_cpu_cast(k, wa, TD_F32, A, TD_BF16, na));
+  if (nb) TD_CHECK(td_cpu_cast(k, wb, TD_F32, B, TD_BF16, nb));
+  if (nc) TD_CHECK(td_cpu_cast(k, wc, TD_F32, C, TD_BF16, nc)); /* gaps round-trip exactly */
+  TD_CHECK(mm_run_plan(k, &f, na ? wa : A, nb ? wb : B, nc ? wc : C));
+  if (nc) TD_CHECK(td_cpu_cast(k, C, TD_BF16, wc, TD_F32, nc));
+  return TD_OK;
+}
+
+td_status td_cpu_mm_run(td_kernels *k, const td_cpu_mm *d, const void *A, const void *B,
+                        void *C) {
+  td_cpu_state *s = k->state;
+  if (d->M == 0 || d->N == 0 || d->batch0 == 0 || d->batch1 == 0) return TD_OK;
+  if (d->K == 0) {
+    if (d->beta == 0.0f) mm_zero_c(d, C);
+    return TD_OK;
+  }
+  if (d->at != TD_F32 || d->bt != TD_F32 || d->ct != TD_F32) {
+    TD_REQUIRE(s->bf16 > 0, TD_ERR_UNSUPPORTED,
+               "bf16 matmul needs the oneDNN matmul engine; this trident uses %s "
+               "(training.precision: fp32, or rebuild with oneDNN)",
+               td_cpu_mm_engine_name);
+    if (s->bf16 == 1) return mm_run_widened(k, d, A, B, C);
+  }
+  return mm_run_plan(k, d, A, B, C);
+}
+
 /* C (M,N) = op(A)·op(B) + beta·C; A (M,K) or (K,M) when transA; B (K,N) or
- * (N,K) when transB; all dense row-major. */
+ * (N,K) when transB; all dense row-major, of types at, bt, ct. */
 td_status td_cpu_gemm(td_kernels *k, int transA, int transB, int64_t M, int64_t N,
-                      int64_t K, const float *A, const float *B, float beta, float *C) {
+                      int64_t K, const void *A, td_dtype at, const void *B, td_dtype bt,
+                      float beta, void *C, td_dtype ct) {
   td_cpu_mm d;
   TD_REQUIRE(M >= 0 && N >= 0 && K >= 0, TD_ERR_USAGE,
              "gemm: sizes must be >= 0, got M=%lld N=%lld K=%lld", (long long)M,
@@ -125,19 +176,25 @@ td_status td_cpu_gemm(td_kernels *k, int transA, int transB, int64_t M, int64_t 
   d.sc[3] = 1;
   d.alpha = 1.0f;
   d.beta = beta;
+  d.at = at, d.bt = bt, d.ct = ct;
   TD_CHECK(td_cpu_mm_run(k, &d, A, B, C));
   return TD_OK;
 }
 
-/* out (M,N) += bias (N) on every row. */
-td_status td_cpu_bias_fwd(td_kernels *k, float *out, const float *bias, int64_t M,
+/* out (M,N) += bias (N, type pt) on every row. */
+td_status td_cpu_bias_fwd(td_kernels *k, float *out, const void *bp, td_dtype pt, int64_t M,
                           int64_t N) {
+  float *tmp = NULL;
+  if (pt != TD_F32 && !(tmp = malloc((size_t)(N + 1) * sizeof(float))))
+    TD_FAIL(TD_ERR_NOMEM, "bias: out of memory for %lld parameters", (long long)N);
+  const float *bias = td_cpu_param_f32(bp, pt, tmp, N);
 #pragma omp parallel for schedule(static) if (M * N > 32768)
   for (int64_t m = 0; m < M; m++) {
     float *o = out + m * N;
 #pragma omp simd
     for (int64_t n = 0; n < N; n++) o[n] += bias[n];
   }
+  free(tmp);
   return TD_OK;
 }
 
@@ -174,9 +231,9 @@ static double now_s(void) {
 static td_status rate_round(td_kernels *k, int64_t M, int64_t N, int64_t K,
                             const float *A, const float *B, float *C, float *dA,
                             float *dB) {
-  TD_CHECK(k->gemm(k, 0, 0, M, N, K, A, B, 0.0f, C));  /* C = A·B     */
-  TD_CHECK(k->gemm(k, 0, 1, M, K, N, C, B, 0.0f, dA)); /* dA = dC·Bᵀ  */
-  TD_CHECK(k->gemm(k, 1, 0, K, N, M, A, C, 1.0f, dB)); /* dB += Aᵀ·dC */
+  TD_CHECK(k->gemm(k, 0, 0, M, N, K, A, TD_F32, B, TD_F32, 0.0f, C, TD_F32));  /* C = A·B */
+  TD_CHECK(k->gemm(k, 0, 1, M, K, N, C, TD_F32, B, TD_F32, 0.0f, dA, TD_F32)); /* dA = dC·Bᵀ */
+  TD_CHECK(k->gemm(k, 1, 0, K, N, M, A, TD_F32, C, TD_F32, 1.0f, dB, TD_F32)); /* dB += Aᵀ·dC */
   return TD_OK;
 }
 

@@ -11,11 +11,13 @@
 #include "kernels/cpu/cpu_internal.h"
 
 const char td_cpu_mm_engine_name[] = "cblas";
+const int td_cpu_mm_engine_bf16 = 0; /* sgemm only: bf16 is refused (td_kernels_precision_ok) */
 
 td_status td_cpu_mm_engine_create(td_cpu_state *s) {
   /* OpenBLAS keeps its own thread pool: give it the back-end's count. */
   openblas_set_num_threads(s->threads);
   s->engine = NULL;
+  s->bf16 = 0;
   return TD_OK;
 }
 
@@ -59,7 +61,9 @@ td_status td_cpu_mm_impl_create(td_cpu_state *s, const td_cpu_mm *d, void **impl
 void td_cpu_mm_impl_destroy(void *impl) { (void)impl; }
 
 td_status td_cpu_mm_impl_run(td_cpu_state *s, void *impl, const td_cpu_mm *d,
-                             const float *A, const float *B, float *C, void *scratch) {
+                             const void *Av, const void *Bv, void *Cv, void *scratch) {
+  const float *A = Av, *B = Bv;
+  float *C = Cv;
   CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans, tc = CblasNoTrans;
   int64_t la = 1, lb = 1, lc = 1;
   mm_layout(d->sa, d->M, d->K, &ta, &la);

@@ -7,11 +7,16 @@
  * attention's per-head views need no copies. alpha ≠ 1 is an output scale,
  * beta = 1 a sum post-op; the scratchpad is user-managed (one buffer shared
  * by all primitives, see matmul.c). Memory objects are made once per
- * primitive and re-pointed at each call: nothing is allocated per call. */
+ * primitive and re-pointed at each call: nothing is allocated per call.
+ * bf16 operands go to oneDNN's bf16 matmul when it has a real (not the
+ * reference) implementation on this CPU (AVX512_BF16/AMX, or avx512_core
+ * emulation); otherwise matmul.c widens them to float32. */
 #ifdef TD_HAVE_DNNL
 
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
 
@@ -20,6 +25,7 @@
 #endif
 
 const char td_cpu_mm_engine_name[] = "onednn";
+const int td_cpu_mm_engine_bf16 = 1;
 
 typedef struct {
   dnnl_engine_t engine;
@@ -40,12 +46,35 @@ typedef struct {
                    dnnl_status2str(td__d));                                  \
   } while (0)
 
+/* Does oneDNN have a bf16 matmul on this CPU other than its reference code
+ * (correct, but orders of magnitude slower than widening to float32)?
+ * TD_CPU_BF16_MATMUL=widen forces the widened path (tests compare both). */
+static int bf16_native(dnnl_engine_t engine) {
+  const char *force = getenv("TD_CPU_BF16_MATMUL");
+  if (force && strcmp(force, "widen") == 0) return 0;
+  dnnl_memory_desc_t a, b, c;
+  dnnl_matmul_desc_t mmd;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_dims_t da = {64, 64}, sa = {64, 1};
+  const char *impl = NULL;
+  int ok = dnnl_memory_desc_init_by_strides(&a, 2, da, dnnl_bf16, sa) == dnnl_success &&
+           dnnl_memory_desc_init_by_strides(&b, 2, da, dnnl_bf16, sa) == dnnl_success &&
+           dnnl_memory_desc_init_by_strides(&c, 2, da, dnnl_f32, sa) == dnnl_success &&
+           dnnl_matmul_desc_init(&mmd, &a, &b, NULL, &c) == dnnl_success &&
+           dnnl_primitive_desc_create(&pd, &mmd, NULL, engine, NULL) == dnnl_success &&
+           dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+           impl && strstr(impl, "ref") == NULL;
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  return ok;
+}
+
 td_status td_cpu_mm_engine_create(td_cpu_state *s) {
   td_status st = TD_OK;
   dnnl_ctx *c = NULL;
   TD_CHECK_GOTO(td_alloc((void **)&c, sizeof *c, "oneDNN engine"));
   TD_DNNL_GOTO(dnnl_engine_create(&c->engine, dnnl_cpu, 0));
   TD_DNNL_GOTO(dnnl_stream_create(&c->stream, c->engine, dnnl_stream_default_flags));
+  s->bf16 = bf16_native(c->engine) ? 2 : 1;
   s->engine = c;
   c = NULL;
 done:
@@ -69,14 +98,15 @@ void td_cpu_mm_engine_destroy(td_cpu_state *s) {
 /* A plain memory descriptor (rows, cols) with strides st[2..3], batched as
  * (batch0, batch1, rows, cols) with strides st[0..3] when either batch > 1. */
 static dnnl_status_t mm_md(dnnl_memory_desc_t *md, const td_cpu_mm *d, int64_t rows,
-                           int64_t cols, const int64_t st[4]) {
+                           int64_t cols, const int64_t st[4], int32_t dt) {
+  dnnl_data_type_t t = dt == TD_BF16 ? dnnl_bf16 : dnnl_f32;
   if (d->batch0 == 1 && d->batch1 == 1) {
     dnnl_dims_t dims = {rows, cols}, strides = {st[2], st[3]};
-    return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_f32, strides);
+    return dnnl_memory_desc_init_by_strides(md, 2, dims, t, strides);
   }
   dnnl_dims_t dims = {d->batch0, d->batch1, rows, cols};
   dnnl_dims_t strides = {st[0], st[1], st[2], st[3]};
-  return dnnl_memory_desc_init_by_strides(md, 4, dims, dnnl_f32, strides);
+  return dnnl_memory_desc_init_by_strides(md, 4, dims, t, strides);
 }
 
 void td_cpu_mm_impl_destroy(void *impl) {
@@ -105,9 +135,9 @@ td_status td_cpu_mm_impl_create(td_cpu_state *s, const td_cpu_mm *d, void **impl
   TD_REQUIRE(d->sc[3] == 1, TD_ERR_INTERNAL, "matmul: C must have column stride 1");
 
   TD_CHECK_GOTO(td_alloc((void **)&p, sizeof *p, "oneDNN matmul primitive"));
-  TD_DNNL_GOTO(mm_md(&amd, d, d->M, d->K, d->sa));
-  TD_DNNL_GOTO(mm_md(&bmd, d, d->K, d->N, d->sb));
-  TD_DNNL_GOTO(mm_md(&cmd, d, d->M, d->N, d->sc));
+  TD_DNNL_GOTO(mm_md(&amd, d, d->M, d->K, d->sa, d->at));
+  TD_DNNL_GOTO(mm_md(&bmd, d, d->K, d->N, d->sb, d->bt));
+  TD_DNNL_GOTO(mm_md(&cmd, d, d->M, d->N, d->sc, d->ct));
   TD_DNNL_GOTO(dnnl_matmul_desc_init(&mmd, &amd, &bmd, NULL, &cmd));
 
   TD_DNNL_GOTO(dnnl_primitive_attr_create(&attr));
@@ -140,7 +170,7 @@ done:
 }
 
 td_status td_cpu_mm_impl_run(td_cpu_state *s, void *impl, const td_cpu_mm *d,
-                             const float *A, const float *B, float *C, void *scratch) {
+                             const void *A, const void *B, void *C, void *scratch) {
   td_status st = TD_OK;
   dnnl_ctx *c = s->engine;
   dnnl_impl *p = impl;

@@ -1,4 +1,6 @@
-/* pointwise.c — add, scale and the sum of squares (gradient norm). */
+/* pointwise.c — add, scale, the sum of squares (gradient norm) and casts. */
+#include <string.h>
+
 #include "kernels/cpu/cpu_internal.h"
 
 #define TD_PW_MIN 65536 /* below this, one thread */
@@ -25,4 +27,32 @@ td_status td_cpu_sumsq(td_kernels *k, const float *x, int64_t n, double *out) {
   for (int64_t i = 0; i < n; i++) acc += (double)x[i] * (double)x[i];
   *out = acc;
   return TD_OK;
+}
+
+/* dst = src converted, n elements; float32 -> bf16 rounds to nearest even. */
+td_status td_cpu_cast(td_kernels *k, void *dst, td_dtype dt, const void *src, td_dtype st,
+                      int64_t n) {
+  if (dt == st) {
+    if (n > 0 && dst != src) memcpy(dst, src, (size_t)n * td_dtype_size(dt));
+    return TD_OK;
+  }
+  if (dt == TD_BF16) {
+    td_bf16 *o = dst;
+    const float *x = src;
+#pragma omp parallel for simd schedule(static) if (n > TD_PW_MIN)
+    for (int64_t i = 0; i < n; i++) o[i] = td_bf16_from_f32(x[i]);
+  } else {
+    float *o = dst;
+    const td_bf16 *x = src;
+#pragma omp parallel for simd schedule(static) if (n > TD_PW_MIN)
+    for (int64_t i = 0; i < n; i++) o[i] = td_bf16_to_f32(x[i]);
+  }
+  return TD_OK;
+}
+
+const float *td_cpu_param_f32(const void *p, td_dtype pt, float *tmp, int64_t n) {
+  if (pt == TD_F32) return p;
+  const td_bf16 *h = p;
+  for (int64_t i = 0; i < n; i++) tmp[i] = td_bf16_to_f32(h[i]);
+  return tmp;
 }

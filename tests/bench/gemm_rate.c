@@ -52,13 +52,13 @@ static td_status product(td_kernels *k, int head, int which, int64_t M, int64_t 
                          int64_t out, const float *X, const float *W, float *Y, float *dW,
                          float *dX) {
   if (!head) {
-    if (which == 0) return k->gemm(k, 0, 0, M, out, in, X, W, 0.0f, Y);
-    if (which == 1) return k->gemm(k, 1, 0, in, out, M, X, Y, 1.0f, dW);
-    return k->gemm(k, 0, 1, M, in, out, Y, W, 0.0f, dX);
+    if (which == 0) return k->gemm(k, 0, 0, M, out, in, X, TD_F32, W, TD_F32, 0.0f, Y, TD_F32);
+    if (which == 1) return k->gemm(k, 1, 0, in, out, M, X, TD_F32, Y, TD_F32, 1.0f, dW, TD_F32);
+    return k->gemm(k, 0, 1, M, in, out, Y, TD_F32, W, TD_F32, 0.0f, dX, TD_F32);
   }
-  if (which == 0) return k->gemm(k, 0, 1, M, out, in, X, W, 0.0f, Y);
-  if (which == 1) return k->gemm(k, 1, 0, out, in, M, Y, X, 1.0f, dW);
-  return k->gemm(k, 0, 0, M, in, out, Y, W, 0.0f, dX);
+  if (which == 0) return k->gemm(k, 0, 1, M, out, in, X, TD_F32, W, TD_F32, 0.0f, Y, TD_F32);
+  if (which == 1) return k->gemm(k, 1, 0, out, in, M, Y, TD_F32, X, TD_F32, 1.0f, dW, TD_F32);
+  return k->gemm(k, 0, 0, M, in, out, Y, TD_F32, W, TD_F32, 0.0f, dX, TD_F32);
 }
 
 static void fill(float *p, int64_t n, int64_t salt) {

@@ -3,3 +3,12 @@ td_add_unit(test_kernels ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_kernels.c)
 add_test(NAME kernels COMMAND test_kernels)
 set_tests_properties(kernels PROPERTIES TIMEOUT 60 PROCESSORS 2 LABELS "unit;kernels"
   ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# kernels_bf16 — the bf16 ops (casts, gemm with bf16 operands, the pointwise
+# ops reading bf16 parameters or writing bf16 activations) against float64
+# within bounds derived from bf16 rounding (stated in the file), on the
+# native and the widened matmul path. 77 (skipped) on a CBLAS build.
+td_add_unit(test_kernels_bf16 ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_kernels_bf16.c)
+add_test(NAME kernels_bf16 COMMAND test_kernels_bf16)
+set_tests_properties(kernels_bf16 PROPERTIES TIMEOUT 60 PROCESSORS 2 LABELS "unit;kernels;precision"
+  SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")

@@ -13,6 +13,7 @@
 # A grid is "dp,tp,pp,zero[,micro_batch]"; the job runs on dp·tp·pp ranks.
 # Extra arguments go to every run (both sides). OPTIONS:
 #   --loss-rtol R      (default 1e-4)      --param-rtol R  (default: compare_runs.py's)
+#   --norm-rtol R      grad_norm (default: compare_runs.py's, 1e-4)
 #   --vocab V          train with model.vocab_size=V on a corpus whose tokens
 #                      are all < 128 (the licenses with bytes >= 128 deleted,
 #                      its vocab_size attribute set to V): V need not divide tp.
@@ -35,12 +36,13 @@ usage() {
   exit 2
 }
 
-twice=0 loss_rtol=1e-4 param_rtol="" vocab="" steps=20 run_extra=()
+twice=0 loss_rtol=1e-4 param_rtol="" norm_rtol="" vocab="" steps=20 run_extra=()
 while [ $# -gt 0 ]; do
   case $1 in
     --twice) twice=1; shift ;;
     --loss-rtol) loss_rtol=$2; shift 2 ;;
     --param-rtol) param_rtol=$2; shift 2 ;;
+    --norm-rtol) norm_rtol=$2; shift 2 ;;
     --vocab) vocab=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --run-set) run_extra+=(--set "$2"); shift 2 ;;
@@ -199,5 +201,6 @@ else
   train "$run_grid" "$run_dir/run" run
   tol=(--loss-rtol "$loss_rtol")
   if [ -n "$param_rtol" ]; then tol+=(--param-rtol "$param_rtol"); fi
+  if [ -n "$norm_rtol" ]; then tol+=(--norm-rtol "$norm_rtol"); fi
   "$py" "$compare" "$ref_dir" "$run_dir/run" "${tol[@]}"
 fi

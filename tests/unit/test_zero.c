@@ -415,7 +415,7 @@ static void check_unit_params(pass_ctx *c, int u, const float *p) {
 static void acq(pass_ctx *c, int u, int bwd, float **p, float **g) {
   *p = NULL;
   if (g) *g = NULL;
-  if (td_zero_acquire(c->z, u, bwd, p, g) != TD_OK) note_error(c, "td_zero_acquire", u);
+  if (td_zero_acquire(c->z, u, bwd, (void **)p, g) != TD_OK) note_error(c, "td_zero_acquire", u);
   check_unit_params(c, u, *p);
 }
 static void rel(pass_ctx *c, int u, int bwd) {
