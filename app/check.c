@@ -151,8 +151,8 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   if (bf16)
     printf("precision: bf16: fp32 master parameters, gradients and AdamW moments; a bf16 working "
            "copy of the parameters made after each optimizer step%s; matmuls on bf16 operands "
-           "with fp32 accumulation, saved for backward in bf16 (LayerNorm, attention and GELU "
-           "outputs); residual stream, softmax, statistics and loss in fp32\n",
+           "with fp32 accumulation, their inputs (LayerNorm, attention and GELU outputs) "
+           "saved for backward in bf16; residual stream, softmax, statistics and loss in fp32\n",
            zero == 3 ? " (ZeRO-3 gathers it: half the bytes)" : "");
   printf("memory: ZeRO stage %d; the largest rank allocates %s: fp32 parameters%s%s, gradients%s, "
          "AdamW moments%s, working buffers%s, activations of %lld live micro-batch%s (the "

@@ -64,6 +64,9 @@ case_ tp2 1 2 1 0
 case_ pp2_1f1b 1 1 2 0 --set parallel.micro_batch=1
 case_ pp2_gpipe_zero2 1 1 2 2 --set parallel.micro_batch=2 --set parallel.pp_schedule=gpipe
 case_ dp2_pp2_zero3 2 1 2 3 --set parallel.micro_batch=1
+# bf16: the working copy (param_bytes), bf16 gathers (work_bytes), bf16 activations
+case_ bf16_dp1 1 1 1 0 --set training.precision=bf16
+case_ bf16_dp2_zero3 2 1 1 3 --set parallel.micro_batch=2 --set training.precision=bf16
 
 # GPT-2's vocabulary at dim 64: the embedding dominates; V·C = 3216448, one
 # block 12·C² + 13·C = 49984 parameters.
