@@ -78,7 +78,7 @@ static td_status alloc_buffers(td_model *m) {
   SCR(datty, N * m->Cl);
   SCR(dfch, N * m->F);
   SCR(datt_scratch, m->B * m->NH * m->T * m->T);
-  if (m->at == TD_BF16) { /* the widest gradient a matmul reads */
+  if (m->at == TD_DTYPE_BF16) { /* the widest gradient a matmul reads */
     int64_t w = C > m->C3 ? C : m->C3;
     w = w > m->F ? w : m->F;
     if (m->last_stage && m->Vs > w) w = m->Vs;
@@ -109,7 +109,7 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->valid_rows = B * m->T;
   m->first_stage = grid->pp_rank == 0;
   m->last_stage = grid->pp_rank == grid->pp - 1;
-  m->pt = m->at = strcmp(cfg->training_precision, "bf16") == 0 ? TD_BF16 : TD_F32;
+  m->pt = m->at = strcmp(cfg->training_precision, "bf16") == 0 ? TD_DTYPE_BF16 : TD_DTYPE_F32;
   TD_CHECK_GOTO(alloc_buffers(m));
   TD_CHECK_GOTO(units_create(m));
 done:
@@ -242,15 +242,15 @@ static void layer_grads(const td_model *m, int layer, layer_g *g) {
 static td_status mm(td_model *m, int ta, int tb, int64_t M, int64_t N, int64_t K,
                     const void *A, td_dtype at, const void *B, td_dtype bt, float beta,
                     float *C) {
-  return m->k->gemm(m->k, ta, tb, M, N, K, A, at, B, bt, beta, C, TD_F32);
+  return m->k->gemm(m->k, ta, tb, M, N, K, A, at, B, bt, beta, C, TD_DTYPE_F32);
 }
 
 /* The gradient g (n floats) as a matmul reads it: itself in float32, its
  * bf16 rounding (in m->dmm) under bf16. */
 static td_status mm_grad(td_model *m, const float *g, int64_t n, const void **out) {
   *out = g;
-  if (m->at == TD_F32) return TD_OK;
-  TD_CHECK(m->k->cast(m->k, m->dmm, TD_BF16, g, TD_F32, n));
+  if (m->at == TD_DTYPE_F32) return TD_OK;
+  TD_CHECK(m->k->cast(m->k, m->dmm, TD_DTYPE_BF16, g, TD_DTYPE_F32, n));
   *out = m->dmm;
   return TD_OK;
 }
@@ -301,11 +301,11 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
     TD_CHECK(mm(m, 0, 0, N, m->C3, C, ln1, at, w.wqkv, pt, 0.0f, qkv));
     TD_CHECK(poll(m));
     TD_CHECK(k->bias_fwd(k, qkv, w.bqkv, pt, N, m->C3));
-    if (at == TD_F32) {
+    if (at == TD_DTYPE_F32) {
       TD_CHECK(k->attention_fwd(k, atty, att, qkv, B, T, m->NH, m->HS));
     } else { /* attention in float32 (datty is free until backward), saved rounded */
       TD_CHECK(k->attention_fwd(k, m->datty, att, qkv, B, T, m->NH, m->HS));
-      TD_CHECK(k->cast(k, atty, at, m->datty, TD_F32, N * m->Cl));
+      TD_CHECK(k->cast(k, atty, at, m->datty, TD_DTYPE_F32, N * m->Cl));
     }
     TD_CHECK(mm(m, 0, 0, N, C, m->Cl, atty, at, w.wproj, pt, 0.0f, m->dtmp));
     TD_CHECK(poll(m));

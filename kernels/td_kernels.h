@@ -26,9 +26,9 @@ extern "C" {
 typedef struct td_kernels td_kernels;
 
 /* Element type of a tensor argument. */
-typedef enum { TD_F32 = 0, TD_BF16 = 1 } td_dtype;
+typedef enum { TD_DTYPE_F32 = 0, TD_DTYPE_BF16 = 1 } td_dtype;
 /* Bytes per element. */
-static inline size_t td_dtype_size(td_dtype t) { return t == TD_BF16 ? 2 : 4; }
+static inline size_t td_dtype_size(td_dtype t) { return t == TD_DTYPE_BF16 ? 2 : 4; }
 
 struct td_kernels {
   const char *name;        /* "cpu", "cuda" */

@@ -18,7 +18,7 @@
  *            into a working buffer before use (the next unit prefetched) and
  *            dropped after; persistent memory 16 bytes × n / dp.
  *
- * Precision (opts.pt = TD_BF16): the master parameters, gradients and
+ * Precision (opts.pt = TD_DTYPE_BF16): the master parameters, gradients and
  * moments stay float32; the engine also keeps a bf16 working copy of the
  * parameters it holds (the full buffer, at stage 3 the owned shard), made
  * after every change of the masters (set, optimizer, gather), and hands out
@@ -60,7 +60,7 @@ typedef struct td_zero_opts {
   int nunits;
   const int64_t *unit_begin, *unit_end; /* ranges; begin ≥ end means empty */
   int persistent_units[2]; /* units kept gathered for the whole step (stage 3), -1: none */
-  td_dtype pt;             /* type of the parameters handed out (TD_F32 or TD_BF16) */
+  td_dtype pt;             /* type of the parameters handed out (TD_DTYPE_F32 or TD_DTYPE_BF16) */
 } td_zero_opts;
 
 typedef struct td_zero td_zero;

@@ -40,7 +40,7 @@ struct td_zero {
   int dp, rank;
   int64_t S, npad, own_b, own_e;
   float *params, *grads, *gshard, *m, *v;
-  void *p16;         /* bf16 working copy of params (o.pt = TD_BF16), else NULL */
+  void *p16;         /* bf16 working copy of params (o.pt = TD_DTYPE_BF16), else NULL */
   size_t psz;        /* bytes per handed-out parameter */
   slot pslots[2 + TD_ZERO_BLOCK_SLOTS], gslots[2 + TD_ZERO_BLOCK_SLOTS];
   int nslots;
@@ -170,7 +170,7 @@ td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *st
   size_t full = (size_t)z->npad * sizeof(float), shard = (size_t)z->S * sizeof(float);
   z->psz = td_dtype_size(o->pt);
   TD_CHECK_GOTO(zalloc(z, &z->params, stage < 3 ? full : shard, ZB_PARAM, "parameters"));
-  if (o->pt == TD_BF16)
+  if (o->pt == TD_DTYPE_BF16)
     TD_CHECK_GOTO(zalloc(z, (float **)&z->p16, (stage < 3 ? full : shard) / 2, ZB_PARAM,
                          "bf16 working copy of the parameters"));
   if (stage < 2) TD_CHECK_GOTO(zalloc(z, &z->grads, full, ZB_GRAD, "gradients"));
@@ -237,7 +237,8 @@ void td_zero_destroy(td_zero **zp) {
 /* The bf16 working copy after the masters changed (no-op in float32). */
 static td_status refresh16(td_zero *z) {
   if (!z->p16) return TD_OK;
-  return z->k->cast(z->k, z->p16, TD_BF16, z->params, TD_F32, z->o.stage < 3 ? z->npad : z->S);
+  int64_t n = z->o.stage < 3 ? z->npad : z->S;
+  return z->k->cast(z->k, z->p16, TD_DTYPE_BF16, z->params, TD_DTYPE_F32, n);
 }
 
 td_status td_zero_set_params(td_zero *z, const float *host) {

@@ -8,7 +8,7 @@ td_status td_cpu_embed_fwd(td_kernels *k, float *out, const int32_t *tokens,
                            const void *wtep, int64_t v0, int64_t Vs, const void *wpep,
                            td_dtype pt, int64_t B, int64_t T, int64_t C) {
   int64_t N = B * T;
-  if (pt == TD_BF16) {
+  if (pt == TD_DTYPE_BF16) {
     const td_bf16 *wte = wtep, *wpe = wpep;
 #pragma omp parallel for schedule(static) if (N * C > 32768)
     for (int64_t n = 0; n < N; n++) {

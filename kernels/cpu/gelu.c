@@ -53,7 +53,7 @@ td_status td_cpu_gelu_fwd(td_kernels *k, void *out, td_dtype ot, const float *x,
 #pragma omp parallel for schedule(static) if (nch > 1)
   for (int64_t c = 0; c < nch; c++) {
     int64_t i0 = c * TD_GELU_CHUNK, len = n - i0 < TD_GELU_CHUNK ? n - i0 : TD_GELU_CHUNK;
-    if (ot == TD_BF16)
+    if (ot == TD_DTYPE_BF16)
       gelu_fwd_chunk16((td_bf16 *)out + i0, x + i0, len);
     else
       gelu_fwd_chunk((float *)out + i0, x + i0, len);

@@ -43,10 +43,10 @@ td_status td_cpu_layernorm_fwd(td_kernels *k, void *out, td_dtype ot, float *mea
                                float *rstd, const float *x, const void *wp, const void *bp,
                                td_dtype pt, int64_t N, int64_t C) {
   float *tmp = NULL;
-  if (pt != TD_F32 && !(tmp = malloc((size_t)(2 * C + 1) * sizeof(float))))
+  if (pt != TD_DTYPE_F32 && !(tmp = malloc((size_t)(2 * C + 1) * sizeof(float))))
     TD_FAIL(TD_ERR_NOMEM, "layernorm: out of memory for %lld parameters", (long long)C);
   const float *w = td_cpu_param_f32(wp, pt, tmp, C), *b = td_cpu_param_f32(bp, pt, tmp + C, C);
-  if (ot == TD_BF16) {
+  if (ot == TD_DTYPE_BF16) {
     td_bf16 *o = out;
 #pragma omp parallel for schedule(static) if (N * C > 16384)
     for (int64_t n = 0; n < N; n++) ln_fwd_row16(o + n * C, mean + n, rstd + n, x + n * C, w, b, C);
@@ -108,7 +108,7 @@ td_status td_cpu_layernorm_bwd(td_kernels *k, float *dx, float *dw, float *db,
                                td_dtype pt, const float *mean, const float *rstd, int64_t N,
                                int64_t C) {
   float *tmp = NULL;
-  if (pt != TD_F32 && !(tmp = malloc((size_t)(C + 1) * sizeof(float))))
+  if (pt != TD_DTYPE_F32 && !(tmp = malloc((size_t)(C + 1) * sizeof(float))))
     TD_FAIL(TD_ERR_NOMEM, "layernorm: out of memory for %lld parameters", (long long)C);
   const float *w = td_cpu_param_f32(wp, pt, tmp, C);
   int64_t nblk = (C + TD_LN_COLS - 1) / TD_LN_COLS;

@@ -112,9 +112,9 @@ static td_status mm_run_plan(td_kernels *k, const td_cpu_mm *d, const void *A, c
 static td_status mm_run_widened(td_kernels *k, const td_cpu_mm *d, const void *A,
                                 const void *B, void *C) {
   td_cpu_state *s = k->state;
-  int64_t na = d->at == TD_BF16 ? mm_span(d, d->sa, d->M, d->K) : 0;
-  int64_t nb = d->bt == TD_BF16 ? mm_span(d, d->sb, d->K, d->N) : 0;
-  int64_t nc = d->ct == TD_BF16 ? mm_span(d, d->sc, d->M, d->N) : 0;
+  int64_t na = d->at == TD_DTYPE_BF16 ? mm_span(d, d->sa, d->M, d->K) : 0;
+  int64_t nb = d->bt == TD_DTYPE_BF16 ? mm_span(d, d->sb, d->K, d->N) : 0;
+  int64_t nc = d->ct == TD_DTYPE_BF16 ? mm_span(d, d->sc, d->M, d->N) : 0;
   size_t need = (size_t)(na + nb + nc) * sizeof(float);
   if (need > s->widen_bytes) {
     td_free(s->widen);
@@ -125,12 +125,13 @@ static td_status mm_run_widened(td_kernels *k, const td_cpu_mm *d, const void *A
   }
   float *wa = s->widen, *wb = wa + na, *wc = wb + nb;
   td_cpu_mm f = *d;
-  f.at = f.bt = f.ct = TD_F32;
-  if (na) TD_CHECK(td_cpu_cast(k, wa, TD_F32, A, TD_BF16, na));
-  if (nb) TD_CHECK(td_cpu_cast(k, wb, TD_F32, B, TD_BF16, nb));
-  if (nc) TD_CHECK(td_cpu_cast(k, wc, TD_F32, C, TD_BF16, nc)); /* gaps round-trip exactly */
+  f.at = f.bt = f.ct = TD_DTYPE_F32;
+  if (na) TD_CHECK(td_cpu_cast(k, wa, TD_DTYPE_F32, A, TD_DTYPE_BF16, na));
+  if (nb) TD_CHECK(td_cpu_cast(k, wb, TD_DTYPE_F32, B, TD_DTYPE_BF16, nb));
+  /* C too, when bf16: the gaps of a strided C round-trip exactly */
+  if (nc) TD_CHECK(td_cpu_cast(k, wc, TD_DTYPE_F32, C, TD_DTYPE_BF16, nc));
   TD_CHECK(mm_run_plan(k, &f, na ? wa : A, nb ? wb : B, nc ? wc : C));
-  if (nc) TD_CHECK(td_cpu_cast(k, C, TD_BF16, wc, TD_F32, nc));
+  if (nc) TD_CHECK(td_cpu_cast(k, C, TD_DTYPE_BF16, wc, TD_DTYPE_F32, nc));
   return TD_OK;
 }
 
@@ -142,7 +143,7 @@ td_status td_cpu_mm_run(td_kernels *k, const td_cpu_mm *d, const void *A, const 
     if (d->beta == 0.0f) mm_zero_c(d, C);
     return TD_OK;
   }
-  if (d->at != TD_F32 || d->bt != TD_F32 || d->ct != TD_F32) {
+  if (d->at != TD_DTYPE_F32 || d->bt != TD_DTYPE_F32 || d->ct != TD_DTYPE_F32) {
     TD_REQUIRE(s->bf16 > 0, TD_ERR_UNSUPPORTED,
                "bf16 matmul needs the oneDNN matmul engine; this trident uses %s "
                "(training.precision: fp32, or rebuild with oneDNN)",
@@ -185,7 +186,7 @@ td_status td_cpu_gemm(td_kernels *k, int transA, int transB, int64_t M, int64_t 
 td_status td_cpu_bias_fwd(td_kernels *k, float *out, const void *bp, td_dtype pt, int64_t M,
                           int64_t N) {
   float *tmp = NULL;
-  if (pt != TD_F32 && !(tmp = malloc((size_t)(N + 1) * sizeof(float))))
+  if (pt != TD_DTYPE_F32 && !(tmp = malloc((size_t)(N + 1) * sizeof(float))))
     TD_FAIL(TD_ERR_NOMEM, "bias: out of memory for %lld parameters", (long long)N);
   const float *bias = td_cpu_param_f32(bp, pt, tmp, N);
 #pragma omp parallel for schedule(static) if (M * N > 32768)
@@ -231,9 +232,10 @@ static double now_s(void) {
 static td_status rate_round(td_kernels *k, int64_t M, int64_t N, int64_t K,
                             const float *A, const float *B, float *C, float *dA,
                             float *dB) {
-  TD_CHECK(k->gemm(k, 0, 0, M, N, K, A, TD_F32, B, TD_F32, 0.0f, C, TD_F32));  /* C = A·B */
-  TD_CHECK(k->gemm(k, 0, 1, M, K, N, C, TD_F32, B, TD_F32, 0.0f, dA, TD_F32)); /* dA = dC·Bᵀ */
-  TD_CHECK(k->gemm(k, 1, 0, K, N, M, A, TD_F32, C, TD_F32, 1.0f, dB, TD_F32)); /* dB += Aᵀ·dC */
+  const td_dtype f = TD_DTYPE_F32;
+  TD_CHECK(k->gemm(k, 0, 0, M, N, K, A, f, B, f, 0.0f, C, f));  /* C = A·B     */
+  TD_CHECK(k->gemm(k, 0, 1, M, K, N, C, f, B, f, 0.0f, dA, f)); /* dA = dC·Bᵀ  */
+  TD_CHECK(k->gemm(k, 1, 0, K, N, M, A, f, C, f, 1.0f, dB, f)); /* dB += Aᵀ·dC */
   return TD_OK;
 }
 

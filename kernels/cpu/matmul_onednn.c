@@ -99,7 +99,7 @@ void td_cpu_mm_engine_destroy(td_cpu_state *s) {
  * (batch0, batch1, rows, cols) with strides st[0..3] when either batch > 1. */
 static dnnl_status_t mm_md(dnnl_memory_desc_t *md, const td_cpu_mm *d, int64_t rows,
                            int64_t cols, const int64_t st[4], int32_t dt) {
-  dnnl_data_type_t t = dt == TD_BF16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_data_type_t t = dt == TD_DTYPE_BF16 ? dnnl_bf16 : dnnl_f32;
   if (d->batch0 == 1 && d->batch1 == 1) {
     dnnl_dims_t dims = {rows, cols}, strides = {st[2], st[3]};
     return dnnl_memory_desc_init_by_strides(md, 2, dims, t, strides);

@@ -36,7 +36,7 @@ td_status td_cpu_cast(td_kernels *k, void *dst, td_dtype dt, const void *src, td
     if (n > 0 && dst != src) memcpy(dst, src, (size_t)n * td_dtype_size(dt));
     return TD_OK;
   }
-  if (dt == TD_BF16) {
+  if (dt == TD_DTYPE_BF16) {
     td_bf16 *o = dst;
     const float *x = src;
 #pragma omp parallel for simd schedule(static) if (n > TD_PW_MIN)
@@ -51,7 +51,7 @@ td_status td_cpu_cast(td_kernels *k, void *dst, td_dtype dt, const void *src, td
 }
 
 const float *td_cpu_param_f32(const void *p, td_dtype pt, float *tmp, int64_t n) {
-  if (pt == TD_F32) return p;
+  if (pt == TD_DTYPE_F32) return p;
   const td_bf16 *h = p;
   for (int64_t i = 0; i < n; i++) tmp[i] = td_bf16_to_f32(h[i]);
   return tmp;

@@ -116,7 +116,7 @@ static void test_gemm(td_kernels *k, int64_t M, int64_t N, int64_t K) {
                    (tb ? Bd[n * K + kk] : Bd[kk * N + n]);
             R[m * N + n] = s;
           }
-        CK(k->gemm(k, ta, tb, M, N, K, A, TD_F32, B, TD_F32, (float)beta, C, TD_F32));
+        CK(k->gemm(k, ta, tb, M, N, K, A, TD_DTYPE_F32, B, TD_DTYPE_F32, (float)beta, C, TD_DTYPE_F32));
         char name[96];
         snprintf(name, sizeof name, "gemm %c%c M=%lld N=%lld K=%lld beta=%d",
                  ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)M, (long long)N,
@@ -150,7 +150,7 @@ static void test_bias(td_kernels *k, int64_t M, int64_t N) {
   memcpy(x0, outd, (size_t)(M * N) * sizeof(double));
   for (int64_t m = 0; m < M; m++)
     for (int64_t n = 0; n < N; n++) outd[m * N + n] += bd[n];
-  CK(k->bias_fwd(k, out, b, TD_F32, M, N));
+  CK(k->bias_fwd(k, out, b, TD_DTYPE_F32, M, N));
   snprintf(name, sizeof name, "bias_fwd M=%lld N=%lld", (long long)M, (long long)N);
   check_close(name, out, outd, M * N, 1e-6);
   double *db0 = NEWD(N);
@@ -217,7 +217,7 @@ static void test_embed(td_kernels *k, int64_t B, int64_t T, int64_t C, int64_t v
   fill(dwpe, dwpe0, T * C, 1.0);
   emb_ctx c = {B, T, C, v0, Vs, tok, wted, with_wpe ? wped : NULL, R};
   emb_ref(&c, outd);
-  CK(k->embed_fwd(k, out, tok, wte, v0, Vs, with_wpe ? wpe : NULL, TD_F32, B, T, C));
+  CK(k->embed_fwd(k, out, tok, wte, v0, Vs, with_wpe ? wpe : NULL, TD_DTYPE_F32, B, T, C));
   snprintf(name, sizeof name, "embed_fwd %s", tag);
   check_close(name, out, outd, N * C, 1e-6);
   CK(k->embed_bwd(k, dwte, with_wpe ? dwpe : NULL, dout, tok, v0, Vs, B, T, C));
@@ -304,14 +304,14 @@ static void test_layernorm(td_kernels *k, int64_t N, int64_t C, int fd) {
   fill(db, db0, C, 1.0);
   ln_ctx c = {N, C, xd, wd, bd, R};
   ln_ref(&c, outd, md, rd);
-  CK(k->layernorm_fwd(k, out, TD_F32, mean, rstd, x, w, b, TD_F32, N, C));
+  CK(k->layernorm_fwd(k, out, TD_DTYPE_F32, mean, rstd, x, w, b, TD_DTYPE_F32, N, C));
   snprintf(name, sizeof name, "layernorm_fwd out %s", tag);
   check_close(name, out, outd, n, 1e-5);
   snprintf(name, sizeof name, "layernorm_fwd mean %s", tag);
   check_close(name, mean, md, N, 1e-6);
   snprintf(name, sizeof name, "layernorm_fwd rstd %s", tag);
   check_close(name, rstd, rd, N, 1e-5);
-  CK(k->layernorm_bwd(k, dx, dw, db, dout, x, w, TD_F32, mean, rstd, N, C));
+  CK(k->layernorm_bwd(k, dx, dw, db, dout, x, w, TD_DTYPE_F32, mean, rstd, N, C));
   /* float64 reference backward */
   double *rx = NEWD(n), *rw = NEWD(C), *rb = NEWD(C);
   memcpy(rw, dw0, (size_t)C * sizeof(double));
@@ -532,7 +532,7 @@ static void test_gelu(td_kernels *k, int64_t n) {
   fill(x, xd, n, 6.0); /* covers the tails (tanh saturates) */
   fill(dout, R, n, 1.0);
   for (int64_t i = 0; i < n; i++) od[i] = gelu_d(xd[i]);
-  CK(k->gelu_fwd(k, out, TD_F32, x, n));
+  CK(k->gelu_fwd(k, out, TD_DTYPE_F32, x, n));
   snprintf(name, sizeof name, "gelu_fwd n=%lld", (long long)n);
   check_close(name, out, od, n, 1e-6);
   for (int64_t i = 0; i < n; i++) {
@@ -796,7 +796,7 @@ static void bench(td_kernels *k) {
   float *x = NEWF(nv), *y = NEWF(nv), *z = NEWF(nv), *w = NEWF(nv);
   fill(x, NULL, n, 3.0);
   t0 = now_s();
-  for (int r = 0; r < reps; r++) CK(k->gelu_fwd(k, y, TD_F32, x, n));
+  for (int r = 0; r < reps; r++) CK(k->gelu_fwd(k, y, TD_DTYPE_F32, x, n));
   t1 = now_s();
   for (int r = 0; r < reps; r++) CK(k->gelu_bwd(k, y, x, z, n));
   t2 = now_s();

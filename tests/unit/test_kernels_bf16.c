@@ -101,9 +101,9 @@ static void test_cast(td_kernels *k) {
   x[n + 3] = INFINITY;
   x[n + 4] = -INFINITY;
   x[n + 5] = 3.0e38f;                 /* rounds to +Inf? no: max bf16 is 3.39e38 */
-  CK(k->cast(k, h, TD_BF16, x, TD_F32, n + 6));
-  CK(k->cast(k, back, TD_F32, h, TD_BF16, n + 6));
-  CK(k->cast(k, h2, TD_BF16, back, TD_F32, n + 6));
+  CK(k->cast(k, h, TD_DTYPE_BF16, x, TD_DTYPE_F32, n + 6));
+  CK(k->cast(k, back, TD_DTYPE_F32, h, TD_DTYPE_BF16, n + 6));
+  CK(k->cast(k, h2, TD_DTYPE_BF16, back, TD_DTYPE_F32, n + 6));
   for (int64_t i = 0; i < n; i++) {
     got[i] = back[i], ref[i] = x[i], bnd[i] = U * fabs((double)x[i]) * (1 + 1e-12);
   }
@@ -131,8 +131,8 @@ static void test_gemm(td_kernels *k, const char *path, int64_t M, int64_t N, int
   fill(C0, Ch, M * N, 1.0);
   for (int64_t i = 0; i < M * N; i++) C0[i] = td_bf16_to_f32(Ch[i]); /* a bf16-exact C */
   memcpy(Cf, C0, (size_t)(M * N) * sizeof(float));
-  void *C = ct == TD_BF16 ? (void *)Ch : (void *)Cf;
-  CK(k->gemm(k, ta, tb, M, N, K, Ah, TD_BF16, Bh, TD_BF16, beta, C, ct));
+  void *C = ct == TD_DTYPE_BF16 ? (void *)Ch : (void *)Cf;
+  CK(k->gemm(k, ta, tb, M, N, K, Ah, TD_DTYPE_BF16, Bh, TD_DTYPE_BF16, beta, C, ct));
   for (int64_t m = 0; m < M; m++)
     for (int64_t n = 0; n < N; n++) {
       double s = 0.0, sa = 0.0;
@@ -146,13 +146,13 @@ static void test_gemm(td_kernels *k, const char *path, int64_t M, int64_t N, int
       double sum_abs = sa + (beta != 0.0f ? fabs((double)C0[m * N + n]) : 0.0);
       ref[m * N + n] = r;
       bnd[m * N + n] = ((2 * U + U * U) * sa + (double)(K + 1) * E * sum_abs) * 1.01 +
-                       (ct == TD_BF16 ? U * fabs(r) * 1.01 : 0.0) + 1e-30;
-      got[m * N + n] = ct == TD_BF16 ? td_bf16_to_f32(Ch[m * N + n]) : Cf[m * N + n];
+                       (ct == TD_DTYPE_BF16 ? U * fabs(r) * 1.01 : 0.0) + 1e-30;
+      got[m * N + n] = ct == TD_DTYPE_BF16 ? td_bf16_to_f32(Ch[m * N + n]) : Cf[m * N + n];
     }
   char name[160];
   snprintf(name, sizeof name, "gemm %s M=%lld N=%lld K=%lld t=%d%d beta=%g C=%s", path,
            (long long)M, (long long)N, (long long)K, ta, tb, (double)beta,
-           ct == TD_BF16 ? "bf16" : "f32");
+           ct == TD_DTYPE_BF16 ? "bf16" : "f32");
   check_bound(name, got, ref, bnd, M * N);
   free(A), free(B), free(C0), free(Ah), free(Bh), free(Ch), free(Cf), free(got), free(ref),
       free(bnd);
@@ -167,7 +167,7 @@ static void test_bias(td_kernels *k, int64_t M, int64_t N) {
   fill(out, NULL, M * N, 1.0);
   fill(b, bh, N, 1.0);
   for (int64_t i = 0; i < M * N; i++) ref[i] = (double)out[i] + b[i % N];
-  CK(k->bias_fwd(k, out, bh, TD_BF16, M, N));
+  CK(k->bias_fwd(k, out, bh, TD_DTYPE_BF16, M, N));
   for (int64_t i = 0; i < M * N; i++) {
     got[i] = out[i];
     bnd[i] = (U * fabs((double)b[i % N]) + E * (fabs(ref[i]) + fabs((double)b[i % N]))) * 1.01 + 1e-30;
@@ -185,7 +185,7 @@ static void test_embed(td_kernels *k) {
   fill(wte, wteh, Vs * C, 1.0);
   fill(wpe, wpeh, T * C, 1.0);
   for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 7) % 30); /* some outside the shard */
-  CK(k->embed_fwd(k, out, tok, wteh, v0, Vs, wpeh, TD_BF16, B, T, C));
+  CK(k->embed_fwd(k, out, tok, wteh, v0, Vs, wpeh, TD_DTYPE_BF16, B, T, C));
   for (int64_t i = 0; i < n; i++)
     for (int64_t c = 0; c < C; c++) {
       int64_t v = tok[i] - v0;
@@ -207,7 +207,7 @@ static void test_gelu(td_kernels *k, int64_t n) {
   td_bf16 *o = NEWH(n);
   double *got = NEWD(n), *ref = NEWD(n), *bnd = NEWD(n);
   fill(x, NULL, n, 6.0);
-  CK(k->gelu_fwd(k, o, TD_BF16, x, n));
+  CK(k->gelu_fwd(k, o, TD_DTYPE_BF16, x, n));
   for (int64_t i = 0; i < n; i++) {
     ref[i] = gelu64(x[i]);
     got[i] = td_bf16_to_f32(o[i]);
@@ -228,8 +228,8 @@ static void test_layernorm(td_kernels *k, int64_t N, int64_t C, td_dtype ot) {
   for (int64_t i = 0; i < N * C; i++) x[i] += 0.5f; /* a non-zero mean */
   fill(w, wh, C, 1.5);
   fill(b, bh, C, 0.5);
-  CK(k->layernorm_fwd(k, ot == TD_BF16 ? (void *)oh : (void *)of, ot, mean, rstd, x, wh, bh,
-                      TD_BF16, N, C));
+  CK(k->layernorm_fwd(k, ot == TD_DTYPE_BF16 ? (void *)oh : (void *)of, ot, mean, rstd, x, wh, bh,
+                      TD_DTYPE_BF16, N, C));
   for (int64_t n = 0; n < N; n++) {
     double mu = 0.0, v = 0.0;
     for (int64_t c = 0; c < C; c++) mu += x[n * C + c];
@@ -240,22 +240,22 @@ static void test_layernorm(td_kernels *k, int64_t N, int64_t C, td_dtype ot) {
       double xh = (x[n * C + c] - mu) * r, o = xh * w[c] + b[c];
       int64_t i = n * C + c;
       ref[i] = o;
-      got[i] = ot == TD_BF16 ? td_bf16_to_f32(oh[i]) : of[i];
-      bnd[i] = (U * (fabs(xh * w[c]) + fabs((double)b[c])) + (ot == TD_BF16 ? U * fabs(o) : 0.0)) *
+      got[i] = ot == TD_DTYPE_BF16 ? td_bf16_to_f32(oh[i]) : of[i];
+      bnd[i] = (U * (fabs(xh * w[c]) + fabs((double)b[c])) + (ot == TD_DTYPE_BF16 ? U * fabs(o) : 0.0)) *
                    1.01 +
                1e-5 * (1 + fabs(o));
     }
   }
   char name[128];
   snprintf(name, sizeof name, "layernorm_fwd bf16 w,b out=%s N=%lld C=%lld",
-           ot == TD_BF16 ? "bf16" : "f32", (long long)N, (long long)C);
+           ot == TD_DTYPE_BF16 ? "bf16" : "f32", (long long)N, (long long)C);
   check_bound(name, got, ref, bnd, N * C);
 
   /* backward with the bf16 w: float64 on the rounded w */
   float *dout = NEWF(N * C), *dx = NEWF(N * C), *dw = NEWF(C), *db = NEWF(C);
   double *gdx = NEWD(N * C), *rdx = NEWD(N * C), *bdx = NEWD(N * C);
   fill(dout, NULL, N * C, 1.0);
-  CK(k->layernorm_bwd(k, dx, dw, db, dout, x, wh, TD_BF16, mean, rstd, N, C));
+  CK(k->layernorm_bwd(k, dx, dw, db, dout, x, wh, TD_DTYPE_BF16, mean, rstd, N, C));
   for (int64_t n = 0; n < N; n++) {
     double mu = mean[n], r = rstd[n], sg = 0.0, sgx = 0.0;
     for (int64_t c = 0; c < C; c++) {
@@ -286,9 +286,9 @@ static void run_all(td_kernels *k, const char *path) {
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
     for (int t = 0; t < 4; t++)
       test_gemm(k, path, shapes[s][0], shapes[s][1], shapes[s][2], t >> 1, t & 1,
-                (float)(t == 3), s == 2 ? TD_BF16 : TD_F32);
-  test_gemm(k, path, 33, 47, 65, 0, 0, 1.0f, TD_BF16);
-  test_gemm(k, path, 33, 47, 65, 1, 0, 0.0f, TD_BF16);
+                (float)(t == 3), s == 2 ? TD_DTYPE_BF16 : TD_DTYPE_F32);
+  test_gemm(k, path, 33, 47, 65, 0, 0, 1.0f, TD_DTYPE_BF16);
+  test_gemm(k, path, 33, 47, 65, 1, 0, 0.0f, TD_DTYPE_BF16);
 }
 
 int main(void) {
@@ -311,8 +311,8 @@ int main(void) {
   test_bias(k, 37, 29);
   test_embed(k);
   test_gelu(k, 10007);
-  test_layernorm(k, 13, 77, TD_BF16);
-  test_layernorm(k, 5, 768, TD_F32);
+  test_layernorm(k, 13, 77, TD_DTYPE_BF16);
+  test_layernorm(k, 5, 768, TD_DTYPE_F32);
   td_kernels_destroy(&k);
   if (strcmp(path, "native") == 0) { /* the fallback path too, in the same run */
     setenv("TD_CPU_BF16_MATMUL", "widen", 1);
