@@ -5,13 +5,16 @@
 #
 #   tests/bench/cpu_vs_torch.sh [--build DIR] [--work DIR] [--rounds N]
 #                               [--steps N] [--warmup N] [--threads N]
-#                               [--models "small 124m"] [--report-only]
+#                               [--models "small 124m"] [--precisions "fp32 bf16"]
+#                               [--report-only]
 #
 # Models: small = 6 layers, dim 384, 6 heads, vocab 256, T 256, batch 4
 #         124m  = GPT-2 124M: 12 layers, 768, 12 heads, vocab 50257, T 64, batch 4
 # trident: one rank, --threads OpenMP threads (run.threads); PyTorch:
 # tests/bench/torch_gpt2_bench.py with the same thread count for intra-op
-# and OpenBLAS. Both run under the same environment, PyTorch's best:
+# and OpenBLAS. Precisions: fp32 (trident fp32 vs torch float32) and bf16
+# (trident training.precision: bf16 vs torch.autocast("cpu", bfloat16), both
+# with fp32 master weights; gemm_rate --dtype bf16). Both run under the same environment, PyTorch's best:
 #   OMP_WAIT_POLICY=PASSIVE, MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_=16 GiB.
 # OPENBLAS_CORETYPE is left as the machine has it (the torch script picks
 # the CPU's kernel family if unset).
@@ -22,7 +25,7 @@
 #   tok/s      batch·T / median timed step (warm-up steps excluded; a step
 #              is forward + backward + clip + AdamW for both)
 #   peak RSS   getrusage ru_maxrss of each process
-#   util       trident's model FLOP/s (6·params + 12·L·T·C per token: the
+#   roofline   trident's model FLOP/s (6·params + 12·L·T·C per token: the
 #              standard, non-causal count) / gemm_rate's FLOP-weighted rate of
 #              the back-end's matmul on the model's own linear-layer and LM-head
 #              shapes (fwd + both bwd), same threads
@@ -42,6 +45,7 @@ STEPS=12
 WARMUP=3
 THREADS=2
 MODELS="small 124m"
+PRECISIONS="fp32 bf16"
 PY=/usr/bin/python3
 REPORT_ONLY=0
 
@@ -54,8 +58,9 @@ while [ $# -gt 0 ]; do
     --warmup) WARMUP=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
+    --precisions) PRECISIONS=$2; shift 2 ;;
     --report-only) REPORT_ONLY=1; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "cpu_vs_torch.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -99,8 +104,8 @@ model_args() {
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
-run_trident() { # name L C NH V T B data round
-  local out=$WORK/trident_$1_r$9 load
+run_trident() { # name L C NH V T B data round precision
+  local out=$WORK/trident_$1_${10}_r$9 load
   rm -rf "$out"
   load=$(load1)
   "$TRIDENT" train "$ROOT/inputs/small.yaml" --set data.train="$8" \
@@ -109,15 +114,17 @@ run_trident() { # name L C NH V T B data round
     --set training.steps=$((STEPS + WARMUP)) --set schedule.warmup=1 \
     --set logging.every=1 --set eval.every=0 --set eval.batches=1 \
     --set checkpoint.every=0 --set checkpoint.resume=never \
-    --set run.out_dir="$out" --set run.threads="$THREADS" > "$out.log" 2>&1 ||
+    --set run.out_dir="$out" --set run.threads="$THREADS" \
+    --set training.precision="${10}" > "$out.log" 2>&1 ||
     { echo "trident failed, see $out.log" >&2; tail -5 "$out.log" >&2; return 1; }
-  "$PY" - "$out/metrics.jsonl" "$WARMUP" "$1" "$9" "$load" >> "$RES" <<'EOF'
+  "$PY" - "$out/metrics.jsonl" "$WARMUP" "$1" "$9" "$load" "${10}" >> "$RES" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 timed = [r["step_ms"] for r in rows if r["step"] > int(sys.argv[2])]
 tok = rows[-1]["tokens"] / rows[-1]["step"]
 med = statistics.median(timed)
 print(json.dumps({"who": "trident", "model": sys.argv[3], "round": int(sys.argv[4]),
+                  "prec": sys.argv[6],
                   "load": float(sys.argv[5]), "step_ms_median": med, "step_ms_min": min(timed),
                   "tokens_per_s": tok / med * 1e3, "steps": len(timed),
                   "peak_rss_bytes": max(r["mem_bytes"] for r in rows)}))
@@ -125,17 +132,18 @@ EOF
 }
 
 run_torch() {
-  local out=$WORK/torch_$1_r$9 load
+  local out=$WORK/torch_$1_${10}_r$9 load ac=()
+  [ "${10}" = bf16 ] && ac=(--autocast)
   load=$(load1)
   "$PY" "$ROOT/tests/bench/torch_gpt2_bench.py" --layers "$2" --dim "$3" --heads "$4" \
     --vocab "$5" --seq-len "$6" --batch "$7" --steps "$STEPS" --warmup-steps "$WARMUP" \
-    --threads "$THREADS" > "$out.json" 2> "$out.log" ||
+    --threads "$THREADS" ${ac[@]+"${ac[@]}"} > "$out.json" 2> "$out.log" ||
     { echo "torch failed, see $out.log" >&2; tail -5 "$out.log" >&2; return 1; }
-  "$PY" - "$out.json" "$1" "$9" "$load" >> "$RES" <<'EOF'
+  "$PY" - "$out.json" "$1" "$9" "$load" "${10}" >> "$RES" <<'EOF'
 import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 r.update({"who": "torch", "model": sys.argv[2], "round": int(sys.argv[3]),
-          "load": float(sys.argv[4])})
+          "load": float(sys.argv[4]), "prec": sys.argv[5]})
 print(json.dumps(r))
 EOF
 }
@@ -144,9 +152,9 @@ run_rate() {
   local load
   load=$(load1)
   "$GEMM_RATE" --layers "$2" --dim "$3" --vocab "$5" --tokens $(($6 * $7)) \
-    --threads "$THREADS" --reps 5 |
-    "$PY" -c 'import json,sys; r=json.loads(sys.stdin.read()); r.update({"who": "gemm_rate", "model": sys.argv[1], "round": int(sys.argv[2]), "load": float(sys.argv[3])}); print(json.dumps(r))' \
-      "$1" "$9" "$load" >> "$RES"
+    --threads "$THREADS" --reps 5 --dtype "${10}" |
+    "$PY" -c 'import json,sys; r=json.loads(sys.stdin.read()); r.update({"who": "gemm_rate", "model": sys.argv[1], "round": int(sys.argv[2]), "load": float(sys.argv[3]), "prec": sys.argv[4]}); print(json.dumps(r))' \
+      "$1" "$9" "$load" "${10}" >> "$RES"
 }
 
 [ "$REPORT_ONLY" = 1 ] || : > "$RES"
@@ -156,51 +164,60 @@ echo "   $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $
   "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; results: $RES"
 for r in $(seq 1 "$ROUNDS"); do
   for m in $MODELS; do
-    a=$(model_args "$m")
-    # shellcheck disable=SC2086
-    { run_trident $a "$r" && run_torch $a "$r" && run_rate $a "$r"; } || exit 1
-    echo "   round $r $m: done (load $(load1))"
+    for p in $PRECISIONS; do
+      a=$(model_args "$m")
+      # shellcheck disable=SC2086
+      { run_trident $a "$r" "$p" && run_torch $a "$r" "$p" && run_rate $a "$r" "$p"; } || exit 1
+      echo "   round $r $m $p: done (load $(load1))"
+    done
   done
 done
 }
 
-"$PY" - "$RES" "$MODELS" <<'EOF'
+"$PY" - "$RES" "$MODELS" "$PRECISIONS" <<'EOF'
 import json, statistics as st, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+for r in rows:
+    r.setdefault("prec", "fp32")  # results written before precisions were measured
 shapes = {"small": (6, 384, 256, 256), "124m": (12, 768, 50257, 64)}  # L, C, V, T
 print()
-hdr = ("model", "trident tok/s", "torch tok/s", "ratio", "best ratio", "trident RSS",
-       "torch RSS", "trident GFLOP/s", "gemm GFLOP/s", "util", "load")
+hdr = ("model", "precision", "trident tok/s", "torch tok/s", "ratio", "best ratio",
+       "trident RSS", "torch RSS", "trident GFLOP/s", "gemm GFLOP/s", "roofline", "load")
 print("| " + " | ".join(hdr) + " |")
 print("|" + "|".join("---" for _ in hdr) + "|")
 for m in sys.argv[2].split():
-    L, C, V, T = shapes[m]
-    params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
-    fpt = 6 * params + 12 * L * T * C
-    sel = lambda who: [r for r in rows if r["who"] == who and r["model"] == m]
-    tr, to, ra = sel("trident"), sel("torch"), sel("gemm_rate")
-    if not (tr and to and ra):
-        continue
-    ttok = st.median(r["tokens_per_s"] for r in tr)
-    otok = st.median(r["tokens_per_s"] for r in to)
-    # ratio: median over rounds of the per-round ratio (trident and torch ran back to back)
-    ratios = [a["tokens_per_s"] / b["tokens_per_s"] for a in tr for b in to if a["round"] == b["round"]]
-    gf = st.median(r["gflops"] for r in ra)
-    tflops = ttok * fpt * 1e-9
-    loads = [r["load"] for r in tr + to + ra]
-    best = min(r["step_ms_min"] for r in to) / min(r["step_ms_min"] for r in tr)
-    print("| %s | %.0f | %.0f | %.2fx | %.2fx | %.0f MiB | %.0f MiB | %.1f | %.1f | %.0f%% | %.1f-%.1f |" % (
-        m, ttok, otok, st.median(ratios), best, max(r["peak_rss_bytes"] for r in tr) / 2**20,
-        max(r["peak_rss_bytes"] for r in to) / 2**20, tflops, gf, 100 * tflops / gf,
-        min(loads), max(loads)))
+    for p in sys.argv[3].split():
+        L, C, V, T = shapes[m]
+        params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+        fpt = 6 * params + 12 * L * T * C
+        sel = lambda who: [r for r in rows if r["who"] == who and r["model"] == m and r["prec"] == p]
+        tr, to, ra = sel("trident"), sel("torch"), sel("gemm_rate")
+        if not (tr and to and ra):
+            continue
+        ttok = st.median(r["tokens_per_s"] for r in tr)
+        otok = st.median(r["tokens_per_s"] for r in to)
+        # ratio: median over rounds of the per-round ratio (they ran back to back)
+        ratios = [a["tokens_per_s"] / b["tokens_per_s"] for a in tr for b in to
+                  if a["round"] == b["round"]]
+        gf = st.median(r["gflops"] for r in ra)
+        tflops = ttok * fpt * 1e-9
+        loads = [r["load"] for r in tr + to + ra]
+        best = min(r["step_ms_min"] for r in to) / min(r["step_ms_min"] for r in tr)
+        path = ra[0].get("bf16_path", "") if p == "bf16" else ""
+        print("| %s | %s | %.0f | %.0f | %.2fx | %.2fx | %.0f MiB | %.0f MiB | %.1f | %.1f | %.0f%% | %.1f-%.1f |" % (
+            m, p + (" (%s)" % path if path else ""), ttok, otok, st.median(ratios), best,
+            max(r["peak_rss_bytes"] for r in tr) / 2**20,
+            max(r["peak_rss_bytes"] for r in to) / 2**20, tflops, gf, 100 * tflops / gf,
+            min(loads), max(loads)))
 print()
 print("per round (tok/s trident / torch, gemm GFLOP/s):")
 for m in sys.argv[2].split():
-    for r in sorted({x["round"] for x in rows if x["model"] == m}):
-        g = {x["who"]: x for x in rows if x["model"] == m and x["round"] == r}
-        if len(g) == 3:
-            print("  %-5s round %d: %7.0f / %7.0f = %.2fx, %.0f GFLOP/s, load %.1f" % (
-                m, r, g["trident"]["tokens_per_s"], g["torch"]["tokens_per_s"],
-                g["trident"]["tokens_per_s"] / g["torch"]["tokens_per_s"],
-                g["gemm_rate"]["gflops"], g["trident"]["load"]))
+    for p in sys.argv[3].split():
+        for r in sorted({x["round"] for x in rows if x["model"] == m and x["prec"] == p}):
+            g = {x["who"]: x for x in rows if x["model"] == m and x["round"] == r and x["prec"] == p}
+            if len(g) == 3:
+                print("  %-5s %s round %d: %7.0f / %7.0f = %.2fx, %.0f GFLOP/s, load %.1f" % (
+                    m, p, r, g["trident"]["tokens_per_s"], g["torch"]["tokens_per_s"],
+                    g["trident"]["tokens_per_s"] / g["torch"]["tokens_per_s"],
+                    g["gemm_rate"]["gflops"], g["trident"]["load"]))
 EOF

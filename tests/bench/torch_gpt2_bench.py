@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch side of trident's CPU training benchmark: GPT-2 (float32), AdamW.
+"""PyTorch side of trident's CPU training benchmark: GPT-2 (float32, or with
+--autocast bf16 mixed precision), AdamW.
 
 Run with Debian's interpreter (torch 1.13.1 CPU, OpenBLAS-pthread for GEMM):
 
@@ -77,6 +78,9 @@ def parse(argv=None):
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--grad-clip", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--autocast", action="store_true",
+                    help="mixed precision: forward under torch.autocast('cpu', bfloat16), "
+                         "float32 master weights")
     ap.add_argument("--impl", choices=["linear", "conv1d", "sdpa", "naive"], default="linear",
                     help="formulation (default: the fastest measured)")
     a = ap.parse_args(argv)
@@ -251,8 +255,9 @@ def main(a):
         tgt = data[s, :, 1:].contiguous()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = forward(P, idx, tgt)
-        loss.backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast):
+            loss = forward(P, idx, tgt)
+        loss.float().backward()
         if a.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(params, a.grad_clip)
         opt.step()
@@ -276,6 +281,7 @@ def main(a):
         "threads": a.threads,
         "torch": torch.__version__,
         "impl": a.impl,
+        "autocast": a.autocast,
         "openblas_core": blas_core,
         "first_loss": losses[0],
         "last_loss": losses[-1],
