@@ -1,6 +1,7 @@
-/* cmd_prepare.c — `trident prepare --out FILE [--val-fraction F] [--buffer-mb M] INPUT...`:
- * text → token dataset with the byte-level tokenizer. Runs on rank 0 only
- * (the others wait and share its status). */
+/* cmd_prepare.c — `trident prepare --out FILE [--val-fraction F] [--buffer-mb M]
+ * [--tokenizer bytes|gpt2 --vocab encoder.json --merges vocab.bpe] INPUT...`:
+ * text → token dataset with the byte-level tokenizer or GPT-2's BPE. Runs on
+ * rank 0 only (the others wait and share its status). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,9 +10,14 @@
 #include "io/td_prepare.h"
 #include "parallel/td_mpi.h"
 
+typedef struct {
+  const char *tokenizer, *vocab, *merges;
+} tok_args;
+
 static td_status parse(int argc, char **argv, const char **out, double *frac, size_t *buf,
-                       int *nin, char ***inputs) {
+                       tok_args *t, int *nin, char ***inputs) {
   *out = NULL, *frac = 0.1, *buf = TD_PREPARE_BUFFER_DEFAULT, *nin = 0;
+  t->tokenizer = "bytes", t->vocab = t->merges = NULL;
   *inputs = calloc((size_t)argc + 1, sizeof(char *));
   if (!*inputs) TD_FAIL(TD_ERR_NOMEM, "out of memory");
   for (int i = 1; i < argc; ++i) {
@@ -25,18 +31,34 @@ static td_status parse(int argc, char **argv, const char **out, double *frac, si
       if (!end || *end || *frac < 0 || *frac >= 1)
         TD_FAIL(TD_ERR_USAGE, "trident prepare: --val-fraction must be a number in [0, 1), got '%s'",
                 argv[i]);
+    } else if (strcmp(a, "--tokenizer") == 0 && has_next) {
+      t->tokenizer = argv[++i];
+      if (strcmp(t->tokenizer, "bytes") != 0 && strcmp(t->tokenizer, "gpt2") != 0)
+        TD_FAIL(TD_ERR_USAGE, "trident prepare: --tokenizer must be bytes or gpt2, got '%s'",
+                t->tokenizer);
+    } else if (strcmp(a, "--vocab") == 0 && has_next) {
+      t->vocab = argv[++i];
+    } else if (strcmp(a, "--merges") == 0 && has_next) {
+      t->merges = argv[++i];
     } else if (strcmp(a, "--buffer-mb") == 0 && has_next) {
       double mb = atof(argv[++i]);
       if (mb <= 0) TD_FAIL(TD_ERR_USAGE, "trident prepare: --buffer-mb must be > 0");
       *buf = (size_t)(mb * 1048576.0);
     } else if (a[0] == '-' && a[1] != '\0') {
       TD_FAIL(TD_ERR_USAGE, "trident prepare: unknown option '%s' (usage: trident prepare --out FILE "
-              "[--val-fraction F] INPUT...)", a);
+              "[--val-fraction F] [--tokenizer gpt2 --vocab encoder.json --merges vocab.bpe] "
+              "INPUT...)", a);
     } else {
       (*inputs)[(*nin)++] = argv[i];
     }
   }
   if (!*out) TD_FAIL(TD_ERR_USAGE, "trident prepare: missing --out FILE");
+  int gpt2 = strcmp(t->tokenizer, "gpt2") == 0;
+  if (gpt2 && (!t->vocab || !t->merges))
+    TD_FAIL(TD_ERR_USAGE, "trident prepare: --tokenizer gpt2 needs --vocab encoder.json and "
+            "--merges vocab.bpe (GPT-2's published files)");
+  if (!gpt2 && (t->vocab || t->merges))
+    TD_FAIL(TD_ERR_USAGE, "trident prepare: --vocab and --merges go with --tokenizer gpt2");
   if (*nin == 0) TD_FAIL(TD_ERR_USAGE, "trident prepare: no INPUT files, folders or - given");
   return TD_OK;
 }
@@ -47,11 +69,15 @@ td_status td_cmd_prepare(td_app *app, int argc, char **argv) {
   size_t buf = 0;
   int nin = 0;
   char **inputs = NULL;
-  td_status st = parse(argc, argv, &out, &frac, &buf, &nin, &inputs);
+  tok_args t;
+  td_bpe *bpe = NULL;
+  td_status st = parse(argc, argv, &out, &frac, &buf, &t, &nin, &inputs);
   if (st == TD_OK && app->rank == 0) {
     td_h5_init();
-    st = td_prepare(out, frac, nin, inputs, buf, stdout);
+    if (strcmp(t.tokenizer, "gpt2") == 0) st = td_bpe_load(t.vocab, t.merges, &bpe);
+    if (st == TD_OK) st = td_prepare_bpe(out, frac, nin, inputs, buf, bpe, stdout);
   }
+  td_bpe_destroy(&bpe);
   free(inputs);
   TD_CHECK(td_agree(app->world, st));
   return TD_OK;

@@ -14,7 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/td_bpe.h"
 #include "io/td_h5.h"
+#include "td_log.h"
 
 #define TD_PREPARE_CHUNK_TOKENS 32768 /* HDF5 chunk: 64 KiB of uint16 */
 #define TD_PREPARE_MIN_BUFFER 48
@@ -275,8 +277,186 @@ static td_status write_tokens(hid_t d, const char *tmp, const char *name,
   return TD_OK;
 }
 
+/* ---- GPT-2 BPE ------------------------------------------------------------------- */
+
+/* A text may be cut just after a '\n' that follows a printable ASCII
+ * character and precedes one: that '\n' is a pre-token of its own whether
+ * the text goes on or ends there (\s+(?!\S), then \s+), and the next
+ * pre-token starts after it either way, so encoding the two parts apart
+ * gives the ids of the whole (td_bpe.h, pre-tokenization). The last such
+ * cut in t[0, n), or 0 when there is none. */
+static size_t bpe_cut(const unsigned char *t, size_t n) {
+  for (size_t c = n > 0 ? n - 1 : 0; c >= 2; --c)
+    if (t[c - 1] == '\n' && t[c - 2] > 0x20 && t[c - 2] < 0x7F && t[c] > 0x20 && t[c] < 0x7F)
+      return c;
+  return 0;
+}
+
+/* Append n tokens to the extendable 1-D dataset d that holds *k. */
+static td_status append_tokens(hid_t d, const char *tmp, const int32_t *ids, size_t n,
+                               uint16_t *tok, int64_t *k) {
+  for (size_t i = 0; i < n; ++i) tok[i] = (uint16_t)ids[i];
+  hsize_t dim = (hsize_t)(*k + (int64_t)n);
+  if (H5Dset_extent(d, &dim) < 0)
+    TD_FAIL(TD_ERR_HDF5, "%s: cannot extend /tokens to %llu tokens: %s", tmp,
+            (unsigned long long)dim, td_h5_error_text());
+  TD_CHECK(write_tokens(d, tmp, "/tokens", *k, tok, (int64_t)n));
+  *k += (int64_t)n;
+  return TD_OK;
+}
+
+/* Every input through the GPT-2 tokenizer b into an extendable /tokens: each
+ * file is one document, preceded by <|endoftext|> (as GPT-2's and llm.c's
+ * data are); a document is encoded in pieces cut by bpe_cut, the same ids as
+ * whole. Then the last floor(n · val_fraction) tokens move to /val_tokens. */
+static td_status prepare_bpe(plan *p, const char *tmp, hid_t f, td_bpe *b, double val_fraction,
+                             int64_t total, int64_t *ntrain_out, int64_t *nval_out) {
+  td_status st = TD_OK;
+  hid_t dtok = -1, dval = -1, space = -1, dcpl = -1;
+  unsigned char *text = NULL;
+  int32_t *ids = NULL;
+  uint16_t *tok = NULL;
+  size_t nids = 0, idcap = 0, tokcap = 0, cap = p->buf_bytes, len = 0;
+  int fd = -1, fd_own = 0;
+  int32_t eot = 0;
+  int64_t k = 0, done_bytes = 0;
+  double t0 = td_now(), last_log = t0;
+
+  TD_REQUIRE(td_bpe_vocab_size(b) <= 65536, TD_ERR_USAGE,
+             "prepare: the tokenizer has %lld tokens; datasets hold uint16 ids (<= 65536)",
+             (long long)td_bpe_vocab_size(b));
+  TD_CHECK(td_bpe_token_id(b, "<|endoftext|>", &eot));
+  hsize_t zero = 0, unlimited = H5S_UNLIMITED, chunk = TD_PREPARE_CHUNK_TOKENS;
+  space = H5Screate_simple(1, &zero, &unlimited);
+  dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  if (space < 0 || dcpl < 0 || H5Pset_chunk(dcpl, 1, &chunk) < 0)
+    TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot set up /tokens: %s", tmp, td_h5_error_text());
+  dtok = H5Dcreate2(f, "/tokens", H5T_STD_U16LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  if (dtok < 0)
+    TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot create /tokens: %s", tmp, td_h5_error_text());
+  TD_CHECK_GOTO(td_alloc((void **)&text, cap, "prepare text buffer"));
+
+  for (int64_t i = 0; i < p->n; ++i) {
+    const src *s = &p->v[i];
+    fd_own = s->spool_fd < 0;
+    if (!fd_own) {
+      fd = s->spool_fd;
+      if (lseek(fd, 0, SEEK_SET) != 0)
+        TD_FAIL_GOTO(TD_ERR_IO, "%s: cannot rewind the spool file: %s", s->path,
+                     strerror(errno));
+    } else {
+      fd = open(s->path, O_RDONLY | O_CLOEXEC);
+      if (fd < 0) TD_FAIL_GOTO(TD_ERR_IO, "%s: cannot read: %s", s->path, strerror(errno));
+    }
+    nids = 0;
+    if (nids == idcap) {
+      int32_t *g = realloc(ids, 1024 * sizeof *ids);
+      if (!g) TD_FAIL_GOTO(TD_ERR_NOMEM, "prepare: out of memory for token ids");
+      ids = g, idcap = 1024;
+    }
+    ids[nids++] = eot;
+    int64_t got = 0;
+    len = 0;
+    for (int eof = 0; !eof;) {
+      if (len == cap) { /* no cut in the whole buffer (one very long line): grow */
+        unsigned char *g = realloc(text, 2 * cap);
+        if (!g) TD_FAIL_GOTO(TD_ERR_NOMEM, "%s: out of memory for a %zu-byte line", s->path, cap);
+        text = g, cap *= 2;
+      }
+      ssize_t r = read(fd, text + len, cap - len);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        TD_FAIL_GOTO(TD_ERR_IO, "%s: read failed: %s", s->path, strerror(errno));
+      }
+      if (got + r > s->size)
+        TD_FAIL_GOTO(TD_ERR_IO, "%s: grew while being read (was %lld bytes)", s->path,
+                     (long long)s->size);
+      got += r, len += (size_t)r;
+      eof = r == 0;
+      size_t cut = eof ? len : bpe_cut(text, len);
+      if (cut == 0) continue;
+      TD_CHECK_GOTO(td_bpe_encode(b, text, cut, &ids, &nids, &idcap));
+      if (nids > tokcap) {
+        td_free(tok);
+        tok = NULL;
+        tokcap = 0;
+        TD_CHECK_GOTO(td_alloc((void **)&tok, 2 * nids * sizeof *tok, "prepare token buffer"));
+        tokcap = 2 * nids;
+      }
+      TD_CHECK_GOTO(append_tokens(dtok, tmp, ids, nids, tok, &k));
+      nids = 0;
+      memmove(text, text + cut, len - cut);
+      len -= cut;
+      done_bytes += (int64_t)cut;
+      double now = td_now();
+      if (now - last_log >= 5.0 && p->log) { /* a progress line on long inputs */
+        double rate = (double)done_bytes / (now - t0);
+        logf_(p->log, "prepare: %.1f of %.1f MB, %lld tokens, %.1f MB/s, ETA %.0f s\n",
+              done_bytes / 1e6, total / 1e6, (long long)k, rate / 1e6,
+              rate > 0 ? (double)(total - done_bytes) / rate : 0.0);
+        fflush(p->log);
+        last_log = now;
+      }
+    }
+    if (fd_own) close(fd);
+    fd = -1;
+    if (got != s->size)
+      TD_FAIL_GOTO(TD_ERR_IO, "%s: shrank while being read (%lld bytes, was %lld)", s->path,
+                   (long long)got, (long long)s->size);
+  }
+
+  /* the split: the last nval tokens move to /val_tokens */
+  int64_t nval = (int64_t)floor((double)k * val_fraction);
+  if (nval >= k) nval = k - 1;
+  if (nval < 0) nval = 0;
+  int64_t ntrain = k - nval;
+  if (nval > 0) {
+    TD_CHECK_GOTO(create_tokens(f, tmp, "/val_tokens", nval, &dval));
+    for (int64_t j = 0; j < nval;) {
+      int64_t m = nval - j < TD_PREPARE_CHUNK_TOKENS ? nval - j : TD_PREPARE_CHUNK_TOKENS;
+      hsize_t start = (hsize_t)(ntrain + j), count = (hsize_t)m;
+      uint16_t buf[TD_PREPARE_CHUNK_TOKENS];
+      hid_t fs = H5Dget_space(dtok), ms = H5Screate_simple(1, &count, NULL);
+      herr_t e = fs < 0 || ms < 0 ? -1
+                 : H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL);
+      if (e >= 0) e = H5Dread(dtok, H5T_NATIVE_UINT16, ms, fs, H5P_DEFAULT, buf);
+      if (ms >= 0) H5Sclose(ms);
+      if (fs >= 0) H5Sclose(fs);
+      if (e < 0)
+        TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot read back /tokens for the split: %s", tmp,
+                     td_h5_error_text());
+      TD_CHECK_GOTO(write_tokens(dval, tmp, "/val_tokens", j, buf, m));
+      j += m;
+    }
+    hsize_t dim = (hsize_t)ntrain;
+    if (H5Dset_extent(dtok, &dim) < 0)
+      TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot cut /tokens to %lld tokens: %s", tmp,
+                   (long long)ntrain, td_h5_error_text());
+  }
+  TD_CHECK_GOTO(td_h5_attr_write_i64(f, "vocab_size", td_bpe_vocab_size(b)));
+  TD_CHECK_GOTO(td_h5_attr_write_str(f, "tokenizer", td_bpe_dialect_name(td_bpe_get_dialect(b))));
+  TD_CHECK_GOTO(td_h5_attr_write_str(f, "tokenizer_sha256", td_bpe_hash(b)));
+  TD_CHECK_GOTO(td_h5_attr_write_i64(f, "eot_token", eot));
+  *ntrain_out = ntrain, *nval_out = nval;
+done:
+  if (fd >= 0 && fd_own) close(fd);
+  if (dcpl >= 0) H5Pclose(dcpl);
+  if (space >= 0) H5Sclose(space);
+  td_h5_close(&dval);
+  td_h5_close(&dtok);
+  td_free(text);
+  td_free(tok);
+  free(ids);
+  return st;
+}
+
 td_status td_prepare(const char *out_path, double val_fraction, int ninputs,
                      char **inputs, size_t buffer_bytes, FILE *log) {
+  return td_prepare_bpe(out_path, val_fraction, ninputs, inputs, buffer_bytes, NULL, log);
+}
+
+td_status td_prepare_bpe(const char *out_path, double val_fraction, int ninputs,
+                         char **inputs, size_t buffer_bytes, td_bpe *bpe, FILE *log) {
   td_status st = TD_OK;
   plan p = {0};
   char *tmp = NULL;
@@ -324,6 +504,10 @@ td_status td_prepare(const char *out_path, double val_fraction, int ninputs,
   memcpy(tmp + ol, ".tmp", 5);
   TD_CHECK_GOTO(td_h5_create(tmp, MPI_COMM_NULL, &f));
   tmp_made = 1;
+  if (bpe) {
+    TD_CHECK_GOTO(prepare_bpe(&p, tmp, f, bpe, val_fraction, total, &ntrain, &nval));
+    goto written;
+  }
   TD_CHECK_GOTO(create_tokens(f, tmp, "/tokens", ntrain, &dtrain));
   if (nval > 0) TD_CHECK_GOTO(create_tokens(f, tmp, "/val_tokens", nval, &dval));
   TD_CHECK_GOTO(td_h5_attr_write_i64(f, "vocab_size", 256));
@@ -379,6 +563,7 @@ td_status td_prepare(const char *out_path, double val_fraction, int ninputs,
                    s->path, (long long)got, (long long)s->size);
   }
 
+written:
   td_h5_close(&dval);
   td_h5_close(&dtrain);
   if (H5Fclose(f) < 0) {
@@ -390,10 +575,16 @@ td_status td_prepare(const char *out_path, double val_fraction, int ninputs,
     TD_FAIL_GOTO(TD_ERR_IO, "%s: cannot rename %s to it: %s", out_path, tmp,
                  strerror(errno));
   tmp_made = 0;
-  logf_(log,
-        "prepare: read %lld files, %lld bytes = %lld tokens (byte-level "
-        "tokenizer, vocab_size 256)\n",
-        (long long)p.n, (long long)total, (long long)total);
+  if (bpe)
+    logf_(log, "prepare: read %lld files, %lld bytes = %lld tokens (%s tokenizer, vocab_size "
+          "%lld, %.2f bytes per token)\n", (long long)p.n, (long long)total,
+          (long long)(ntrain + nval), td_bpe_dialect_name(td_bpe_get_dialect(bpe)),
+          (long long)td_bpe_vocab_size(bpe), (double)total / (double)(ntrain + nval));
+  else
+    logf_(log,
+          "prepare: read %lld files, %lld bytes = %lld tokens (byte-level "
+          "tokenizer, vocab_size 256)\n",
+          (long long)p.n, (long long)total, (long long)total);
   logf_(log,
         "prepare: wrote %s: /tokens %lld train tokens, %s%lld val tokens "
         "(val fraction %g)\n",

@@ -1,12 +1,14 @@
 /* td_prepare.h — text → trident token dataset (`trident prepare`).
  *
- * The byte-level tokenizer: token = byte value, vocab_size 256. */
+ * The byte-level tokenizer (token = byte value, vocab_size 256), or GPT-2's
+ * byte-level BPE (td_bpe.h). */
 #ifndef TD_PREPARE_H
 #define TD_PREPARE_H
 
 #include <stddef.h>
 #include <stdio.h>
 
+#include "io/td_bpe.h"
 #include "td_error.h"
 
 /* Default read buffer of td_prepare. */
@@ -39,5 +41,16 @@
  * it on one process (td_h5_init() is called). */
 td_status td_prepare(const char *out_path, double val_fraction, int ninputs,
                      char **inputs, size_t buffer_bytes, FILE *log);
+
+/* The same with the GPT-2 tokenizer bpe (NULL: bytes, as td_prepare). Each
+ * input file is one document, preceded by <|endoftext|>; the ids are exactly
+ * td_bpe_encode's of the whole file (read in pieces cut where that cannot
+ * change them). /tokens grows as it is written; the last floor(n ·
+ * val_fraction) tokens then move to /val_tokens. Root attributes:
+ * vocab_size (the tokenizer's, 50257), tokenizer ("gpt2" or "gpt3-encoder":
+ * the dialect), tokenizer_sha256 (td_bpe_hash), eot_token. A progress line
+ * (MB, tokens, MB/s, ETA) every 5 s on long inputs. */
+td_status td_prepare_bpe(const char *out_path, double val_fraction, int ninputs,
+                         char **inputs, size_t buffer_bytes, td_bpe *bpe, FILE *log);
 
 #endif

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# prepare.sh TRIDENT WORKDIR — `trident prepare --tokenizer gpt2` through the
+# command line (CTest: prepare_gpt2):
+#  1. a folder of three documents (the tokenizer's hard corpus, GPL-3, the
+#     Apache license) prepared twice: with a large buffer (each file encoded
+#     in one piece) and with a tiny one (hundreds of pieces, cut by
+#     prepare.c's bpe_cut, a very long line growing the buffer): the same
+#     tokens, bit for bit;
+#  2. the dataset: vocab_size 50257, tokenizer gpt2, eot_token 50256,
+#     tokenizer_sha256 of the two files, <|endoftext|> before each document,
+#     the last 10% of the tokens in /val_tokens;
+#  3. the GPL-3 document's ids equal npm's gpt-3-encoder's (tests/tokenizer/
+#     oracle.js) for that file;
+#  4. `trident train` refuses a model whose vocab is smaller than the
+#     tokenizer's (exit 2, naming the file), and trains 3 steps with
+#     model.vocab_size 50257.
+# 77 (skipped) when npm or the registry is unavailable (fetch.sh).
+# Environment: MPIEXEC (default mpiexec).
+set -u
+trident=${1:?usage: prepare.sh TRIDENT WORKDIR} work=${2:?usage: prepare.sh TRIDENT WORKDIR}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+src=$(cd "$here/../.." && pwd)
+mpiexec=${MPIEXEC:-mpiexec}
+mkdir -p "$work" || exit 1
+ref=$work/gpt-3-encoder
+bash "$here/fetch.sh" "$ref"
+rc=$?
+[ $rc = 0 ] || exit $rc
+command -v node >/dev/null || { echo "prepare.sh: node is missing: skipped"; exit 77; }
+cd "$work" || exit 1
+fail() { echo "prepare.sh: FAIL: $*"; exit 1; }
+
+rm -rf docs && mkdir docs
+/usr/bin/python3 "$here/make_corpus.py" docs/a.txt || fail "make_corpus.py"
+cp /usr/share/common-licenses/GPL-3 docs/b.txt
+{ cat /usr/share/common-licenses/Apache-2.0; head -c 3000 /dev/zero | tr '\0' 'x'; echo; } > docs/c.txt
+gpt2=(--tokenizer gpt2 --vocab "$ref/encoder.json" --merges "$ref/vocab.bpe" --val-fraction 0.1)
+"$trident" prepare "${gpt2[@]}" --out big.h5 --buffer-mb 64 docs > big.log || fail "prepare (large buffer)"
+"$trident" prepare "${gpt2[@]}" --out tiny.h5 --buffer-mb 0.0005 docs > tiny.log ||
+  fail "prepare (tiny buffer)"
+grep -q "gpt2 tokenizer, vocab_size 50257" big.log || fail "prepare's summary does not name the tokenizer"
+node "$here/oracle.js" "$ref" docs/b.txt ids.b.txt || fail "oracle.js"
+sha=$(cat "$ref/encoder.json" "$ref/vocab.bpe" | sha256sum | cut -d' ' -f1)
+
+/usr/bin/python3 - "$sha" <<'EOF' || exit 1
+import sys
+import h5py
+import numpy as np
+def load(p):
+    with h5py.File(p, "r") as f:
+        a = dict(f.attrs)
+        t = np.concatenate([f["tokens"][()], f["val_tokens"][()]])
+        return a, t, len(f["val_tokens"])
+a, big, nval = load("big.h5")
+_, tiny, _ = load("tiny.h5")
+def s(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+if not np.array_equal(big, tiny):
+    i = int(np.argmax(big[:min(len(big), len(tiny))] != tiny[:min(len(big), len(tiny))]))
+    sys.exit("prepare.sh: FAIL: tiny-buffer tokens differ from whole-file tokens at %d "
+             "(%d vs %d tokens)" % (i, len(big), len(tiny)))
+want = {"vocab_size": 50257, "tokenizer": "gpt2", "eot_token": 50256, "tokenizer_sha256": sys.argv[1]}
+for k, v in want.items():
+    if k not in a or s(a[k]) != str(v):
+        sys.exit("prepare.sh: FAIL: attribute %s = %r, want %r" % (k, a.get(k), v))
+eot = np.flatnonzero(big == 50256)
+if len(eot) != 3 or eot[0] != 0:
+    sys.exit("prepare.sh: FAIL: <|endoftext|> at %s, want 3 document starts from 0" % eot[:10])
+if nval != int(len(big) * 0.1):
+    sys.exit("prepare.sh: FAIL: %d val tokens of %d, want floor(10%%)" % (nval, len(big)))
+ref = np.loadtxt("ids.b.txt", dtype=np.int64, ndmin=1)
+doc_b = big[eot[1] + 1:eot[2]].astype(np.int64)
+if not np.array_equal(doc_b, ref):
+    sys.exit("prepare.sh: FAIL: GPL-3's ids differ from gpt-3-encoder's (%d vs %d ids)"
+             % (len(doc_b), len(ref)))
+print("prepare.sh: %d tokens, identical with a %s-piece read; GPL-3: %d ids = gpt-3-encoder's"
+      % (len(big), "tiny", len(doc_b)))
+EOF
+
+# train: the vocab check, then a few steps with GPT-2's vocabulary
+out=$("$mpiexec" -n 1 "$trident" train "$src/inputs/tiny.yaml" --set data.train=big.h5 \
+  --set run.out_dir=run --set checkpoint.resume=never 2>&1)
+rc=$?
+[ $rc = 2 ] && grep -q "big.h5.*vocab_size attribute is 50257 but the model's vocab_size is 256" <<<"$out" ||
+  { echo "$out" | tail -3; fail "train with vocab 256 on a GPT-2 dataset: exit $rc (want 2 naming the file)"; }
+OMP_NUM_THREADS=2 "$mpiexec" -n 1 "$trident" train "$src/inputs/tiny.yaml" --set data.train=big.h5 \
+  --set model.vocab_size=50257 --set training.steps=3 --set schedule.warmup=1 \
+  --set run.out_dir=run --set checkpoint.resume=never > train.log 2>&1 || { tail -3 train.log; fail "train"; }
+echo "prepare.sh: OK"
