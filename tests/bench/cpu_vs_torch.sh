@@ -6,7 +6,7 @@
 #   tests/bench/cpu_vs_torch.sh [--build DIR] [--work DIR] [--rounds N]
 #                               [--steps N] [--warmup N] [--threads N]
 #                               [--models "small 124m"] [--precisions "fp32 bf16"]
-#                               [--report-only]
+#                               [--torch-bf16-steps N] [--report-only]
 #
 # Models: small = 6 layers, dim 384, 6 heads, vocab 256, T 256, batch 4
 #         124m  = GPT-2 124M: 12 layers, 768, 12 heads, vocab 50257, T 64, batch 4
@@ -14,7 +14,10 @@
 # tests/bench/torch_gpt2_bench.py with the same thread count for intra-op
 # and OpenBLAS. Precisions: fp32 (trident fp32 vs torch float32) and bf16
 # (trident training.precision: bf16 vs torch.autocast("cpu", bfloat16), both
-# with fp32 master weights; gemm_rate --dtype bf16). Both run under the same environment, PyTorch's best:
+# with fp32 master weights; gemm_rate --dtype bf16). --torch-bf16-steps N
+# (default: --steps) times only N steps after one warm-up step of PyTorch's
+# autocast run: on a CPU without bf16 hardware its bf16 matmuls are 20-40x
+# slower than its fp32 (26 s per small-model step measured on AVX2). Both run under the same environment, PyTorch's best:
 #   OMP_WAIT_POLICY=PASSIVE, MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_=16 GiB.
 # OPENBLAS_CORETYPE is left as the machine has it (the torch script picks
 # the CPU's kernel family if unset).
@@ -46,6 +49,7 @@ WARMUP=3
 THREADS=2
 MODELS="small 124m"
 PRECISIONS="fp32 bf16"
+TORCH_BF16_STEPS=
 PY=/usr/bin/python3
 REPORT_ONLY=0
 
@@ -59,8 +63,9 @@ while [ $# -gt 0 ]; do
     --threads) THREADS=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
     --precisions) PRECISIONS=$2; shift 2 ;;
+    --torch-bf16-steps) TORCH_BF16_STEPS=$2; shift 2 ;;
     --report-only) REPORT_ONLY=1; shift ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "cpu_vs_torch.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -132,11 +137,12 @@ EOF
 }
 
 run_torch() {
-  local out=$WORK/torch_$1_${10}_r$9 load ac=()
+  local out=$WORK/torch_$1_${10}_r$9 load ac=() steps=$STEPS warm=$WARMUP
   [ "${10}" = bf16 ] && ac=(--autocast)
+  if [ "${10}" = bf16 ] && [ -n "$TORCH_BF16_STEPS" ]; then steps=$TORCH_BF16_STEPS warm=1; fi
   load=$(load1)
   "$PY" "$ROOT/tests/bench/torch_gpt2_bench.py" --layers "$2" --dim "$3" --heads "$4" \
-    --vocab "$5" --seq-len "$6" --batch "$7" --steps "$STEPS" --warmup-steps "$WARMUP" \
+    --vocab "$5" --seq-len "$6" --batch "$7" --steps "$steps" --warmup-steps "$warm" \
     --threads "$THREADS" ${ac[@]+"${ac[@]}"} > "$out.json" 2> "$out.log" ||
     { echo "torch failed, see $out.log" >&2; tail -5 "$out.log" >&2; return 1; }
   "$PY" - "$out.json" "$1" "$9" "$load" "${10}" >> "$RES" <<'EOF'
