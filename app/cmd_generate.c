@@ -1,6 +1,7 @@
 /* cmd_generate.c — `trident generate --checkpoint FILE [--prompt TEXT]
  * [--tokens N] [--temperature T] [--top-k K] [--seed S] [--set k=v]...`:
- * sample text with the byte-level tokenizer from a checkpoint, on any grid
+ * sample text from a checkpoint (bytes, or the GPT-2 tokenizer it carries in
+ * /tokenizer), on any grid
  * (tensor and pipeline parallel included: --set parallel.tp=2). The model
  * comes from the checkpoint's /config. Deterministic for a given seed. */
 #include <math.h>
@@ -156,27 +157,42 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
   td_config cfg;
   TD_CHECK(gen_config(app, &g, &cfg));
   td_trainer *t = NULL;
-  int32_t *ctx = NULL, *in = NULL;
+  int32_t *ctx = NULL, *in = NULL, *pids = NULL;
   float *logits = NULL, *scratch = NULL;
+  td_tokenizer_files tf = {0};
+  td_bpe *bpe = NULL;
+  size_t npids = 0, pcap = 0;
   TD_CHECK(td_trainer_create(app, &cfg, 0, 0, &t));
   t->quiet = 1;
   TD_CHECK_GOTO(td_trainer_load(t, g.ckpt, 0));
+  /* a checkpoint trained on GPT-2 tokens carries its tokenizer: speak its text */
+  st = td_tokenizer_h5_read(g.ckpt, &tf);
+  if (st == TD_OK && tf.encoder_json) st = td_tokenizer_files_load(&tf, g.ckpt, &bpe);
+  if (st == TD_OK && bpe)
+    st = td_bpe_encode(bpe, (const unsigned char *)g.prompt, strlen(g.prompt), &pids, &npids,
+                       &pcap);
+  TD_CHECK_GOTO(td_agree(app->world, st));
   int64_t T = cfg.model_seq_len, V = cfg.model_vocab_size;
-  int64_t plen = (int64_t)strlen(g.prompt), total = plen + g.tokens;
+  int64_t plen = bpe ? (int64_t)npids : (int64_t)strlen(g.prompt), total = plen + g.tokens;
   TD_CHECK_GOTO(td_alloc((void **)&ctx, (size_t)(total + 1) * sizeof(int32_t), "context"));
   TD_CHECK_GOTO(td_alloc((void **)&in, (size_t)T * sizeof(int32_t), "input"));
   TD_CHECK_GOTO(td_alloc((void **)&logits, (size_t)(V + 64) * t->grid->tp * sizeof(float), "logits"));
   TD_CHECK_GOTO(td_alloc((void **)&scratch, (size_t)V * sizeof(float), "top-k selection"));
   for (int64_t i = 0; i < plen && st == TD_OK; ++i) {
-    int32_t b = (unsigned char)g.prompt[i];
+    int32_t b = bpe ? pids[i] : (unsigned char)g.prompt[i];
     if (b >= V)
       st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
-                        "trident generate: the prompt's byte %d at offset %lld is outside the "
-                        "model's vocabulary of %lld", b, (long long)i, (long long)V);
+                        "trident generate: the prompt's %s %d at %lld is outside the "
+                        "model's vocabulary of %lld", bpe ? "token" : "byte", b, (long long)i,
+                        (long long)V);
     ctx[i] = b;
   }
   TD_CHECK_GOTO(td_agree(app->world, st)); /* every rank checked the same prompt */
-  if (plen == 0) ctx[plen++] = '\n';
+  if (plen == 0) {
+    int32_t eot = '\n';
+    if (bpe && td_bpe_token_id(bpe, "<|endoftext|>", &eot) != TD_OK) td_error_clear();
+    ctx[plen++] = eot;
+  }
   if (app->rank == 0) {
     fwrite(g.prompt, 1, strlen(g.prompt), stdout);
     fflush(stdout);
@@ -200,7 +216,16 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
       goto done;
     }
     ctx[n] = tok;
-    if (app->rank == 0) {
+    if (app->rank == 0 && bpe) {
+      char *text = NULL;
+      size_t tlen = 0;
+      if (td_bpe_decode(bpe, &tok, 1, &text, &tlen) == TD_OK) /* padding ids print nothing */
+        fwrite(text, 1, tlen, stdout);
+      else
+        td_error_clear();
+      free(text);
+      fflush(stdout);
+    } else if (app->rank == 0) {
       unsigned char ch = (unsigned char)tok;
       fwrite(&ch, 1, 1, stdout);
       fflush(stdout);
@@ -208,6 +233,9 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
   }
   if (app->rank == 0) printf("\n");
 done:
+  td_bpe_destroy(&bpe);
+  td_tokenizer_files_free(&tf);
+  free(pids);
   td_free(ctx);
   td_free(in);
   td_free(logits);

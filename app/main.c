@@ -46,10 +46,16 @@ static const command k_commands[] = {
     {"generate", td_cmd_generate,
      "trident generate --checkpoint FILE [--prompt TEXT] [--tokens N] [--temperature T] "
      "[--top-k K] [--seed S]",
-     "Sample text from a checkpoint with the byte-level tokenizer.\n"},
-    {"prepare", td_cmd_prepare, "trident prepare --out FILE [--val-fraction F] INPUT...",
-     "Turn text files, folders (recursively) or - (stdin) into a token dataset (HDF5, byte-level\n"
-     "tokenizer, vocabulary 256): /tokens, and the last F of the tokens in /val_tokens.\n"},
+     "Sample text from a checkpoint: bytes, or the GPT-2 tokenizer the checkpoint\n"
+     "carries (trained on data prepared with --tokenizer gpt2).\n"},
+    {"prepare", td_cmd_prepare,
+     "trident prepare --out FILE [--val-fraction F] [--tokenizer bytes|gpt2 --vocab encoder.json "
+     "--merges vocab.bpe] INPUT...",
+     "Turn text files, folders (recursively) or - (stdin) into a token dataset (HDF5):\n"
+     "/tokens, and the last F of the tokens in /val_tokens. Tokenizer: bytes (vocabulary\n"
+     "256, the default) or GPT-2's BPE from its published encoder.json and vocab.bpe\n"
+     "(vocabulary 50257; each file one document after <|endoftext|>; the files are kept\n"
+     "in /tokenizer and travel on into checkpoints).\n"},
     {"ckpt", td_cmd_ckpt, "trident ckpt info FILE",
      "Show a checkpoint: step, tokens seen, saved grid, model config, every tensor with its\n"
      "shape and checksum status.\n"},

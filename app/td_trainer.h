@@ -12,6 +12,7 @@
 #include "app/td_pipeline.h"
 #include "io/td_dataset.h"
 #include "io/td_sampler.h"
+#include "io/td_tokenizer_h5.h"
 #include "parallel/td_coll.h"
 #include "parallel/td_grid.h"
 #include "parallel/td_zero.h"
@@ -37,6 +38,7 @@ typedef struct td_trainer {
   int64_t micro_j;     /* micro-batch whose backward runs now */
   int embed_pending;   /* unit 0's backward release waits for td_trainer_embed_sync */
   td_dataset *train, *val;
+  td_tokenizer_files tok; /* data.train's /tokenizer (NULLs: none), copied into checkpoints */
   td_sampler *sampler;
   td_coll_stats stats;
   td_mem_plan mem;     /* what was allocated (metrics: param/grad/optim/work/act_bytes) */

@@ -231,6 +231,7 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   if (st == TD_OK) mem_of(c, t->grid, t->model, t->zero, &t->mem);
   TD_CHECK_GOTO(td_agree(app->world, st));
   st = open_data(t, need_train, need_val);
+  if (st == TD_OK && need_train) st = td_tokenizer_h5_read(c->data_train, &t->tok);
   TD_CHECK_GOTO(td_agree(app->world, st));
   int64_t N = t->B * c->model_seq_len;
   st = td_alloc((void **)&t->windows, (size_t)c->training_global_batch * sizeof(int64_t), "batch");
@@ -262,6 +263,7 @@ void td_trainer_destroy(td_trainer **tp) {
   td_kernels_destroy(&t->k);
   td_dataset_close(&t->train);
   td_dataset_close(&t->val);
+  td_tokenizer_files_free(&t->tok);
   td_sampler_destroy(&t->sampler);
   td_grid_destroy(&t->grid);
   td_free(t->windows);

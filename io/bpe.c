@@ -46,6 +46,7 @@ typedef struct {
 
 struct td_bpe {
   td_bpe_dialect dialect;
+  char *text[2]; /* encoder.json's and vocab.bpe's bytes, NUL-terminated (td_bpe_file_text) */
   int64_t vocab_size;       /* largest id + 1 */
   uint32_t *tok_off;        /* (vocab_size) offset of the token's bytes */
   int32_t *tok_len;         /* (vocab_size) its length; -1: no such id */
@@ -1152,11 +1153,37 @@ td_status td_bpe_load(const char *encoder_json_path, const char *merges_path, td
 td_status td_bpe_load_dialect(const char *encoder_json_path, const char *merges_path,
                               td_bpe_dialect dialect, td_bpe **out) {
   td_status st = TD_OK;
-  td_bpe *b = NULL;
   unsigned char *ej = NULL, *mb = NULL;
   size_t nej = 0, nmb = 0;
-  int16_t cp_to_byte[TD_BPE_ALPHABET_END];
   TD_REQUIRE(out && encoder_json_path && merges_path, TD_ERR_USAGE,
+             "td_bpe_load: NULL argument");
+  *out = NULL;
+  TD_CHECK_GOTO(read_all(encoder_json_path, "encoder.json", &ej, &nej));
+  TD_CHECK_GOTO(read_all(merges_path, "vocab.bpe", &mb, &nmb));
+  TD_CHECK_GOTO(td_bpe_load_mem(encoder_json_path, ej, nej, merges_path, mb, nmb, dialect, out));
+done:
+  free(ej);
+  free(mb);
+  return st;
+}
+
+/* A NUL-terminated copy of n bytes. */
+static char *copy_text(const unsigned char *p, size_t n) {
+  char *c = malloc(n + 1);
+  if (c) {
+    if (n) memcpy(c, p, n);
+    c[n] = '\0';
+  }
+  return c;
+}
+
+td_status td_bpe_load_mem(const char *encoder_name, const unsigned char *ej, size_t nej,
+                          const char *merges_name, const unsigned char *mb, size_t nmb,
+                          td_bpe_dialect dialect, td_bpe **out) {
+  td_status st = TD_OK;
+  td_bpe *b = NULL;
+  int16_t cp_to_byte[TD_BPE_ALPHABET_END];
+  TD_REQUIRE(out && encoder_name && merges_name && (ej || !nej) && (mb || !nmb), TD_ERR_USAGE,
              "td_bpe_load: NULL argument");
   *out = NULL;
   TD_REQUIRE(td_bpe_dialect_name(dialect), TD_ERR_USAGE, "td_bpe_load: unknown dialect %d",
@@ -1164,8 +1191,9 @@ td_status td_bpe_load_dialect(const char *encoder_json_path, const char *merges_
   b = calloc(1, sizeof *b);
   if (!b) TD_FAIL(TD_ERR_NOMEM, "out of memory for a tokenizer");
   b->dialect = dialect;
-  TD_CHECK_GOTO(read_all(encoder_json_path, "encoder.json", &ej, &nej));
-  TD_CHECK_GOTO(read_all(merges_path, "vocab.bpe", &mb, &nmb));
+  b->text[0] = copy_text(ej, nej);
+  b->text[1] = copy_text(mb, nmb);
+  if (!b->text[0] || !b->text[1]) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory for a tokenizer");
   td_sha256 sh;
   sha256_init(&sh);
   sha256_update(&sh, ej, nej);
@@ -1173,8 +1201,8 @@ td_status td_bpe_load_dialect(const char *encoder_json_path, const char *merges_
   sha256_hex(&sh, b->hash);
 
   byte_alphabet(cp_to_byte);
-  TD_CHECK_GOTO(load_encoder(b, encoder_json_path, ej, nej, cp_to_byte));
-  TD_CHECK_GOTO(load_merges(b, merges_path, mb, nmb, cp_to_byte));
+  TD_CHECK_GOTO(load_encoder(b, encoder_name, ej, nej, cp_to_byte));
+  TD_CHECK_GOTO(load_merges(b, merges_name, mb, nmb, cp_to_byte));
   build_classes(b);
 
   b->slots = calloc(TD_BPE_CACHE_SLOTS, sizeof *b->slots);
@@ -1185,10 +1213,12 @@ td_status td_bpe_load_dialect(const char *encoder_json_path, const char *merges_
   *out = b;
   b = NULL;
 done:
-  free(ej);
-  free(mb);
   td_bpe_destroy(&b);
   return st;
+}
+
+const char *td_bpe_file_text(const td_bpe *b, int which) {
+  return which == 0 ? b->text[0] : which == 1 ? b->text[1] : NULL;
 }
 
 void td_bpe_destroy(td_bpe **bp) {
@@ -1207,6 +1237,8 @@ void td_bpe_destroy(td_bpe **bp) {
   free(b->prv);
   free(b->heap);
   free(b->clean);
+  free(b->text[0]);
+  free(b->text[1]);
   free(b);
   *bp = NULL;
 }

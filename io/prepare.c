@@ -16,6 +16,7 @@
 
 #include "io/td_bpe.h"
 #include "io/td_h5.h"
+#include "io/td_tokenizer_h5.h"
 #include "td_log.h"
 
 #define TD_PREPARE_CHUNK_TOKENS 32768 /* HDF5 chunk: 64 KiB of uint16 */
@@ -437,6 +438,13 @@ static td_status prepare_bpe(plan *p, const char *tmp, hid_t f, td_bpe *b, doubl
   TD_CHECK_GOTO(td_h5_attr_write_str(f, "tokenizer", td_bpe_dialect_name(td_bpe_get_dialect(b))));
   TD_CHECK_GOTO(td_h5_attr_write_str(f, "tokenizer_sha256", td_bpe_hash(b)));
   TD_CHECK_GOTO(td_h5_attr_write_i64(f, "eot_token", eot));
+  { /* the tokenizer's files travel with the data (and on into checkpoints) */
+    td_tokenizer_files tf;
+    TD_CHECK_GOTO(td_tokenizer_files_of(b, &tf));
+    st = td_tokenizer_h5_write(f, &tf, 1);
+    td_tokenizer_files_free(&tf);
+    TD_CHECK_GOTO(st);
+  }
   *ntrain_out = ntrain, *nval_out = nval;
 done:
   if (fd >= 0 && fd_own) close(fd);

@@ -112,6 +112,15 @@ td_status td_bpe_load(const char *encoder_json_path, const char *merges_path,
 /* The same, for a chosen dialect (TD_ERR_USAGE for an unknown one). */
 td_status td_bpe_load_dialect(const char *encoder_json_path, const char *merges_path,
                               td_bpe_dialect dialect, td_bpe **out);
+/* The same from the files' bytes in memory (a dataset's or checkpoint's
+ * /tokenizer group); the names stand for the files in messages. */
+td_status td_bpe_load_mem(const char *encoder_name, const unsigned char *encoder_json,
+                          size_t encoder_len, const char *merges_name,
+                          const unsigned char *merges, size_t merges_len,
+                          td_bpe_dialect dialect, td_bpe **out);
+/* The bytes the tokenizer was built from, NUL-terminated: encoder.json
+ * (which = 0) or vocab.bpe (1); NULL otherwise. Owned by b. */
+const char *td_bpe_file_text(const td_bpe *b, int which);
 /* Free the tokenizer; accepts NULL and *b == NULL; sets *b = NULL. */
 void td_bpe_destroy(td_bpe **b);
 

@@ -13,7 +13,10 @@
 #     oracle.js) for that file;
 #  4. `trident train` refuses a model whose vocab is smaller than the
 #     tokenizer's (exit 2, naming the file), and trains 3 steps with
-#     model.vocab_size 50257.
+#     model.vocab_size 50257;
+#  5. the dataset and the checkpoint carry the tokenizer's files in
+#     /tokenizer (byte for byte), and `trident generate` from the checkpoint
+#     alone encodes the prompt with it and prints GPT-2 text.
 # 77 (skipped) when npm or the registry is unavailable (fetch.sh).
 # Environment: MPIEXEC (default mpiexec).
 set -u
@@ -86,4 +89,28 @@ rc=$?
 OMP_NUM_THREADS=2 "$mpiexec" -n 1 "$trident" train "$src/inputs/tiny.yaml" --set data.train=big.h5 \
   --set model.vocab_size=50257 --set training.steps=3 --set schedule.warmup=1 \
   --set run.out_dir=run --set checkpoint.resume=never > train.log 2>&1 || { tail -3 train.log; fail "train"; }
+ck=run/ckpt/step_00000003.h5
+[ -f "$ck" ] || fail "no checkpoint $ck after training"
+/usr/bin/python3 - "$ref/encoder.json" "$ref/vocab.bpe" big.h5 "$ck" <<'EOF' || exit 1
+import sys
+import h5py
+enc, voc = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+for path in sys.argv[3:]:
+    with h5py.File(path, "r") as f:
+        if "tokenizer" not in f:
+            sys.exit("prepare.sh: FAIL: %s has no /tokenizer" % path)
+        g = f["tokenizer"]
+        name = g.attrs["name"]
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        e, v = g["encoder.json"][()], g["vocab.bpe"][()]
+        if name != "gpt2" or e != enc or v != voc:
+            sys.exit("prepare.sh: FAIL: %s:/tokenizer is not the tokenizer's files (name %r)"
+                     % (path, name))
+print("prepare.sh: the dataset and the checkpoint carry the tokenizer's files")
+EOF
+OMP_NUM_THREADS=2 "$mpiexec" -n 1 "$trident" generate --checkpoint "$ck" --prompt "Hello, world" \
+  --tokens 8 --temperature 0 > gen.txt 2> gen.err || { cat gen.err; fail "generate"; }
+head -c 12 gen.txt | grep -q "^Hello, world$" || fail "generate did not print the prompt: $(head -c 80 gen.txt)"
+[ "$(wc -c < gen.txt)" -gt 14 ] || fail "generate printed no GPT-2 text after the prompt"
+echo "prepare.sh: generate: $(head -c 120 gen.txt | tr '\n' ' ')"
 echo "prepare.sh: OK"

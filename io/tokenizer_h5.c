@@ -1,0 +1,93 @@
+/* tokenizer_h5.c — the /tokenizer group of datasets and checkpoints
+ * (td_tokenizer_h5.h). */
+#include "io/td_tokenizer_h5.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/td_h5.h"
+
+static char *dup_text(const char *s) {
+  size_t n = strlen(s);
+  char *d = malloc(n + 1);
+  if (d) memcpy(d, s, n + 1);
+  return d;
+}
+
+void td_tokenizer_files_free(td_tokenizer_files *t) {
+  if (!t) return;
+  free(t->name);
+  td_free(t->encoder_json);
+  td_free(t->vocab_bpe);
+  t->name = t->encoder_json = t->vocab_bpe = NULL;
+}
+
+td_status td_tokenizer_files_of(const td_bpe *b, td_tokenizer_files *out) {
+  memset(out, 0, sizeof *out);
+  const char *e = td_bpe_file_text(b, 0), *m = td_bpe_file_text(b, 1);
+  const char *n = td_bpe_dialect_name(td_bpe_get_dialect(b));
+  size_t ne = strlen(e), nm = strlen(m);
+  /* td_alloc'd like td_h5_read_string's buffers, so one free fits both */
+  if (td_alloc((void **)&out->encoder_json, ne + 1, "tokenizer encoder.json") != TD_OK ||
+      td_alloc((void **)&out->vocab_bpe, nm + 1, "tokenizer vocab.bpe") != TD_OK ||
+      !(out->name = dup_text(n))) {
+    td_tokenizer_files_free(out);
+    TD_FAIL(TD_ERR_NOMEM, "out of memory copying the tokenizer's files");
+  }
+  memcpy(out->encoder_json, e, ne + 1);
+  memcpy(out->vocab_bpe, m, nm + 1);
+  return TD_OK;
+}
+
+td_status td_tokenizer_h5_write(hid_t file, const td_tokenizer_files *t, int writer) {
+  td_status st = TD_OK;
+  hid_t g = H5Gcreate2(file, "/tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  if (g < 0) TD_FAIL(TD_ERR_HDF5, "cannot create /tokenizer: %s", td_h5_error_text());
+  TD_CHECK_GOTO(td_h5_attr_write_str(g, "name", t->name));
+  TD_CHECK_GOTO(td_h5_write_string(file, "/tokenizer/encoder.json", t->encoder_json, writer));
+  TD_CHECK_GOTO(td_h5_write_string(file, "/tokenizer/vocab.bpe", t->vocab_bpe, writer));
+done:
+  H5Gclose(g);
+  return st;
+}
+
+td_status td_tokenizer_h5_read(const char *path, td_tokenizer_files *out) {
+  td_status st = TD_OK;
+  hid_t f = -1, g = -1;
+  memset(out, 0, sizeof *out);
+  htri_t is = H5Fis_hdf5(path);
+  H5Eclear2(H5E_DEFAULT);
+  if (is <= 0) return TD_OK; /* a .bin dataset, or none: no tokenizer to carry */
+  TD_CHECK(td_h5_open(path, MPI_COMM_NULL, 0, &f));
+  htri_t has = H5Lexists(f, "/tokenizer", H5P_DEFAULT);
+  H5Eclear2(H5E_DEFAULT);
+  if (has > 0) {
+    char name[64];
+    if ((g = H5Gopen2(f, "/tokenizer", H5P_DEFAULT)) < 0)
+      TD_FAIL_GOTO(TD_ERR_DATA, "%s: /tokenizer is not a group", path);
+    TD_CHECK_GOTO(td_h5_attr_read_str(g, path, "name", name, sizeof name));
+    if (!(out->name = dup_text(name))) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
+    TD_CHECK_GOTO(td_h5_read_string(f, path, "/tokenizer/encoder.json", &out->encoder_json));
+    TD_CHECK_GOTO(td_h5_read_string(f, path, "/tokenizer/vocab.bpe", &out->vocab_bpe));
+  }
+done:
+  if (g >= 0) H5Gclose(g);
+  if (f >= 0) H5Fclose(f);
+  if (st != TD_OK) td_tokenizer_files_free(out);
+  return st;
+}
+
+td_status td_tokenizer_files_load(const td_tokenizer_files *t, const char *where, td_bpe **out) {
+  td_bpe_dialect d;
+  char ename[600], mname[600];
+  if (td_bpe_dialect_parse(t->name, &d) != TD_OK)
+    TD_FAIL(TD_ERR_DATA, "%s: /tokenizer names an unknown tokenizer \"%s\" (expected gpt2 or "
+            "gpt3-encoder)", where, t->name);
+  snprintf(ename, sizeof ename, "%s:/tokenizer/encoder.json", where);
+  snprintf(mname, sizeof mname, "%s:/tokenizer/vocab.bpe", where);
+  TD_CHECK(td_bpe_load_mem(ename, (const unsigned char *)t->encoder_json,
+                           strlen(t->encoder_json), mname, (const unsigned char *)t->vocab_bpe,
+                           strlen(t->vocab_bpe), d, out));
+  return TD_OK;
+}
