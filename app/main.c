@@ -56,6 +56,9 @@ static const command k_commands[] = {
      "256, the default) or GPT-2's BPE from its published encoder.json and vocab.bpe\n"
      "(vocabulary 50257; each file one document after <|endoftext|>; the files are kept\n"
      "in /tokenizer and travel on into checkpoints).\n"},
+    {"export", td_cmd_export, "trident export --checkpoint FILE --out DIR [--dtype fp32|bf16]",
+     "Write a checkpoint's model as Hugging Face GPT-2 files: DIR/model.safetensors (names\n"
+     "transformer.*, the tied lm_head left out) and DIR/config.json (GPT2LMHeadModel).\n"},
     {"ckpt", td_cmd_ckpt, "trident ckpt info FILE",
      "Show a checkpoint: step, tokens seen, saved grid, model config, every tensor with its\n"
      "shape and checksum status.\n"},

@@ -6,7 +6,9 @@ Usage (Debian's interpreter):
         --global-batch G --seq-len T [--split val|train] [--heads H] \\
         [--expect X --rtol R]
 
-MODEL.h5 has /model/<name> (a trident checkpoint or a --dump file).  The
+MODEL.h5 has /model/<name> (a trident checkpoint or a --dump file), or MODEL
+is a model.safetensors of `trident export` (read with json + numpy; the
+heads from the config.json beside it).  The
 number of heads comes from --heads, else a root attribute `heads`, else the
 checkpoint's /config YAML (model.heads).
 
@@ -67,6 +69,13 @@ def read_tokens(path, split):
 def read_heads(path, given):
     if given:
         return given
+    if path.endswith(".safetensors"):  # trident export: config.json beside it
+        import json
+        cj = os.path.join(os.path.dirname(path) or ".", "config.json")
+        try:
+            return int(json.load(open(cj))["n_head"])
+        except (OSError, ValueError, KeyError) as e:
+            raise BadInput("%s: cannot read n_head: %s" % (cj, e))
     import h5py
     with h5py.File(path, "r") as f:
         if "heads" in f.attrs:
@@ -123,8 +132,11 @@ def main(argv=None):
         if a.batches <= 0 or a.global_batch <= 0 or a.seq_len <= 0:
             raise BadInput("--batches, --global-batch and --seq-len must be positive")
         try:
-            arrays = G.load_model_h5(a.model, "model")
-        except KeyError as e:
+            if a.model.endswith(".safetensors"):
+                arrays = G.load_safetensors(a.model)
+            else:
+                arrays = G.load_model_h5(a.model, "model")
+        except (KeyError, ValueError) as e:
             raise BadInput(str(e))
         heads = read_heads(a.model, a.heads)
         try:

@@ -283,6 +283,36 @@ def load_model_h5(path, group="model"):
     return out
 
 
+def load_safetensors(path, prefix="transformer."):
+    """{name: np.ndarray float32} from a safetensors file, read with json and
+    numpy only (Debian has no safetensors package): 8-byte little-endian
+    header length, the JSON header, then the data at its data_offsets. The
+    prefix is stripped from names (trident export writes transformer.*)."""
+    import json
+    with open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 8:
+        raise ValueError("%s: shorter than a safetensors header" % path)
+    n = int.from_bytes(raw[:8], "little")
+    if n <= 0 or 8 + n > len(raw):
+        raise ValueError("%s: header length %d does not fit the file" % (path, n))
+    hdr = json.loads(raw[8:8 + n].decode("utf-8"))
+    data = raw[8 + n:]
+    out = {}
+    for name, t in hdr.items():
+        if name == "__metadata__":
+            continue
+        b, e = t["data_offsets"]
+        buf = np.frombuffer(data[b:e], dtype="<f4" if t["dtype"] == "F32" else "<u2")
+        if t["dtype"] == "BF16":
+            buf = (buf.astype(np.uint32) << 16).view(np.float32)
+        elif t["dtype"] != "F32":
+            raise ValueError("%s: %s has dtype %s (F32 or BF16 expected)" % (path, name, t["dtype"]))
+        key = name[len(prefix):] if name.startswith(prefix) else name
+        out[key] = buf.reshape(t["shape"]).copy()
+    return out
+
+
 def _numpy_forward(arrays, idx, targets, cfg):
     """Independent, loop-based float64 numpy forward (for the self-check)."""
     P = {n: np.asarray(a, dtype=np.float64) for n, a in arrays.items()}
