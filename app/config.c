@@ -855,6 +855,7 @@ void td_config_model_diff(const td_config *a, const td_config *b, char *buf, siz
   for (int i = 0; i < NSCHEMA; ++i) {
     const entry *e = &k_schema[i];
     if (strcmp(e->sec, "model") != 0) continue;
+    if (strcmp(e->full, "model.init_from") == 0) continue; /* where it started, not its shape */
     size_t sz = e->type == T_STR ? TD_STR_MAX : e->type == T_INT ? sizeof(int64_t) : sizeof(double);
     if (memcmp((const char *)a + e->off, (const char *)b + e->off, sz) != 0) {
       size_t used = strlen(buf);

@@ -42,6 +42,9 @@
   X(model, layers, INT, "", 1, 100000, NULL, TD_F_REQ, "transformer blocks")                 \
   X(model, dim, INT, "", 1, 1048576, NULL, TD_F_REQ, "model width C")                        \
   X(model, heads, INT, "", 1, 65536, NULL, TD_F_REQ, "attention heads (C % heads == 0)")     \
+  X(model, init_from, STR, "", 0, 0, NULL, 0,                                                \
+    "start from these weights: safetensors (Hugging Face GPT-2, trident export) or llm.c "   \
+    ".bin; empty: random")                                                                   \
   X(parallel, dp, INT, "1", 1, 1048576, NULL, 0, "data-parallel size")                        \
   X(parallel, tp, INT, "1", 1, 4096, NULL, 0, "tensor-parallel size")                         \
   X(parallel, pp, INT, "1", 1, 4096, NULL, 0, "pipeline-parallel size (stages)")              \

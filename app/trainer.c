@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "io/td_h5.h"
+#include "io/td_model_file.h"
 #include "parallel/td_mpi.h"
 #include "parallel/td_watchdog.h"
 
@@ -171,6 +172,47 @@ done:
   return st;
 }
 
+/* model.init_from: every tensor of the registry from the file, checked by
+ * name and shape (wpe may hold more positions than model.seq_len: the first
+ * are taken); a tensor missing, misshapen or left over is exit 2 naming it.
+ * Each rank reads the file and keeps its shard. */
+static td_status init_from(const td_config *c, const td_registry *r, float *host) {
+  td_status st = TD_OK;
+  td_model_file *mf = NULL;
+  const char *path = c->model_init_from;
+  TD_CHECK_GOTO(td_model_file_open(path, &mf));
+  for (int t = 0; t < r->n; ++t) {
+    const td_param *p = &r->p[t];
+    int nd = 0;
+    int64_t sh[2] = {0, 0}, rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
+    const float *src = td_model_file_tensor(mf, p->name, &nd, sh);
+    if (!src)
+      TD_FAIL_GOTO(TD_ERR_DATA, "%s (model.init_from, %s): no tensor %s", path,
+                   td_model_file_format(mf), p->name);
+    int wpe = p->kind == TD_PK_WPE;
+    if (nd != p->ndim || sh[1] != cols || (wpe ? sh[0] < rows : sh[0] != rows))
+      TD_FAIL_GOTO(TD_ERR_DATA, "%s (model.init_from): tensor %s is [%lld, %lld]; the deck's "
+                   "model needs [%lld, %lld]%s", path, p->name, (long long)sh[0],
+                   (long long)(nd == 2 ? sh[1] : 1), (long long)rows, (long long)cols,
+                   wpe ? " (or more positions)" : "");
+    if (!p->present) continue;
+    float *x = host + p->offset;
+    int64_t lr = p->local_shape[0], lc = p->local_shape[1];
+    for (int64_t i = 0; i < lr; ++i)
+      for (int64_t j = 0; j < lc; ++j) {
+        int64_t g = td_param_global_index(r, p, i, j);
+        x[i * lc + j] = g < 0 ? 0.0f : src[g];
+      }
+  }
+  const char *extra = td_model_file_unused(mf, 0);
+  if (extra)
+    TD_FAIL_GOTO(TD_ERR_DATA, "%s (model.init_from): tensor %s is not part of the deck's model",
+                 path, extra);
+done:
+  td_model_file_close(&mf);
+  return st;
+}
+
 /* The ZeRO engine, then the parameters from the counter-based generator. */
 static td_status create_zero(td_trainer *t) {
   td_config *c = &t->cfg;
@@ -184,6 +226,7 @@ static td_status create_zero(td_trainer *t) {
   TD_CHECK_GOTO(td_zero_create(&o, t->k, &t->stats, &t->zero));
   TD_CHECK_GOTO(td_alloc((void **)&host, (size_t)r->total_local * sizeof(float), "initial parameters"));
   td_registry_init_params(r, c, host);
+  if (c->model_init_from[0]) TD_CHECK_GOTO(init_from(c, r, host));
   TD_CHECK_GOTO(td_zero_set_params(t->zero, host));
   m->hooks.ctx = t;
   m->hooks.acquire = zero_acquire;

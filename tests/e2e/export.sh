@@ -9,7 +9,12 @@
 #  3. the PyTorch reference (eval_ref.py) on the fp32 export gives
 #     `trident eval`'s validation loss within 1e-5;
 #  4. bad use: no --out, a missing checkpoint, an unknown --dtype: exit 2
-#     naming what is wrong.
+#     naming what is wrong;
+#  5. model.init_from: the fp32 export and an llm.c model file written from
+#     the same checkpoint (nn.Linear layouts, padded vocabulary) start a tp 2
+#     run with lr 0 whose checkpoint equals the source bit for bit and whose
+#     step-0 validation loss equals trident eval's; a tensor missing, extra
+#     or misshapen is exit 2 naming it.
 # Environment: MPIEXEC (default mpiexec).
 set -u
 trident=$1 work=$2
@@ -76,4 +81,75 @@ expect2 no_out "--out DIR are required" --checkpoint "$ck"
 expect2 missing "nosuch.h5: cannot read the checkpoint" --checkpoint nosuch.h5 --out x
 expect2 not_hdf5 "not a trident checkpoint" --checkpoint train.log --out x
 expect2 dtype "--dtype must be fp32 or bf16" --checkpoint "$ck" --out x --dtype fp16
+
+# model.init_from: the export, an llm.c file made from the same checkpoint,
+# and broken files. lr 0 keeps the weights: the first checkpoint must equal
+# the source bit for bit, and so must its validation loss.
+PYTHONPATH=$src/tests/reference /usr/bin/python3 - "$ck" <<'EOF' || exit 1
+import json, sys
+import numpy as np
+import gpt2_ref as G
+ck = G.load_model_h5(sys.argv[1], "model")
+L, C, V, T = 4, 128, 256, 64
+Vp = 384  # padded like llm.c (rows past V are junk it must drop)
+def w(n):
+    return np.asarray(ck[n], dtype=np.float32)
+hdr = np.zeros(256, dtype=np.int32)
+hdr[:8] = [20240326, 3, T, V, L, 4, C, Vp]
+parts = [np.concatenate([w("wte.weight"), np.full((Vp - V, C), 7.0, np.float32)]), w("wpe.weight")]
+def layers(s, tr=False):
+    return np.stack([w("h.%d.%s" % (l, s)).T if tr else w("h.%d.%s" % (l, s)) for l in range(L)])
+for s, tr in [("ln_1.weight", 0), ("ln_1.bias", 0), ("attn.c_attn.weight", 1), ("attn.c_attn.bias", 0),
+              ("attn.c_proj.weight", 1), ("attn.c_proj.bias", 0), ("ln_2.weight", 0), ("ln_2.bias", 0),
+              ("mlp.c_fc.weight", 1), ("mlp.c_fc.bias", 0), ("mlp.c_proj.weight", 1),
+              ("mlp.c_proj.bias", 0)]:
+    parts.append(layers(s, tr))
+parts += [w("ln_f.weight"), w("ln_f.bias")]
+with open("model_llmc.bin", "wb") as f:
+    f.write(hdr.tobytes())
+    for p in parts:
+        f.write(np.ascontiguousarray(p, dtype="<f4").tobytes())
+# broken safetensors: one tensor missing, one extra, one misshapen
+raw = open("out32/model.safetensors", "rb").read()
+n = int.from_bytes(raw[:8], "little")
+hdr32 = json.loads(raw[8:8 + n])
+def write(name, h):
+    b = json.dumps(h).encode()
+    b += b" " * (-len(b) % 8)
+    open(name, "wb").write(len(b).to_bytes(8, "little") + b + raw[8 + n:])
+h = dict(hdr32); del h["transformer.h.2.mlp.c_fc.bias"]; write("missing.safetensors", h)
+h = dict(hdr32); h["transformer.h.9.ln_1.weight"] = h["transformer.ln_f.weight"]; write("extra.safetensors", h)
+h = json.loads(json.dumps(hdr32)); h["transformer.ln_f.bias"]["shape"] = [64, 2]; write("shape.safetensors", h)
+EOF
+for src_file in out32/model.safetensors model_llmc.bin; do
+  tag=$(basename "$src_file" | tr . _)
+  rm -rf "init_$tag"
+  OMP_NUM_THREADS=1 "$mpiexec" -n 2 "$trident" train "$src/inputs/tiny.yaml" --set data.train=corpus.h5 \
+    --set run.out_dir="init_$tag" --set checkpoint.resume=never --set parallel.tp=2 \
+    --set model.init_from="$src_file" --set optimizer.lr=0 --set schedule.min_lr=0 \
+    --set training.steps=1 --set schedule.warmup=1 --set eval.every=1 > "init_$tag.log" 2>&1 ||
+    { tail -3 "init_$tag.log"; fail "train with model.init_from=$src_file"; }
+  PYTHONPATH=$src/tests/reference /usr/bin/python3 - "$ck" "init_$tag/ckpt/step_00000001.h5" <<'EOF' ||
+import sys
+import numpy as np
+import gpt2_ref as G
+a, b = G.load_model_h5(sys.argv[1], "model"), G.load_model_h5(sys.argv[2], "model")
+bad = [n for n in a if not np.array_equal(np.asarray(a[n]), np.asarray(b[n]))]
+sys.exit("tensors differ: %s" % bad[:3] if bad else 0)
+EOF
+    fail "model.init_from=$src_file (tp 2, lr 0): the checkpoint differs from the source"
+  v0=$(grep '"val_loss"' "init_$tag/metrics.jsonl" | head -1 | /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["val_loss"])')
+  [ "$v0" = "$val" ] || fail "model.init_from=$src_file: step-0 val_loss $v0, the source's $val"
+  echo "export.sh: model.init_from=$src_file at tp 2: weights bit-identical, val_loss $v0"
+done
+for bad in missing:"no tensor h.2.mlp.c_fc.bias" extra:"tensor h.9.ln_1.weight is not part" \
+           shape:"tensor ln_f.bias is \[64, 2\]"; do
+  name=${bad%%:*} frag=${bad#*:}
+  out=$(OMP_NUM_THREADS=1 "$mpiexec" -n 1 "$trident" train "$src/inputs/tiny.yaml" --set data.train=corpus.h5 \
+    --set run.out_dir=bad --set checkpoint.resume=never --set model.init_from=$name.safetensors 2>&1)
+  rc=$?
+  [ $rc = 2 ] && grep -q "$name.safetensors.*$frag" <<<"$out" ||
+    fail "init_from $name: exit $rc (want 2 naming '$frag'): $(echo "$out" | tail -2)"
+done
+echo "export.sh: model.init_from refuses missing, extra and misshapen tensors (exit 2)"
 echo "export.sh: OK"
