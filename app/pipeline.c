@@ -140,14 +140,14 @@ static td_status wait_send(struct td_trainer *t, td_pipe *p, MPI_Request *req) {
   return TD_OK;
 }
 
-/* Forward of micro-batch j (its windows w[0..B)). */
-static td_status fwd(struct td_trainer *t, td_pipe *p, int64_t j, const int64_t *w, double *loss) {
+/* Forward of micro-batch j (rows [j·B, (j+1)·B) of the step's windows). */
+static td_status fwd(struct td_trainer *t, td_pipe *p, int64_t j, double *loss) {
   int slot = (int)(j % p->nslots);
   td_model *m = t->model;
   /* the slot's output may still be on its way to the next stage */
   TD_CHECK(wait_send(t, p, &p->req_act[slot]));
   if (p->stage > 0) TD_CHECK(recv_from(t, p, td_model_stage_input(m, slot), p->stage - 1, TAG_ACT));
-  TD_CHECK(td_trainer_load_micro(t, t->train, w, t->B));
+  td_trainer_load_micro(t, j * t->B, t->B);
   double ls = 0.0;
   TD_CHECK(td_model_forward(m, slot, t->tok_in, t->tok_tgt, &ls));
   *loss += ls;
@@ -181,9 +181,9 @@ static td_status bwd(struct td_trainer *t, td_pipe *p, int64_t j, double global_
   return TD_OK;
 }
 
-td_status td_pipe_train(struct td_trainer *t, const int64_t *windows, double *loss_sum) {
+td_status td_pipe_train(struct td_trainer *t, double *loss_sum) {
   td_pipe *p = t->pipe;
-  int64_t m = t->accum, B = t->B;
+  int64_t m = t->accum;
   double G = (double)t->cfg.training_global_batch * (double)t->cfg.model_seq_len;
   *loss_sum = 0.0;
   p->idle = 0.0;
@@ -191,7 +191,7 @@ td_status td_pipe_train(struct td_trainer *t, const int64_t *windows, double *lo
   p->t_start = td_now();
   if (p->gpipe || p->pp == 1) {
     for (int64_t j = 0; j < m; ++j) {
-      TD_CHECK(fwd(t, p, j, windows + j * B, loss_sum));
+      TD_CHECK(fwd(t, p, j, loss_sum));
       if (p->pp == 1) TD_CHECK(bwd(t, p, j, G));
     }
     if (p->pp > 1)
@@ -200,9 +200,9 @@ td_status td_pipe_train(struct td_trainer *t, const int64_t *windows, double *lo
     int64_t warm = p->pp - p->stage - 1;
     if (warm > m) warm = m;
     int64_t f = 0, b = 0;
-    for (; f < warm; ++f) TD_CHECK(fwd(t, p, f, windows + f * B, loss_sum));
+    for (; f < warm; ++f) TD_CHECK(fwd(t, p, f, loss_sum));
     for (; f < m; ++f, ++b) {
-      TD_CHECK(fwd(t, p, f, windows + f * B, loss_sum));
+      TD_CHECK(fwd(t, p, f, loss_sum));
       TD_CHECK(bwd(t, p, b, G));
     }
     for (; b < m; ++b) TD_CHECK(bwd(t, p, b, G));

@@ -23,11 +23,11 @@ td_status td_pipe_create(struct td_trainer *t, td_pipe **out);
 int64_t td_pipe_bytes(int pp, int stage, int nslots, int64_t N, int64_t C);
 void td_pipe_destroy(td_pipe **p);
 
-/* Run the forwards and backwards of the step's micro-batches (windows of
- * this dp rank in t->windows). *loss_sum: Σ per-position losses on the last
+/* Run the forwards and backwards of the step's micro-batches (this dp
+ * rank's windows, read into t->tok_win by td_trainer_step). *loss_sum: Σ per-position losses on the last
  * stage, 0 elsewhere. Collective on pp_comm and tp_comm (and dp_comm through
  * the ZeRO hooks). */
-td_status td_pipe_train(struct td_trainer *t, const int64_t *windows, double *loss_sum);
+td_status td_pipe_train(struct td_trainer *t, double *loss_sum);
 /* Forward-only pass of one micro-batch (evaluation, generation): the stage
  * chain passes activations down; the last stage returns the loss sum.
  * Collective on pp_comm and tp_comm. */

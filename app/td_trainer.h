@@ -47,7 +47,7 @@ typedef struct td_trainer {
   int64_t tokens_seen; /* global tokens consumed by those steps */
   int64_t B, accum;    /* micro-batch, micro-batches per step per rank */
   int64_t *windows;    /* (global_batch) window indices of the current step */
-  int32_t *tok_in, *tok_tgt, *tok_win; /* host (B·T), (B·T), (T+1) */
+  int32_t *tok_in, *tok_tgt, *tok_win; /* host (B·T), (B·T), (G/dp)·(T+1) */
   FILE *metrics;       /* rank 0 */
   int threads;
   float *ckpt_stage;    /* host staging for checkpoints (device back-ends), kept */
@@ -76,9 +76,14 @@ double td_lr_at(const td_config *cfg, int64_t s);
 td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr);
 /* Validation loss by the DESIGN.md protocol. Collective on the world. */
 td_status td_trainer_eval(td_trainer *t, double *loss, int64_t *ntokens);
-/* Read the windows w[0..n) into the host token buffers (rows past n repeat
- * the last window; their loss is not counted). */
-td_status td_trainer_load_micro(td_trainer *t, td_dataset *d, const int64_t *w, int64_t n);
+/* Read the windows w[0..n) of d into t->tok_win (rows of T+1 tokens,
+ * n ≤ global_batch/dp) and agree on the outcome: a window one rank cannot
+ * read (a file changed under the run) ends every rank with that rank's
+ * message and exit 2, before the step's collectives. Collective on the world. */
+td_status td_trainer_read_windows(td_trainer *t, td_dataset *d, const int64_t *w, int64_t n);
+/* Fill the host token buffers of a micro-batch from rows [first, first+n) of
+ * t->tok_win (rows past n repeat the last one; their loss is not counted). */
+void td_trainer_load_micro(td_trainer *t, int64_t first, int64_t n);
 /* After a micro-batch's backward (and its pipeline send): sum the tied wte
  * gradients over the first and last stage (embed_comm) and release unit 0 to
  * the ZeRO engine. No-op unless a release is pending. */

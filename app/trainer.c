@@ -281,7 +281,10 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   if (st == TD_OK) st = td_alloc((void **)&t->tok_in, (size_t)N * sizeof(int32_t), "tokens");
   if (st == TD_OK) st = td_alloc((void **)&t->tok_tgt, (size_t)N * sizeof(int32_t), "tokens");
   if (st == TD_OK)
-    st = td_alloc((void **)&t->tok_win, (size_t)(c->model_seq_len + 1) * sizeof(int32_t), "tokens");
+    st = td_alloc((void **)&t->tok_win,
+                  (size_t)(c->training_global_batch / t->grid->dp) *
+                      (size_t)(c->model_seq_len + 1) * sizeof(int32_t),
+                  "tokens");
   TD_CHECK_GOTO(td_agree(app->world, st));
 done:
   if (st != TD_OK) {
@@ -318,14 +321,22 @@ void td_trainer_destroy(td_trainer **tp) {
   free(t);
 }
 
-td_status td_trainer_load_micro(td_trainer *t, td_dataset *d, const int64_t *w, int64_t n) {
+td_status td_trainer_read_windows(td_trainer *t, td_dataset *d, const int64_t *w, int64_t n) {
+  int64_t T = t->cfg.model_seq_len;
+  td_status st = TD_OK;
+  for (int64_t b = 0; b < n && st == TD_OK; ++b)
+    st = td_dataset_read_window(d, w[b], T, t->tok_win + b * (T + 1));
+  TD_CHECK(td_agree(t->app->world, st));
+  return TD_OK;
+}
+
+void td_trainer_load_micro(td_trainer *t, int64_t first, int64_t n) {
   int64_t T = t->cfg.model_seq_len;
   for (int64_t b = 0; b < t->B; ++b) {
-    TD_CHECK(td_dataset_read_window(d, w[b < n ? b : n - 1], T, t->tok_win));
-    memcpy(t->tok_in + b * T, t->tok_win, (size_t)T * sizeof(int32_t));
-    memcpy(t->tok_tgt + b * T, t->tok_win + 1, (size_t)T * sizeof(int32_t));
+    const int32_t *win = t->tok_win + (first + (b < n ? b : n - 1)) * (T + 1);
+    memcpy(t->tok_in + b * T, win, (size_t)T * sizeof(int32_t));
+    memcpy(t->tok_tgt + b * T, win + 1, (size_t)T * sizeof(int32_t));
   }
-  return TD_OK;
 }
 
 td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr) {
@@ -341,12 +352,13 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
   TD_CHECK(td_test_fail_point("step"));
   td_timer_start(&t->timers, tid_data);
   TD_CHECK(td_sampler_next(t->sampler, G, t->windows));
+  TD_CHECK(td_trainer_read_windows(t, t->train, t->windows + t->grid->dp_rank * per_rank,
+                                    per_rank));
   td_timer_stop(&t->timers, tid_data);
   TD_CHECK(td_zero_begin_step(t->zero, t->accum));
   double loss_sum = 0.0;
-  const int64_t *mine = t->windows + t->grid->dp_rank * per_rank;
   td_timer_start(&t->timers, tid_fwd);
-  TD_CHECK(td_pipe_train(t, mine, &loss_sum));
+  TD_CHECK(td_pipe_train(t, &loss_sum));
   TD_CHECK(k->sync(k));
   td_timer_stop(&t->timers, tid_fwd);
   /* Gradients: summed over data-parallel replicas (each holds Σ over its slice). */
@@ -411,7 +423,8 @@ td_status td_trainer_eval(td_trainer *t, double *loss, int64_t *ntokens) {
       first = 0;
     }
     for (int64_t b = 0; b < t->B; ++b) w[b] = first + (b < n ? b : 0);
-    TD_CHECK(td_trainer_load_micro(t, t->val, w, n > 0 ? n : 1));
+    TD_CHECK(td_trainer_read_windows(t, t->val, w, n > 0 ? n : 1));
+    td_trainer_load_micro(t, 0, n > 0 ? n : 1);
     m->valid_rows = n * T;
     double ls = 0.0;
     td_status st = td_pipe_forward(t, t->tok_in, t->tok_tgt, &ls);
