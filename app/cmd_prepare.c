@@ -1,7 +1,9 @@
 /* cmd_prepare.c — `trident prepare --out FILE [--val-fraction F] [--buffer-mb M]
  * [--tokenizer bytes|gpt2 --vocab encoder.json --merges vocab.bpe] INPUT...`:
- * text → token dataset with the byte-level tokenizer or GPT-2's BPE. Runs on
- * rank 0 only (the others wait and share its status). */
+ * text → token dataset with the byte-level tokenizer or GPT-2's BPE. The
+ * BPE splits the input over every rank (`mpiexec -n K trident prepare`); the
+ * byte-level tokenizer is a copy at disk speed and runs on rank 0 (the
+ * others wait and share its status). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,10 +74,12 @@ td_status td_cmd_prepare(td_app *app, int argc, char **argv) {
   tok_args t;
   td_bpe *bpe = NULL;
   td_status st = parse(argc, argv, &out, &frac, &buf, &t, &nin, &inputs);
-  if (st == TD_OK && app->rank == 0) {
-    td_h5_init();
-    if (strcmp(t.tokenizer, "gpt2") == 0) st = td_bpe_load(t.vocab, t.merges, &bpe);
-    if (st == TD_OK) st = td_prepare_bpe(out, frac, nin, inputs, buf, bpe, stdout);
+  td_h5_init();
+  if (st == TD_OK && strcmp(t.tokenizer, "gpt2") == 0) { /* every rank: same argv */
+    st = td_agree(app->world, td_bpe_load(t.vocab, t.merges, &bpe));
+    if (st == TD_OK) st = td_prepare_bpe(app->world, out, frac, nin, inputs, buf, bpe, stdout);
+  } else if (st == TD_OK && app->rank == 0) {
+    st = td_prepare(out, frac, nin, inputs, buf, stdout);
   }
   td_bpe_destroy(&bpe);
   free(inputs);

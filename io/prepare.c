@@ -17,6 +17,7 @@
 #include "io/td_bpe.h"
 #include "io/td_h5.h"
 #include "io/td_tokenizer_h5.h"
+#include "parallel/td_mpi.h"
 #include "td_log.h"
 
 #define TD_PREPARE_CHUNK_TOKENS 32768 /* HDF5 chunk: 64 KiB of uint16 */
@@ -247,7 +248,10 @@ static td_status create_tokens(hid_t f, const char *tmp, const char *name,
   hsize_t chunk = n < TD_PREPARE_CHUNK_TOKENS ? (hsize_t)n : TD_PREPARE_CHUNK_TOKENS;
   hid_t space = H5Screate_simple(1, &dim, NULL);
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  if (space < 0 || dcpl < 0 || H5Pset_chunk(dcpl, 1, &chunk) < 0)
+  /* every token is written: no fill values first (a parallel file would
+   * write them all at creation) */
+  if (space < 0 || dcpl < 0 || H5Pset_chunk(dcpl, 1, &chunk) < 0 ||
+      H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0)
     TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot set up %s: %s", tmp, name,
                  td_h5_error_text());
   *out = H5Dcreate2(f, name, H5T_STD_U16LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
@@ -278,193 +282,262 @@ static td_status write_tokens(hid_t d, const char *tmp, const char *name,
   return TD_OK;
 }
 
-/* ---- GPT-2 BPE ------------------------------------------------------------------- */
+/* ---- GPT-2 BPE, the input split across the ranks -------------------------------- */
 
-/* A text may be cut just after a '\n' that follows a printable ASCII
- * character and precedes one: that '\n' is a pre-token of its own whether
- * the text goes on or ends there (\s+(?!\S), then \s+), and the next
- * pre-token starts after it either way, so encoding the two parts apart
- * gives the ids of the whole (td_bpe.h, pre-tokenization). The last such
- * cut in t[0, n), or 0 when there is none. */
+/* Text t may be cut before t[c]: t[c-1] is a '\n' that follows a printable
+ * ASCII character and precedes one. That '\n' is a pre-token of its own
+ * whether the text goes on or ends there (\s+(?!\S), then \s+), and the next
+ * pre-token starts after it either way, so encoding the two parts apart gives
+ * the ids of the whole (td_bpe.h, pre-tokenization). A file's start is a cut
+ * too (each file is its own document). */
+static int cut_at(const unsigned char *t, size_t c) {
+  return c >= 2 && t[c - 1] == '\n' && t[c - 2] > 0x20 && t[c - 2] < 0x7F && t[c] > 0x20 &&
+         t[c] < 0x7F;
+}
+
+/* The last cut in t[0, n), or 0 when there is none. */
 static size_t bpe_cut(const unsigned char *t, size_t n) {
   for (size_t c = n > 0 ? n - 1 : 0; c >= 2; --c)
-    if (t[c - 1] == '\n' && t[c - 2] > 0x20 && t[c - 2] < 0x7F && t[c] > 0x20 && t[c] < 0x7F)
-      return c;
+    if (cut_at(t, c)) return c;
   return 0;
 }
 
-/* Append n tokens to the extendable 1-D dataset d that holds *k. */
-static td_status append_tokens(hid_t d, const char *tmp, const int32_t *ids, size_t n,
-                               uint16_t *tok, int64_t *k) {
-  for (size_t i = 0; i < n; ++i) tok[i] = (uint16_t)ids[i];
-  hsize_t dim = (hsize_t)(*k + (int64_t)n);
-  if (H5Dset_extent(d, &dim) < 0)
-    TD_FAIL(TD_ERR_HDF5, "%s: cannot extend /tokens to %llu tokens: %s", tmp,
-            (unsigned long long)dim, td_h5_error_text());
-  TD_CHECK(write_tokens(d, tmp, "/tokens", *k, tok, (int64_t)n));
-  *k += (int64_t)n;
+/* What one rank does: its bytes [lo, hi) of the concatenated inputs (file i
+ * at [fstart[i], fstart[i+1])), tokenized into an unlinked spool file. */
+typedef struct {
+  td_bpe *b;
+  int32_t eot;
+  const int64_t *fstart;
+  int64_t lo, hi, total;
+  int last;        /* the last rank: also the empty files at the very end */
+  int spool;       /* fd */
+  int64_t ntok;    /* tokens in the spool */
+  unsigned char *text;
+  size_t cap;
+  int32_t *ids;
+  size_t nids, idcap;
+  uint16_t *tok;
+  size_t tokcap;
+  int64_t done;    /* bytes encoded */
+  double t0, last_log;
+} bpe_job;
+
+/* A source's descriptor: its spool or the file opened (*own: close it). */
+static td_status src_open(const src *s, int *fd, int *own) {
+  *own = s->spool_fd < 0;
+  *fd = *own ? open(s->path, O_RDONLY | O_CLOEXEC) : s->spool_fd;
+  if (*fd < 0) TD_FAIL(TD_ERR_IO, "%s: cannot read: %s", s->path, strerror(errno));
   return TD_OK;
 }
 
-/* Every input through the GPT-2 tokenizer b into an extendable /tokens: each
- * file is one document, preceded by <|endoftext|> (as GPT-2's and llm.c's
- * data are); a document is encoded in pieces cut by bpe_cut, the same ids as
- * whole. Then the last floor(n · val_fraction) tokens move to /val_tokens. */
-static td_status prepare_bpe(plan *p, const char *tmp, hid_t f, td_bpe *b, double val_fraction,
-                             int64_t total, int64_t *ntrain_out, int64_t *nval_out) {
+/* Read exactly n bytes at off of source s, else fail naming it. */
+static td_status src_pread(const src *s, int fd, void *buf, size_t n, int64_t off) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + (int64_t)got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) TD_FAIL(TD_ERR_IO, "%s: read failed: %s", s->path, strerror(errno));
+    if (r == 0)
+      TD_FAIL(TD_ERR_IO, "%s: shrank while being read (was %lld bytes, ends at %lld)", s->path,
+              (long long)s->size, (long long)(off + (int64_t)got));
+    got += (size_t)r;
+  }
+  return TD_OK;
+}
+
+/* The first place at or after byte x of the concatenation where the ranks'
+ * shares may meet: x itself at a file's start, else the first cut inside x's
+ * file, else the next file's start (fstart[n] = total when x >= total). */
+static td_status first_cut(plan *p, const int64_t *fstart, int64_t x, int64_t *out) {
+  *out = fstart[p->n];
+  if (x >= *out) return TD_OK;
+  int64_t i = 0;
+  while (fstart[i + 1] <= x) ++i;
+  *out = fstart[i + 1];
+  if (x == fstart[i]) {
+    *out = x;
+    return TD_OK;
+  }
+  const src *s = &p->v[i];
+  int fd = -1, own = 0;
   td_status st = TD_OK;
-  hid_t dtok = -1, dval = -1, space = -1, dcpl = -1;
-  unsigned char *text = NULL;
-  int32_t *ids = NULL;
-  uint16_t *tok = NULL;
-  size_t nids = 0, idcap = 0, tokcap = 0, cap = p->buf_bytes, len = 0;
-  int fd = -1, fd_own = 0;
-  int32_t eot = 0;
-  int64_t k = 0, done_bytes = 0;
-  double t0 = td_now(), last_log = t0;
-
-  TD_REQUIRE(td_bpe_vocab_size(b) <= 65536, TD_ERR_USAGE,
-             "prepare: the tokenizer has %lld tokens; datasets hold uint16 ids (<= 65536)",
-             (long long)td_bpe_vocab_size(b));
-  TD_CHECK(td_bpe_token_id(b, "<|endoftext|>", &eot));
-  hsize_t zero = 0, unlimited = H5S_UNLIMITED, chunk = TD_PREPARE_CHUNK_TOKENS;
-  space = H5Screate_simple(1, &zero, &unlimited);
-  dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  if (space < 0 || dcpl < 0 || H5Pset_chunk(dcpl, 1, &chunk) < 0)
-    TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot set up /tokens: %s", tmp, td_h5_error_text());
-  dtok = H5Dcreate2(f, "/tokens", H5T_STD_U16LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-  if (dtok < 0)
-    TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot create /tokens: %s", tmp, td_h5_error_text());
-  TD_CHECK_GOTO(td_alloc((void **)&text, cap, "prepare text buffer"));
-
-  for (int64_t i = 0; i < p->n; ++i) {
-    const src *s = &p->v[i];
-    fd_own = s->spool_fd < 0;
-    if (!fd_own) {
-      fd = s->spool_fd;
-      if (lseek(fd, 0, SEEK_SET) != 0)
-        TD_FAIL_GOTO(TD_ERR_IO, "%s: cannot rewind the spool file: %s", s->path,
-                     strerror(errno));
-    } else {
-      fd = open(s->path, O_RDONLY | O_CLOEXEC);
-      if (fd < 0) TD_FAIL_GOTO(TD_ERR_IO, "%s: cannot read: %s", s->path, strerror(errno));
-    }
-    nids = 0;
-    if (nids == idcap) {
-      int32_t *g = realloc(ids, 1024 * sizeof *ids);
-      if (!g) TD_FAIL_GOTO(TD_ERR_NOMEM, "prepare: out of memory for token ids");
-      ids = g, idcap = 1024;
-    }
-    ids[nids++] = eot;
-    int64_t got = 0;
-    len = 0;
-    for (int eof = 0; !eof;) {
-      if (len == cap) { /* no cut in the whole buffer (one very long line): grow */
-        unsigned char *g = realloc(text, 2 * cap);
-        if (!g) TD_FAIL_GOTO(TD_ERR_NOMEM, "%s: out of memory for a %zu-byte line", s->path, cap);
-        text = g, cap *= 2;
+  TD_CHECK(src_open(s, &fd, &own));
+  int64_t off = x - fstart[i], pos = off - 2 > 0 ? off - 2 : 0;
+  for (;;) {
+    size_t n = s->size - pos < (int64_t)p->buf_bytes ? (size_t)(s->size - pos) : p->buf_bytes;
+    TD_CHECK_GOTO(src_pread(s, fd, p->buf, n, pos));
+    for (size_t j = 2; j < n; ++j)
+      if (pos + (int64_t)j >= off && cut_at(p->buf, j)) {
+        *out = fstart[i] + pos + (int64_t)j;
+        goto done;
       }
-      ssize_t r = read(fd, text + len, cap - len);
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        TD_FAIL_GOTO(TD_ERR_IO, "%s: read failed: %s", s->path, strerror(errno));
-      }
-      if (got + r > s->size)
-        TD_FAIL_GOTO(TD_ERR_IO, "%s: grew while being read (was %lld bytes)", s->path,
-                     (long long)s->size);
-      got += r, len += (size_t)r;
-      eof = r == 0;
-      size_t cut = eof ? len : bpe_cut(text, len);
-      if (cut == 0) continue;
-      TD_CHECK_GOTO(td_bpe_encode(b, text, cut, &ids, &nids, &idcap));
-      if (nids > tokcap) {
-        td_free(tok);
-        tok = NULL;
-        tokcap = 0;
-        TD_CHECK_GOTO(td_alloc((void **)&tok, 2 * nids * sizeof *tok, "prepare token buffer"));
-        tokcap = 2 * nids;
-      }
-      TD_CHECK_GOTO(append_tokens(dtok, tmp, ids, nids, tok, &k));
-      nids = 0;
-      memmove(text, text + cut, len - cut);
-      len -= cut;
-      done_bytes += (int64_t)cut;
-      double now = td_now();
-      if (now - last_log >= 5.0 && p->log) { /* a progress line on long inputs */
-        double rate = (double)done_bytes / (now - t0);
-        logf_(p->log, "prepare: %.1f of %.1f MB, %lld tokens, %.1f MB/s, ETA %.0f s\n",
-              done_bytes / 1e6, total / 1e6, (long long)k, rate / 1e6,
-              rate > 0 ? (double)(total - done_bytes) / rate : 0.0);
-        fflush(p->log);
-        last_log = now;
-      }
-    }
-    if (fd_own) close(fd);
-    fd = -1;
-    if (got != s->size)
-      TD_FAIL_GOTO(TD_ERR_IO, "%s: shrank while being read (%lld bytes, was %lld)", s->path,
-                   (long long)got, (long long)s->size);
+    if (pos + (int64_t)n >= s->size) break; /* no cut: the next file's start */
+    pos += (int64_t)n - 2;                  /* buf_bytes >= 16: progress */
   }
-
-  /* the split: the last nval tokens move to /val_tokens */
-  int64_t nval = (int64_t)floor((double)k * val_fraction);
-  if (nval >= k) nval = k - 1;
-  if (nval < 0) nval = 0;
-  int64_t ntrain = k - nval;
-  if (nval > 0) {
-    TD_CHECK_GOTO(create_tokens(f, tmp, "/val_tokens", nval, &dval));
-    for (int64_t j = 0; j < nval;) {
-      int64_t m = nval - j < TD_PREPARE_CHUNK_TOKENS ? nval - j : TD_PREPARE_CHUNK_TOKENS;
-      hsize_t start = (hsize_t)(ntrain + j), count = (hsize_t)m;
-      uint16_t buf[TD_PREPARE_CHUNK_TOKENS];
-      hid_t fs = H5Dget_space(dtok), ms = H5Screate_simple(1, &count, NULL);
-      herr_t e = fs < 0 || ms < 0 ? -1
-                 : H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL);
-      if (e >= 0) e = H5Dread(dtok, H5T_NATIVE_UINT16, ms, fs, H5P_DEFAULT, buf);
-      if (ms >= 0) H5Sclose(ms);
-      if (fs >= 0) H5Sclose(fs);
-      if (e < 0)
-        TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot read back /tokens for the split: %s", tmp,
-                     td_h5_error_text());
-      TD_CHECK_GOTO(write_tokens(dval, tmp, "/val_tokens", j, buf, m));
-      j += m;
-    }
-    hsize_t dim = (hsize_t)ntrain;
-    if (H5Dset_extent(dtok, &dim) < 0)
-      TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot cut /tokens to %lld tokens: %s", tmp,
-                   (long long)ntrain, td_h5_error_text());
-  }
-  TD_CHECK_GOTO(td_h5_attr_write_i64(f, "vocab_size", td_bpe_vocab_size(b)));
-  TD_CHECK_GOTO(td_h5_attr_write_str(f, "tokenizer", td_bpe_dialect_name(td_bpe_get_dialect(b))));
-  TD_CHECK_GOTO(td_h5_attr_write_str(f, "tokenizer_sha256", td_bpe_hash(b)));
-  TD_CHECK_GOTO(td_h5_attr_write_i64(f, "eot_token", eot));
-  { /* the tokenizer's files travel with the data (and on into checkpoints) */
-    td_tokenizer_files tf;
-    TD_CHECK_GOTO(td_tokenizer_files_of(b, &tf));
-    st = td_tokenizer_h5_write(f, &tf, 1);
-    td_tokenizer_files_free(&tf);
-    TD_CHECK_GOTO(st);
-  }
-  *ntrain_out = ntrain, *nval_out = nval;
 done:
-  if (fd >= 0 && fd_own) close(fd);
-  if (dcpl >= 0) H5Pclose(dcpl);
-  if (space >= 0) H5Sclose(space);
-  td_h5_close(&dval);
-  td_h5_close(&dtok);
-  td_free(text);
-  td_free(tok);
-  free(ids);
+  if (own) close(fd);
   return st;
+}
+
+/* Append the pending ids to the spool. */
+static td_status job_flush(bpe_job *j, const char *spool_name) {
+  if (j->nids > j->tokcap) {
+    td_free(j->tok);
+    j->tok = NULL, j->tokcap = 0;
+    TD_CHECK(td_alloc((void **)&j->tok, 2 * j->nids * sizeof *j->tok, "prepare token buffer"));
+    j->tokcap = 2 * j->nids;
+  }
+  for (size_t i = 0; i < j->nids; ++i) j->tok[i] = (uint16_t)j->ids[i];
+  if (write_full(j->spool, j->tok, j->nids * sizeof *j->tok) != 0)
+    TD_FAIL(TD_ERR_IO, "%s: cannot write tokens: %s", spool_name, strerror(errno));
+  j->ntok += (int64_t)j->nids;
+  j->nids = 0;
+  return TD_OK;
+}
+
+/* Encode bytes [a, e) of file i (with <|endoftext|> first when `doc` starts
+ * there) into the spool, in pieces cut by bpe_cut. */
+static td_status job_piece(bpe_job *j, plan *p, int64_t i, int64_t a, int64_t e, int doc,
+                           const char *spool_name) {
+  const src *s = &p->v[i];
+  if (doc) {
+    if (j->nids == j->idcap) {
+      int32_t *g = realloc(j->ids, 1024 * sizeof *g);
+      if (!g) TD_FAIL(TD_ERR_NOMEM, "prepare: out of memory for token ids");
+      j->ids = g, j->idcap = 1024;
+    }
+    j->ids[j->nids++] = j->eot;
+  }
+  if (a < e) {
+    int fd = -1, own = 0;
+    td_status st = TD_OK;
+    size_t len = 0;
+    TD_CHECK(src_open(s, &fd, &own));
+    for (int64_t pos = a; pos < e || len > 0;) {
+      if (len == j->cap) { /* no cut in the whole buffer (one very long line): grow */
+        unsigned char *g = realloc(j->text, 2 * j->cap);
+        if (!g) TD_FAIL_GOTO(TD_ERR_NOMEM, "%s: out of memory for a %zu-byte line", s->path, j->cap);
+        j->text = g, j->cap *= 2;
+      }
+      size_t r = e - pos < (int64_t)(j->cap - len) ? (size_t)(e - pos) : j->cap - len;
+      TD_CHECK_GOTO(src_pread(s, fd, j->text + len, r, pos));
+      pos += (int64_t)r, len += r;
+      size_t cut = pos == e ? len : bpe_cut(j->text, len);
+      if (cut == 0) continue;
+      TD_CHECK_GOTO(td_bpe_encode(j->b, j->text, cut, &j->ids, &j->nids, &j->idcap));
+      TD_CHECK_GOTO(job_flush(j, spool_name));
+      memmove(j->text, j->text + cut, len - cut);
+      len -= cut;
+      j->done += (int64_t)cut;
+      double now = td_now();
+      if (now - j->last_log >= 5.0 && p->log) { /* a progress line on long inputs */
+        double rate = (double)j->done / (now - j->t0);
+        int64_t mine = j->hi - j->lo;
+        logf_(p->log, "prepare: %.1f of %.1f MB%s, %lld tokens, %.1f MB/s, ETA %.0f s\n",
+              j->done / 1e6, mine / 1e6, mine < j->total ? " (rank 0's share)" : "",
+              (long long)j->ntok, rate / 1e6, rate > 0 ? (double)(mine - j->done) / rate : 0.0);
+        fflush(p->log);
+        j->last_log = now;
+      }
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && (int64_t)sb.st_size != s->size && own)
+      st = td_error_set(TD_ERR_IO, __FILE__, __LINE__, __func__,
+                        "%s: changed size while being read (%lld bytes, was %lld)", s->path,
+                        (long long)sb.st_size, (long long)s->size);
+  done:
+    if (own) close(fd);
+    TD_CHECK(st);
+  }
+  return job_flush(j, spool_name);
+}
+
+/* This rank's share: every file that starts in [lo, hi) (and, on the last
+ * rank, the empty ones at the end) from its start, plus the tail of the file
+ * that runs into lo. */
+static td_status job_run(bpe_job *j, plan *p, const char *spool_name) {
+  for (int64_t i = 0; i < p->n; ++i) {
+    int64_t fs = j->fstart[i], fe = j->fstart[i + 1];
+    int64_t a = fs > j->lo ? fs : j->lo, e = fe < j->hi ? fe : j->hi;
+    int starts = fs >= j->lo && (fs < j->hi || (j->last && fs == j->total));
+    int runs_in = fs < j->lo && fe > j->lo;
+    if (starts || runs_in) TD_CHECK(job_piece(j, p, i, a - fs, e - fs, starts, spool_name));
+  }
+  return TD_OK;
+}
+
+/* Rank 0's plan to every rank: n, then per file its size, whether it is
+ * spooled (standard input: rank 0 alone can read it) and its path. */
+static td_status plan_share(plan *p, MPI_Comm comm, int rank, int *spooled) {
+  int64_t n = p->n, bytes = 0;
+  char *blob = NULL;
+  td_status st = TD_OK;
+  *spooled = 0;
+  if (rank == 0)
+    for (int64_t i = 0; i < n; ++i) bytes += 16 + (int64_t)strlen(p->v[i].path) + 1;
+  int64_t head[2] = {n, bytes};
+  TD_MPI_CHECK(MPI_Bcast(head, 2, MPI_INT64_T, 0, comm));
+  n = head[0], bytes = head[1];
+  TD_CHECK(td_alloc((void **)&blob, (size_t)(bytes > 0 ? bytes : 1), "prepare file list"));
+  if (rank == 0) {
+    char *w = blob;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t meta[2] = {p->v[i].size, p->v[i].spool_fd >= 0};
+      memcpy(w, meta, 16);
+      size_t l = strlen(p->v[i].path) + 1;
+      memcpy(w + 16, p->v[i].path, l);
+      w += 16 + l;
+    }
+  }
+  for (int64_t off = 0; off < bytes;) { /* in pieces of at most 1 GiB */
+    int m = bytes - off < (1 << 30) ? (int)(bytes - off) : (1 << 30);
+    if (MPI_Bcast(blob + off, m, MPI_BYTE, 0, comm) != MPI_SUCCESS)
+      TD_FAIL_GOTO(TD_ERR_MPI, "prepare: sharing the list of input files failed");
+    off += m;
+  }
+  const char *r = blob;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t meta[2];
+    memcpy(meta, r, 16);
+    *spooled |= meta[1] != 0;
+    if (rank != 0) TD_CHECK_GOTO(plan_add(p, r + 16, meta[0], -1));
+    r += 16 + strlen(r + 16) + 1;
+  }
+done:
+  td_free(blob);
+  return st;
+}
+
+/* Write this rank's spooled tokens, global tokens [first, first + n), to
+ * /tokens [0, ntrain) and /val_tokens after it. */
+static td_status job_write(bpe_job *j, hid_t dtrain, hid_t dval, const char *tmp, int64_t first,
+                           int64_t ntrain, const char *spool_name) {
+  size_t m = j->tokcap > 65536 ? j->tokcap : 65536;
+  if (j->tokcap < m) {
+    td_free(j->tok);
+    j->tok = NULL, j->tokcap = 0;
+    TD_CHECK(td_alloc((void **)&j->tok, m * sizeof *j->tok, "prepare token buffer"));
+    j->tokcap = m;
+  }
+  for (int64_t k = 0; k < j->ntok;) {
+    int64_t c = j->ntok - k < (int64_t)m ? j->ntok - k : (int64_t)m;
+    int64_t g = first + k; /* global index of the piece's first token */
+    if (g < ntrain && g + c > ntrain) c = ntrain - g; /* not across the split */
+    ssize_t r = pread(j->spool, j->tok, (size_t)c * sizeof *j->tok, (off_t)(k * 2));
+    if (r != (ssize_t)((size_t)c * sizeof *j->tok))
+      TD_FAIL(TD_ERR_IO, "%s: cannot read back tokens: %s", spool_name,
+              r < 0 ? strerror(errno) : "short read");
+    if (g < ntrain)
+      TD_CHECK(write_tokens(dtrain, tmp, "/tokens", g, j->tok, c));
+    else
+      TD_CHECK(write_tokens(dval, tmp, "/val_tokens", g - ntrain, j->tok, c));
+    k += c;
+  }
+  return TD_OK;
 }
 
 td_status td_prepare(const char *out_path, double val_fraction, int ninputs,
                      char **inputs, size_t buffer_bytes, FILE *log) {
-  return td_prepare_bpe(out_path, val_fraction, ninputs, inputs, buffer_bytes, NULL, log);
-}
-
-td_status td_prepare_bpe(const char *out_path, double val_fraction, int ninputs,
-                         char **inputs, size_t buffer_bytes, td_bpe *bpe, FILE *log) {
   td_status st = TD_OK;
   plan p = {0};
   char *tmp = NULL;
@@ -512,10 +585,6 @@ td_status td_prepare_bpe(const char *out_path, double val_fraction, int ninputs,
   memcpy(tmp + ol, ".tmp", 5);
   TD_CHECK_GOTO(td_h5_create(tmp, MPI_COMM_NULL, &f));
   tmp_made = 1;
-  if (bpe) {
-    TD_CHECK_GOTO(prepare_bpe(&p, tmp, f, bpe, val_fraction, total, &ntrain, &nval));
-    goto written;
-  }
   TD_CHECK_GOTO(create_tokens(f, tmp, "/tokens", ntrain, &dtrain));
   if (nval > 0) TD_CHECK_GOTO(create_tokens(f, tmp, "/val_tokens", nval, &dval));
   TD_CHECK_GOTO(td_h5_attr_write_i64(f, "vocab_size", 256));
@@ -571,7 +640,6 @@ td_status td_prepare_bpe(const char *out_path, double val_fraction, int ninputs,
                    s->path, (long long)got, (long long)s->size);
   }
 
-written:
   td_h5_close(&dval);
   td_h5_close(&dtrain);
   if (H5Fclose(f) < 0) {
@@ -583,13 +651,7 @@ written:
     TD_FAIL_GOTO(TD_ERR_IO, "%s: cannot rename %s to it: %s", out_path, tmp,
                  strerror(errno));
   tmp_made = 0;
-  if (bpe)
-    logf_(log, "prepare: read %lld files, %lld bytes = %lld tokens (%s tokenizer, vocab_size "
-          "%lld, %.2f bytes per token)\n", (long long)p.n, (long long)total,
-          (long long)(ntrain + nval), td_bpe_dialect_name(td_bpe_get_dialect(bpe)),
-          (long long)td_bpe_vocab_size(bpe), (double)total / (double)(ntrain + nval));
-  else
-    logf_(log,
+  logf_(log,
           "prepare: read %lld files, %lld bytes = %lld tokens (byte-level "
           "tokenizer, vocab_size 256)\n",
           (long long)p.n, (long long)total, (long long)total);
@@ -606,6 +668,173 @@ done:
   if (tmp_made) unlink(tmp);
   td_free(tmp);
   td_free(tok);
+  td_free(p.buf);
+  plan_free(&p);
+  return st;
+}
+
+/* "<out_path><suffix>" in a new string (NULL: out of memory). */
+static char *path_with(const char *out_path, const char *suffix) {
+  size_t ol = strlen(out_path), sl = strlen(suffix);
+  char *t = malloc(ol + sl + 1);
+  if (t) memcpy(t, out_path, ol), memcpy(t + ol, suffix, sl + 1);
+  return t;
+}
+
+td_status td_prepare_bpe(MPI_Comm comm, const char *out_path, double val_fraction,
+                         int ninputs, char **inputs, size_t buffer_bytes, td_bpe *bpe,
+                         FILE *log) {
+  td_status st = TD_OK;
+  int rank = 0, size = 1, spooled = 0, tmp_made = 0;
+  plan p = {0};
+  bpe_job j = {0};
+  char *tmp = NULL, *spool_name = NULL;
+  int64_t *fstart = NULL, *los = NULL;
+  hid_t f = -1, dtrain = -1, dval = -1;
+  double t0 = td_now();
+  j.spool = -1;
+
+  TD_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  TD_MPI_CHECK(MPI_Comm_size(comm, &size));
+  TD_REQUIRE(out_path && out_path[0], TD_ERR_USAGE, "prepare: no output file given (--out)");
+  TD_REQUIRE(ninputs >= 1 && inputs, TD_ERR_USAGE,
+             "prepare: no inputs (give text files, folders or - for stdin) for %s", out_path);
+  TD_REQUIRE(val_fraction >= 0.0 && val_fraction < 1.0, TD_ERR_USAGE,
+             "prepare: validation fraction %g for %s is outside [0, 1)", val_fraction, out_path);
+  TD_REQUIRE(bpe, TD_ERR_INTERNAL, "prepare: no tokenizer for %s", out_path);
+  TD_REQUIRE(td_bpe_vocab_size(bpe) <= 65536, TD_ERR_USAGE,
+             "prepare: the tokenizer has %lld tokens; datasets hold uint16 ids (<= 65536)",
+             (long long)td_bpe_vocab_size(bpe));
+  TD_CHECK(td_bpe_token_id(bpe, "<|endoftext|>", &j.eot));
+  td_h5_init();
+  if (buffer_bytes == 0) buffer_bytes = TD_PREPARE_BUFFER_DEFAULT;
+  if (buffer_bytes < TD_PREPARE_MIN_BUFFER) buffer_bytes = TD_PREPARE_MIN_BUFFER;
+  p.buf_bytes = buffer_bytes / 3; /* >= 16 */
+  p.out_path = out_path;
+  p.log = rank == 0 ? log : NULL;
+  st = td_alloc((void **)&p.buf, p.buf_bytes, "prepare read buffer");
+  if (st == TD_OK && rank == 0) { /* rank 0 lists (and spools) the inputs */
+    struct stat osb;
+    if (stat(out_path, &osb) == 0) p.have_out = 1, p.out_dev = osb.st_dev, p.out_ino = osb.st_ino;
+    for (int i = 0; i < ninputs && st == TD_OK; ++i) st = add_input(&p, inputs[i]);
+  }
+  TD_CHECK_GOTO(td_agree(comm, st));
+  TD_CHECK_GOTO(td_agree(comm, plan_share(&p, comm, rank, &spooled)));
+
+  /* the shares: rank r's starts at the first cut at or after r/size of the
+   * bytes (standard input is rank 0's alone: no split) */
+  TD_CHECK_GOTO(td_alloc((void **)&fstart, (size_t)(p.n + 1) * sizeof *fstart, "prepare plan"));
+  TD_CHECK_GOTO(td_alloc((void **)&los, (size_t)(size + 1) * sizeof *los, "prepare plan"));
+  fstart[0] = 0;
+  for (int64_t i = 0; i < p.n; ++i) fstart[i + 1] = fstart[i] + p.v[i].size;
+  int64_t total = fstart[p.n];
+  if (total == 0)
+    TD_FAIL_GOTO(TD_ERR_USAGE, "prepare: the inputs (%s%s) hold no bytes", inputs[0],
+                 ninputs > 1 ? ", ..." : "");
+  int64_t lo = 0;
+  if (rank > 0 && spooled) lo = total;
+  else if (rank > 0) st = first_cut(&p, fstart, (int64_t)((double)total * rank / size), &lo);
+  TD_CHECK_GOTO(td_agree(comm, st));
+  if (MPI_Allgather(&lo, 1, MPI_INT64_T, los, 1, MPI_INT64_T, comm) != MPI_SUCCESS)
+    TD_FAIL_GOTO(TD_ERR_MPI, "prepare: sharing the split of the input failed");
+  los[size] = total;
+  if (size > 1 && spooled)
+    logf_(p.log, "prepare: standard input or a pipe is among the inputs: rank 0 tokenizes "
+                 "everything (no split over the %d ranks)\n", size);
+  else if (size > 1 && p.log) { /* the shares, in MB (at most 8 shown) */
+    logf_(p.log, "prepare: split over %d ranks, shares of", size);
+    for (int r = 0; r < size && r < 8; ++r) logf_(p.log, " %.3f", (los[r + 1] - los[r]) / 1e6);
+    logf_(p.log, "%s MB\n", size > 8 ? " ..." : "");
+  }
+
+  /* tokenize this rank's share into an unlinked spool file next to the output */
+  char suffix[48];
+  snprintf(suffix, sizeof suffix, ".tmp.rank%d.XXXXXX", rank);
+  if (!(tmp = path_with(out_path, ".tmp")) || !(spool_name = path_with(out_path, suffix)))
+    TD_FAIL_GOTO(TD_ERR_NOMEM, "prepare: out of memory");
+  j.b = bpe, j.fstart = fstart, j.lo = los[rank], j.hi = los[rank + 1], j.total = total;
+  j.last = rank == size - 1;
+  j.cap = p.buf_bytes;
+  j.t0 = j.last_log = td_now();
+  j.spool = mkstemp(spool_name);
+  if (j.spool < 0)
+    st = td_error_set(TD_ERR_IO, __FILE__, __LINE__, __func__,
+                      "%s: cannot create a spool file %s: %s", out_path, spool_name,
+                      strerror(errno));
+  else
+    unlink(spool_name);
+  if (st == TD_OK) st = td_alloc((void **)&j.text, j.cap, "prepare text buffer");
+  if (st == TD_OK) st = job_run(&j, &p, spool_name);
+  TD_CHECK_GOTO(td_agree(comm, st));
+  double t_tok = td_now() - t0;
+
+  /* where each rank's tokens go; the last floor(k · val_fraction) are validation */
+  int64_t first = 0, k = 0;
+  if (MPI_Exscan(&j.ntok, &first, 1, MPI_INT64_T, MPI_SUM, comm) != MPI_SUCCESS ||
+      MPI_Allreduce(&j.ntok, &k, 1, MPI_INT64_T, MPI_SUM, comm) != MPI_SUCCESS)
+    TD_FAIL_GOTO(TD_ERR_MPI, "prepare: counting the tokens of the ranks failed");
+  if (rank == 0) first = 0; /* MPI_Exscan leaves it undefined there */
+  int64_t nval = (int64_t)floor((double)k * val_fraction);
+  if (nval >= k) nval = k - 1;
+  if (nval < 0) nval = 0;
+  int64_t ntrain = k - nval;
+
+  /* the dataset: one file, every rank writing its tokens (parallel HDF5) */
+  st = td_h5_create(tmp, size > 1 ? comm : MPI_COMM_NULL, &f);
+  TD_CHECK_GOTO(td_agree(comm, st));
+  tmp_made = 1;
+  st = create_tokens(f, tmp, "/tokens", ntrain, &dtrain);
+  if (st == TD_OK && nval > 0) st = create_tokens(f, tmp, "/val_tokens", nval, &dval);
+  if (st == TD_OK) st = td_h5_attr_write_i64(f, "vocab_size", td_bpe_vocab_size(bpe));
+  if (st == TD_OK)
+    st = td_h5_attr_write_str(f, "tokenizer", td_bpe_dialect_name(td_bpe_get_dialect(bpe)));
+  if (st == TD_OK) st = td_h5_attr_write_str(f, "tokenizer_sha256", td_bpe_hash(bpe));
+  if (st == TD_OK) st = td_h5_attr_write_i64(f, "eot_token", j.eot);
+  if (st == TD_OK) { /* the tokenizer's files travel with the data (and on into checkpoints) */
+    td_tokenizer_files tf;
+    st = td_tokenizer_files_of(bpe, &tf);
+    if (st == TD_OK) st = td_tokenizer_h5_write(f, &tf, rank == 0);
+    td_tokenizer_files_free(&tf);
+  }
+  TD_CHECK_GOTO(td_agree(comm, st));
+  TD_CHECK_GOTO(td_agree(comm, job_write(&j, dtrain, dval, tmp, first, ntrain, spool_name)));
+  td_h5_close(&dval);
+  td_h5_close(&dtrain);
+  if (H5Fclose(f) < 0)
+    st = td_error_set(TD_ERR_HDF5, __FILE__, __LINE__, __func__, "%s: cannot close: %s", tmp,
+                      td_h5_error_text());
+  f = -1;
+  TD_CHECK_GOTO(td_agree(comm, st));
+  if (rank == 0 && rename(tmp, out_path) != 0)
+    st = td_error_set(TD_ERR_IO, __FILE__, __LINE__, __func__, "%s: cannot rename %s to it: %s",
+                      out_path, tmp, strerror(errno));
+  TD_CHECK_GOTO(td_agree(comm, st));
+  tmp_made = 0;
+  double t_all = td_now() - t0;
+  logf_(p.log,
+        "prepare: read %lld files, %lld bytes = %lld tokens (%s tokenizer, vocab_size %lld, "
+        "%.2f bytes per token) on %d rank%s: tokenized in %.2f s (%.1f MB/s), %.2f s in all\n",
+        (long long)p.n, (long long)total, (long long)k,
+        td_bpe_dialect_name(td_bpe_get_dialect(bpe)), (long long)td_bpe_vocab_size(bpe),
+        (double)total / (double)k, size, size == 1 ? "" : "s", t_tok,
+        t_tok > 0 ? total / 1e6 / t_tok : 0.0, t_all);
+  logf_(p.log,
+        "prepare: wrote %s: /tokens %lld train tokens, %s%lld val tokens (val fraction %g)\n",
+        out_path, (long long)ntrain, nval > 0 ? "/val_tokens " : "no /val_tokens, ",
+        (long long)nval, val_fraction);
+done:
+  td_h5_close(&dval);
+  td_h5_close(&dtrain);
+  td_h5_close(&f);
+  if (tmp_made && rank == 0) unlink(tmp);
+  if (j.spool >= 0) close(j.spool);
+  free(tmp);
+  free(spool_name);
+  td_free(fstart);
+  td_free(los);
+  td_free(j.text);
+  td_free(j.tok);
+  free(j.ids);
   td_free(p.buf);
   plan_free(&p);
   return st;

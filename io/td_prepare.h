@@ -5,6 +5,7 @@
 #ifndef TD_PREPARE_H
 #define TD_PREPARE_H
 
+#include <mpi.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -42,15 +43,24 @@
 td_status td_prepare(const char *out_path, double val_fraction, int ninputs,
                      char **inputs, size_t buffer_bytes, FILE *log);
 
-/* The same with the GPT-2 tokenizer bpe (NULL: bytes, as td_prepare). Each
- * input file is one document, preceded by <|endoftext|>; the ids are exactly
- * td_bpe_encode's of the whole file (read in pieces cut where that cannot
- * change them). /tokens grows as it is written; the last floor(n ·
- * val_fraction) tokens then move to /val_tokens. Root attributes:
- * vocab_size (the tokenizer's, 50257), tokenizer ("gpt2" or "gpt3-encoder":
- * the dialect), tokenizer_sha256 (td_bpe_hash), eot_token. A progress line
- * (MB, tokens, MB/s, ETA) every 5 s on long inputs. */
-td_status td_prepare_bpe(const char *out_path, double val_fraction, int ninputs,
-                         char **inputs, size_t buffer_bytes, td_bpe *bpe, FILE *log);
+/* The same with the GPT-2 tokenizer bpe, collective on comm (every rank
+ * passes the same arguments and a loaded tokenizer). Each input file is one
+ * document, preceded by <|endoftext|>; the ids are exactly td_bpe_encode's of
+ * the whole file. Rank 0 lists the inputs; the concatenation is split into
+ * one share per rank at places where cutting cannot change the ids (a file's
+ * start, or before a printable ASCII character that follows "X\n" with X
+ * printable), each rank tokenizes its share into an unlinked spool file
+ * next to out_path, and all write their tokens into one file (parallel HDF5
+ * when comm has more than one rank), so the result does not depend on the
+ * number of ranks. Standard input or a pipe among the inputs: rank 0 alone
+ * tokenizes. The last floor(n · val_fraction) tokens go to /val_tokens.
+ * Root attributes: vocab_size (the tokenizer's, 50257), tokenizer ("gpt2" or
+ * "gpt3-encoder": the dialect), tokenizer_sha256 (td_bpe_hash), eot_token;
+ * the tokenizer's files in /tokenizer. A progress line (MB, tokens, MB/s,
+ * ETA) every 5 s on long inputs (rank 0's share). Errors are agreed over
+ * comm (td_agree); the temporary file is removed and out_path untouched. */
+td_status td_prepare_bpe(MPI_Comm comm, const char *out_path, double val_fraction,
+                         int ninputs, char **inputs, size_t buffer_bytes, td_bpe *bpe,
+                         FILE *log);
 
 #endif

