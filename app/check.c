@@ -133,10 +133,15 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   }
   printf("communicators: tp %d, dp %d, pp %d ranks each; embedding group %d (first/last stage)\n",
          all[0].tp_size, all[0].dp_size, all[0].pp_size, all[0].embed_size);
-  printf("\n# model: %s, %lld layers, dim %lld, %lld heads, vocab %lld, seq_len %lld\n",
-         cfg->model_arch, (long long)cfg->model_layers, (long long)cfg->model_dim,
-         (long long)cfg->model_heads, (long long)cfg->model_vocab_size,
-         (long long)cfg->model_seq_len);
+  td_model_dims dm;
+  td_config_dims(cfg, &dm);
+  printf("\n# model: %s, %lld layers, dim %lld, %lld heads", cfg->model_arch,
+         (long long)dm.L, (long long)dm.C, (long long)dm.H);
+  if (dm.llama)
+    printf(" (%lld key/value), SwiGLU %lld, RoPE theta %g", (long long)dm.KV, (long long)dm.F,
+           cfg->model_rope_theta);
+  printf(", vocab %lld, seq_len %lld, %s head\n", (long long)dm.V, (long long)dm.T,
+         dm.tied ? "tied" : "untied");
   human_count((double)reg->total_global, a, sizeof a);
   printf("parameters: %lld (%s)\n", (long long)reg->total_global, a);
   printf("batch: global %lld sequences = %lld tokens; micro-batch %lld per rank, %lld "
@@ -151,9 +156,10 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   if (bf16)
     printf("precision: bf16: fp32 master parameters, gradients and AdamW moments; a bf16 working "
            "copy of the parameters made after each optimizer step%s; matmuls on bf16 operands "
-           "with fp32 accumulation, their inputs (LayerNorm, attention and GELU outputs) "
+           "with fp32 accumulation, their inputs (%s, attention and %s outputs) "
            "saved for backward in bf16; residual stream, softmax, statistics and loss in fp32\n",
-           zero == 3 ? " (ZeRO-3 gathers it: half the bytes)" : "");
+           zero == 3 ? " (ZeRO-3 gathers it: half the bytes)" : "",
+           dm.llama ? "RMSNorm" : "LayerNorm", dm.llama ? "SwiGLU" : "GELU");
   printf("memory: ZeRO stage %d; the largest rank allocates %s: fp32 parameters%s%s, gradients%s, "
          "AdamW moments%s, working buffers%s, activations of %lld live micro-batch%s (the "
          "sizes training allocates, from the same code; host-side buffers not included)\n",

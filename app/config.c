@@ -521,7 +521,7 @@ static td_status checked_product(const td_config *cfg, const marks *mk, const ch
  * product the model, the estimate and the trainer form is bounded here. */
 static td_status check_sizes(td_config *cfg, const marks *mk) {
   int64_t T = cfg->model_seq_len, C = cfg->model_dim;
-  int64_t V = cfg->model_vocab_size, H = cfg->model_heads, L = cfg->model_layers;
+  int64_t V = cfg->model_vocab_size, H = cfg->model_heads;
   int64_t pp = cfg->parallel_pp, x;
   CHECKED("tokens per optimizer step", &x, FACTOR(training, global_batch), FACTOR(model, seq_len));
   CHECKED("the step's list of windows", &x, FACTOR(training, global_batch), {"8 bytes", 8, NULL});
@@ -529,17 +529,17 @@ static td_status check_sizes(td_config *cfg, const marks *mk) {
           FACTOR(model, seq_len));
   CHECKED("evaluation windows", &x, FACTOR(eval, batches), FACTOR(training, global_batch));
 
-  /* parameters: V·C + T·C + L·(12·C² + 13·C) + 2·C, 16 bytes each (fp32
-   * value, gradient, two AdamW moments) */
-  int64_t per_layer = 12 * C * C + 13 * C; /* C <= 2^20: fits */
+  /* parameters (td_config_dims), 16 bytes each (fp32 value, gradient, two
+   * AdamW moments) */
+  td_model_dims dm;
+  td_config_dims(cfg, &dm);
+  int64_t per_layer = dm.block_params; /* C <= 2^20, F <= 2^22: fits */
   const factor fdim = FACTOR(model, dim);
   CHECKED("fp32 embedding, its gradient and AdamW moments", &x, FACTOR(model, vocab_size), fdim,
           {"16 bytes", 16, NULL});
   CHECKED("fp32 parameters, gradients and AdamW moments of the blocks", &x, FACTOR(model, layers),
-          {"(12·model.dim² + 13·model.dim)", per_layer, fdim.e}, {"16 bytes", 16, NULL});
-  int64_t params = V * C + T * C + 2 * C, blocks = L * per_layer;
-  if (__builtin_add_overflow(params, blocks, &params) ||
-      __builtin_mul_overflow(params, (int64_t)16, &x)) {
+          {"(the parameters of one block)", per_layer, fdim.e}, {"16 bytes", 16, NULL});
+  if (dm.params == INT64_MAX || __builtin_mul_overflow(dm.params, (int64_t)16, &x)) {
     char wbuf[TD_STR_MAX + 64];
     TD_FAIL(TD_ERR_DECK, "%s: the model's parameters × 16 bytes (fp32 value, gradient, AdamW "
             "moments) overflow 64 bits", WHERE(model, layers));
@@ -552,7 +552,8 @@ static td_status check_sizes(td_config *cfg, const marks *mk) {
     fb = (factor){"micro-batch (training.global_batch / parallel.dp)", B,
                   find_entry("training", "global_batch")};
   const factor ft = FACTOR(model, seq_len), f4 = {"4 bytes", 4, NULL};
-  CHECKED("MLP activations of one micro-batch", &x, fb, ft, {"4·model.dim", 4 * C, fdim.e}, f4);
+  CHECKED("MLP activations of one micro-batch", &x, fb, ft,
+          {"3·(the MLP width)", 3 * dm.F, find_entry("model", dm.llama ? "ffn_dim" : "dim")}, f4);
   CHECKED("logits of one micro-batch", &x, fb, ft, FACTOR(model, vocab_size), f4);
   CHECKED("attention probabilities of one micro-batch", &x, fb, FACTOR(model, heads), ft, ft, f4);
 
@@ -571,11 +572,12 @@ static td_status check_sizes(td_config *cfg, const marks *mk) {
             "alive (at most %d; use 1f1b or a larger parallel.micro_batch)",
             WHERE(parallel, pp_schedule), (long long)m, INT32_MAX);
   }
-  int64_t width = 16 * C + V + H * T + 8; /* bounded by the schema's ranges */
+  int64_t width = 16 * C + 4 * dm.F + V + H * T + 8; /* bounded by the schema's ranges */
   CHECKED("activation memory of the largest pipeline stage", &x,
           {"(live micro-batches + 1)", live + 1, gpipe && pp > 1 ? fb.e : find_entry("parallel", "pp")},
           {"(layers per stage + 3)", lmax + 3, find_entry("model", "layers")}, fb, ft,
-          {"(16·model.dim + model.vocab_size + model.heads·model.seq_len + 8)", width, fdim.e}, f4);
+          {"(16·model.dim + 4·MLP width + model.vocab_size + model.heads·model.seq_len + 8)",
+           width, fdim.e}, f4);
   return TD_OK;
 }
 
@@ -600,6 +602,38 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
             "%s: model.heads = %lld is not divisible by parallel.tp = %lld (each tensor-parallel "
             "rank holds whole heads)",
             WHERE(parallel, tp), (long long)cfg->model_heads, (long long)tp);
+  td_model_dims dm;
+  td_config_dims(cfg, &dm);
+  if (dm.llama) {
+    if (cfg->model_ffn_dim == 0)
+      TD_FAIL(TD_ERR_DECK, "%s: model.arch = llama needs model.ffn_dim (the SwiGLU hidden width)",
+              WHERE(model, arch));
+    if (dm.H % dm.KV != 0)
+      TD_FAIL(TD_ERR_DECK, "%s: model.heads = %lld is not divisible by model.kv_heads = %lld",
+              WHERE(model, kv_heads), (long long)dm.H, (long long)dm.KV);
+    if (dm.KV % tp != 0)
+      TD_FAIL(TD_ERR_DECK,
+              "%s: model.kv_heads = %lld is not divisible by parallel.tp = %lld (each "
+              "tensor-parallel rank holds whole key/value heads)",
+              WHERE(parallel, tp), (long long)dm.KV, (long long)tp);
+    if (dm.F % tp != 0)
+      TD_FAIL(TD_ERR_DECK, "%s: model.ffn_dim = %lld is not divisible by parallel.tp = %lld",
+              WHERE(parallel, tp), (long long)dm.F, (long long)tp);
+    if (dm.HS % 2 != 0)
+      TD_FAIL(TD_ERR_DECK,
+              "%s: the head size model.dim / model.heads = %lld is odd (rotary embeddings "
+              "rotate pairs)", WHERE(model, heads), (long long)dm.HS);
+  } else {
+    if (cfg->model_kv_heads != 0 && cfg->model_kv_heads != cfg->model_heads)
+      TD_FAIL(TD_ERR_DECK, "%s: model.kv_heads is for model.arch = llama (gpt2 has one key/value "
+              "head per query head)", WHERE(model, kv_heads));
+    if (cfg->model_ffn_dim != 0 && cfg->model_ffn_dim != 4 * cfg->model_dim)
+      TD_FAIL(TD_ERR_DECK, "%s: model.ffn_dim is for model.arch = llama (gpt2's MLP is "
+              "4·model.dim = %lld)", WHERE(model, ffn_dim), (long long)(4 * cfg->model_dim));
+    if (!dm.tied)
+      TD_FAIL(TD_ERR_DECK, "%s: gpt2 ties its output head to the embedding; "
+              "model.tie_embeddings = false is for llama", WHERE(model, tie_embeddings));
+  }
   if (cfg->parallel_stage_layers_count > 0) {
     int64_t sum = 0;
     for (int i = 0; i < cfg->parallel_stage_layers_count; ++i) sum += cfg->parallel_stage_layers[i];
@@ -862,6 +896,40 @@ void td_config_model_diff(const td_config *a, const td_config *b, char *buf, siz
       snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", e->full);
     }
   }
+}
+
+/* a + b and a · b saturated at INT64_MAX (check_sizes reports overflow) */
+static int64_t sat_add(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+static int64_t sat_mul(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+void td_config_dims(const td_config *cfg, td_model_dims *d) {
+  memset(d, 0, sizeof *d);
+  d->llama = strcmp(cfg->model_arch, "llama") == 0;
+  d->tied = strcmp(cfg->model_tie_embeddings, "auto") == 0 ? !d->llama
+            : strcmp(cfg->model_tie_embeddings, "true") == 0;
+  d->V = cfg->model_vocab_size, d->T = cfg->model_seq_len, d->L = cfg->model_layers;
+  d->C = cfg->model_dim, d->H = cfg->model_heads;
+  d->KV = cfg->model_kv_heads > 0 ? cfg->model_kv_heads : d->H;
+  d->HS = d->H > 0 ? d->C / d->H : 0;
+  d->F = cfg->model_ffn_dim > 0 ? cfg->model_ffn_dim : 4 * d->C;
+  int64_t C = d->C, embed = sat_mul(d->V, C);
+  if (d->llama) { /* q, k, v, o; gate, up, down; two RMSNorm weights */
+    int64_t attn = sat_mul(C, sat_add(sat_mul(2 * d->H, d->HS), sat_mul(2 * d->KV, d->HS)));
+    d->block_matmul = sat_add(attn, sat_mul(3 * C, d->F));
+    d->block_params = sat_add(d->block_matmul, 2 * C);
+    d->params = sat_add(sat_add(embed, d->tied ? 0 : embed), C); /* + final norm */
+  } else { /* c_attn, c_proj, c_fc, c_proj with biases; two LayerNorms */
+    d->block_matmul = sat_add(sat_mul(4 * C, C), sat_mul(2 * C, d->F));
+    d->block_params = sat_add(d->block_matmul, sat_add(3 * C + C + d->F + C, 4 * C));
+    d->params = sat_add(sat_add(embed, sat_mul(d->T, C)), 2 * C); /* + wpe, ln_f */
+  }
+  d->params = sat_add(d->params, sat_mul(d->L, d->block_params));
 }
 
 int64_t td_config_micro_batch(const td_config *cfg) {

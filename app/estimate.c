@@ -1,9 +1,14 @@
 /* estimate.c — model FLOPs per token (trident check, MFU). */
 #include "app/td_estimate.h"
 
+/* 6 FLOPs per matmul weight per token (forward 2, backward 4), plus the
+ * attention products Q·Kᵀ and att·V over the causal window counted in full
+ * (12·L·(heads·head size)·T): the weights per family from td_config_dims,
+ * the numbers the registry allocates. */
 double td_flops_per_token(const td_config *cfg) {
-  double L = (double)cfg->model_layers, C = (double)cfg->model_dim;
-  double V = (double)cfg->model_vocab_size, T = (double)cfg->model_seq_len;
-  double n_matmul = L * 12.0 * C * C + V * C; /* blocks + LM head */
-  return 6.0 * n_matmul + 12.0 * L * C * T;
+  td_model_dims d;
+  td_config_dims(cfg, &d);
+  double L = (double)d.L, T = (double)d.T, A = (double)(d.H * d.HS);
+  double n_matmul = L * (double)d.block_matmul + (double)d.V * (double)d.C; /* + head */
+  return 6.0 * n_matmul + 12.0 * L * A * T;
 }

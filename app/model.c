@@ -1,4 +1,6 @@
-/* model.c — GPT-2 forward and backward on one rank's shard (DESIGN.md, "Model").
+/* model.c — GPT-2 and LLaMA forward and backward on one rank's shard (DESIGN.md,
+ * "Model"). The families share the embedding, the head, the cross-entropy,
+ * the units and the hooks; each has its block.
  *
  * Block l (pre-LN):  res2 = x + (attn(LN1(x)·Wqkv + bqkv)·Wproj + bproj)
  *                    res3 = res2 + (gelu(LN2(res2)·Wfc + bfc)·Wfcproj + bfcproj)
@@ -40,22 +42,23 @@ static td_status dev_alloc(td_model *m, void **out, int64_t n, size_t es, const 
 
 static td_status alloc_slot(td_model *m, td_acts *a) {
   int64_t N = m->B * m->T, L = m->L_count, C = m->C;
+  int64_t means = m->llama ? 0 : 1; /* RMSNorm keeps no mean */
   ACT(encoded, N * C);
   ACTM(ln1, L * N * C);
-  ACT(ln1_mean, L * N);
+  ACT(ln1_mean, means * L * N);
   ACT(ln1_rstd, L * N);
   ACT(qkv, L * N * m->C3);
   ACTM(atty, L * N * m->Cl);
   ACT(att, L * m->B * m->NH * m->T * m->T);
   ACT(res2, L * N * C);
   ACTM(ln2, L * N * C);
-  ACT(ln2_mean, L * N);
+  ACT(ln2_mean, means * L * N);
   ACT(ln2_rstd, L * N);
-  ACT(fch, L * N * m->F);
+  ACT(fch, L * N * m->F * (m->llama ? 2 : 1));
   ACTM(fch_gelu, L * N * m->F);
   ACT(res3, L * N * C);
   ACTM(lnf, N * C);
-  ACT(lnf_mean, N);
+  ACT(lnf_mean, means * N);
   ACT(lnf_rstd, N);
   ACT(logits, m->last_stage ? N * m->Vs : 1);
   ACT(rowmax, N);
@@ -76,7 +79,7 @@ static td_status alloc_buffers(td_model *m) {
   SCR(dln, N * C);
   SCR(dqkv, N * m->C3);
   SCR(datty, N * m->Cl);
-  SCR(dfch, N * m->F);
+  SCR(dfch, N * m->F * (m->llama ? 3 : 1)); /* llama: d gate, d up, d (silu(gate)·up) */
   SCR(datt_scratch, m->B * m->NH * m->T * m->T);
   if (m->at == TD_DTYPE_BF16) { /* the widest gradient a matmul reads */
     int64_t w = C > m->C3 ? C : m->C3;
@@ -99,9 +102,13 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->nslots = nslots > 0 ? nslots : 1;
   TD_CHECK_GOTO(td_registry_create(cfg, grid->tp, grid->tp_rank, grid->pp, grid->pp_rank, &m->reg));
   int64_t tp = grid->tp;
+  td_model_dims d;
+  td_config_dims(cfg, &d);
+  m->llama = d.llama, m->tied = d.tied;
+  m->norm_eps = (float)cfg->model_norm_eps, m->rope_theta = (float)cfg->model_rope_theta;
   m->B = B, m->T = cfg->model_seq_len, m->C = cfg->model_dim, m->V = cfg->model_vocab_size;
-  m->NH = cfg->model_heads / tp, m->HS = cfg->model_dim / cfg->model_heads;
-  m->C3 = 3 * m->C / tp, m->Cl = m->C / tp, m->F = 4 * m->C / tp;
+  m->NH = d.H / tp, m->KV = d.KV / tp, m->HS = d.HS;
+  m->Cl = m->NH * m->HS, m->C3 = (m->NH + 2 * m->KV) * m->HS, m->F = d.F / tp;
   td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);
   m->Vs = wte->local_shape[0];
   m->v0 = (int64_t)grid->tp_rank * m->Vs;
@@ -161,7 +168,7 @@ typedef struct {
 
 int td_model_unit_of(const td_model *m, const td_param *p) {
   if (p->layer >= 0) return 1 + p->layer;
-  return p->kind == TD_PK_LNF_W || p->kind == TD_PK_LNF_B ? m->nunits - 1 : 0;
+  return p->kind == TD_PK_WTE || p->kind == TD_PK_WPE ? 0 : m->nunits - 1;
 }
 
 void td_model_units_flat(td_model *m, void *params, float *grads) {
@@ -265,6 +272,99 @@ static td_status tp_sum(td_model *m, float *x, int64_t n) {
 
 /* ---- forward -------------------------------------------------------------------- */
 
+/* GPT-2 block li of this stage (resid: its input). */
+static td_status gpt2_block_fwd(td_model *m, td_acts *a, int64_t li, const float *resid) {
+  td_kernels *k = m->k;
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T;
+  td_dtype pt = m->pt, at = m->at;
+  layer_w w;
+  layer_params(m, (int)(m->L_first + li), &w);
+  void *ln1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * m->Cl);
+  void *ln2 = at_(m, a->ln2, li * N * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
+  float *qkv = a->qkv + li * N * m->C3, *att = a->att + li * B * m->NH * T * T;
+  float *res2 = a->res2 + li * N * C, *fch = a->fch + li * N * m->F;
+  float *res3 = a->res3 + li * N * C;
+  TD_CHECK(k->layernorm_fwd(k, ln1, at, a->ln1_mean + li * N, a->ln1_rstd + li * N, resid,
+                            w.ln1w, w.ln1b, pt, N, C));
+  TD_CHECK(mm(m, 0, 0, N, m->C3, C, ln1, at, w.wqkv, pt, 0.0f, qkv));
+  TD_CHECK(poll(m));
+  TD_CHECK(k->bias_fwd(k, qkv, w.bqkv, pt, N, m->C3));
+  if (at == TD_DTYPE_F32) {
+    TD_CHECK(k->attention_fwd(k, atty, att, qkv, B, T, m->NH, m->HS));
+  } else { /* attention in float32 (datty is free until backward), saved rounded */
+    TD_CHECK(k->attention_fwd(k, m->datty, att, qkv, B, T, m->NH, m->HS));
+    TD_CHECK(k->cast(k, atty, at, m->datty, TD_DTYPE_F32, N * m->Cl));
+  }
+  TD_CHECK(mm(m, 0, 0, N, C, m->Cl, atty, at, w.wproj, pt, 0.0f, m->dtmp));
+  TD_CHECK(poll(m));
+  TD_CHECK(tp_sum(m, m->dtmp, N * C));
+  TD_CHECK(k->bias_fwd(k, m->dtmp, w.bproj, pt, N, C));
+  TD_CHECK(k->add(k, res2, resid, m->dtmp, N * C));
+  TD_CHECK(k->layernorm_fwd(k, ln2, at, a->ln2_mean + li * N, a->ln2_rstd + li * N, res2,
+                            w.ln2w, w.ln2b, pt, N, C));
+  TD_CHECK(mm(m, 0, 0, N, m->F, C, ln2, at, w.wfc, pt, 0.0f, fch));
+  TD_CHECK(poll(m));
+  TD_CHECK(k->bias_fwd(k, fch, w.bfc, pt, N, m->F));
+  TD_CHECK(k->gelu_fwd(k, fcg, at, fch, N * m->F));
+  TD_CHECK(mm(m, 0, 0, N, C, m->F, fcg, at, w.wfcp, pt, 0.0f, m->dtmp));
+  TD_CHECK(poll(m));
+  TD_CHECK(tp_sum(m, m->dtmp, N * C));
+  TD_CHECK(k->bias_fwd(k, m->dtmp, w.bfcp, pt, N, C));
+  TD_CHECK(k->add(k, res3, res2, m->dtmp, N * C));
+  return TD_OK;
+}
+
+/* LLaMA block li of this stage (resid: its input):
+ *   res2 = x + o(attn(rope(q(n1)), rope(k(n1)), v(n1))),  n1 = rms(x)·w1
+ *   res3 = res2 + down(silu(gate(n2))·up(n2)),            n2 = rms(res2)·w2
+ * Weights (out, in): a matmul is act · Wᵀ. */
+static td_status llama_block_fwd(td_model *m, td_acts *a, int64_t li, const float *resid) {
+  td_kernels *k = m->k;
+  int layer = (int)(m->L_first + li);
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T, F = m->F;
+  int64_t Cq = m->Cl, Ckv = m->KV * m->HS;
+  td_dtype pt = m->pt, at = m->at;
+  void *n1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * Cq);
+  void *n2 = at_(m, a->ln2, li * N * C), *h = at_(m, a->fch_gelu, li * N * F);
+  float *q = a->qkv + li * N * m->C3, *kk = q + N * Cq, *v = kk + N * Ckv;
+  float *att = a->att + li * B * m->NH * T * T;
+  float *res2 = a->res2 + li * N * C, *gate = a->fch + li * N * 2 * F, *up = gate + N * F;
+  float *res3 = a->res3 + li * N * C;
+  TD_CHECK(k->rmsnorm_fwd(k, n1, at, a->ln1_rstd + li * N, resid, pw(m, TD_PK_ATTN_NORM, layer),
+                          pt, m->norm_eps, N, C));
+  TD_CHECK(mm(m, 0, 1, N, Cq, C, n1, at, pw(m, TD_PK_Q_W, layer), pt, 0.0f, q));
+  TD_CHECK(mm(m, 0, 1, N, Ckv, C, n1, at, pw(m, TD_PK_K_W, layer), pt, 0.0f, kk));
+  TD_CHECK(mm(m, 0, 1, N, Ckv, C, n1, at, pw(m, TD_PK_V_W, layer), pt, 0.0f, v));
+  TD_CHECK(poll(m));
+  TD_CHECK(k->rope(k, q, B, T, m->NH, m->HS, Cq, m->rope_theta, 0));
+  TD_CHECK(k->rope(k, kk, B, T, m->KV, m->HS, Ckv, m->rope_theta, 0));
+  float *out = at == TD_DTYPE_F32 ? (float *)atty : m->datty; /* bf16: saved rounded */
+  TD_CHECK(k->gqa_fwd(k, out, att, q, kk, v, Cq, Ckv, B, T, m->NH, m->KV, m->HS));
+  if (at != TD_DTYPE_F32) TD_CHECK(k->cast(k, atty, at, m->datty, TD_DTYPE_F32, N * Cq));
+  TD_CHECK(mm(m, 0, 1, N, C, Cq, atty, at, pw(m, TD_PK_O_W, layer), pt, 0.0f, m->dtmp));
+  TD_CHECK(poll(m));
+  TD_CHECK(tp_sum(m, m->dtmp, N * C));
+  TD_CHECK(k->add(k, res2, resid, m->dtmp, N * C));
+  TD_CHECK(k->rmsnorm_fwd(k, n2, at, a->ln2_rstd + li * N, res2, pw(m, TD_PK_MLP_NORM, layer),
+                          pt, m->norm_eps, N, C));
+  TD_CHECK(mm(m, 0, 1, N, F, C, n2, at, pw(m, TD_PK_GATE_W, layer), pt, 0.0f, gate));
+  TD_CHECK(mm(m, 0, 1, N, F, C, n2, at, pw(m, TD_PK_UP_W, layer), pt, 0.0f, up));
+  TD_CHECK(poll(m));
+  TD_CHECK(k->swiglu_fwd(k, h, at, gate, up, N * F));
+  TD_CHECK(mm(m, 0, 1, N, C, F, h, at, pw(m, TD_PK_DOWN_W, layer), pt, 0.0f, m->dtmp));
+  TD_CHECK(poll(m));
+  TD_CHECK(tp_sum(m, m->dtmp, N * C));
+  TD_CHECK(k->add(k, res3, res2, m->dtmp, N * C));
+  return TD_OK;
+}
+
+/* The output head's weight (Vs, C): wte when tied, else lm_head. */
+static td_param_kind head_kind(const td_model *m) { return m->tied ? TD_PK_WTE : TD_PK_LM_HEAD; }
+
+/* Unit 0 (the embedding) is used on the first stage, and on the last when
+ * the head is tied to it. */
+static int uses_unit0(const td_model *m) { return m->first_stage || (m->last_stage && m->tied); }
+
 static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
                               const int32_t *targets, double *loss_sum) {
   td_kernels *k = m->k;
@@ -276,53 +376,19 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
 
   float *x = a->encoded;
   td_dtype pt = m->pt, at = m->at;
-  int U = m->nunits - 1; /* the head unit {ln_f} */
-  if (m->first_stage || m->last_stage) TD_CHECK(hook(m, 1, 0, TD_PHASE_FORWARD));
+  int U = m->nunits - 1; /* the head unit {final norm, untied head} */
+  if (uses_unit0(m)) TD_CHECK(hook(m, 1, 0, TD_PHASE_FORWARD));
   if (m->first_stage) {
     const void *wte = pw(m, TD_PK_WTE, -1);
-    const void *wpe = pw(m, TD_PK_WPE, -1);
-    TD_CHECK(k->embed_fwd(k, x, a->inputs, wte, m->v0, m->Vs, m->grid->tp_rank == 0 ? wpe : NULL,
-                          pt, B, T, C));
+    const void *wpe = m->llama || m->grid->tp_rank != 0 ? NULL : pw(m, TD_PK_WPE, -1);
+    TD_CHECK(k->embed_fwd(k, x, a->inputs, wte, m->v0, m->Vs, wpe, pt, B, T, C));
     TD_CHECK(tp_sum(m, x, N * C));
   }
   for (int64_t li = 0; li < m->L_count; ++li) {
-    layer_w w;
     int u = (int)(1 + m->L_first + li);
     TD_CHECK(hook(m, 1, u, TD_PHASE_FORWARD));
-    layer_params(m, (int)(m->L_first + li), &w);
     const float *resid = li == 0 ? x : a->res3 + (li - 1) * N * C;
-    void *ln1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * m->Cl);
-    void *ln2 = at_(m, a->ln2, li * N * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
-    float *qkv = a->qkv + li * N * m->C3, *att = a->att + li * B * m->NH * T * T;
-    float *res2 = a->res2 + li * N * C, *fch = a->fch + li * N * m->F;
-    float *res3 = a->res3 + li * N * C;
-    TD_CHECK(k->layernorm_fwd(k, ln1, at, a->ln1_mean + li * N, a->ln1_rstd + li * N, resid,
-                              w.ln1w, w.ln1b, pt, N, C));
-    TD_CHECK(mm(m, 0, 0, N, m->C3, C, ln1, at, w.wqkv, pt, 0.0f, qkv));
-    TD_CHECK(poll(m));
-    TD_CHECK(k->bias_fwd(k, qkv, w.bqkv, pt, N, m->C3));
-    if (at == TD_DTYPE_F32) {
-      TD_CHECK(k->attention_fwd(k, atty, att, qkv, B, T, m->NH, m->HS));
-    } else { /* attention in float32 (datty is free until backward), saved rounded */
-      TD_CHECK(k->attention_fwd(k, m->datty, att, qkv, B, T, m->NH, m->HS));
-      TD_CHECK(k->cast(k, atty, at, m->datty, TD_DTYPE_F32, N * m->Cl));
-    }
-    TD_CHECK(mm(m, 0, 0, N, C, m->Cl, atty, at, w.wproj, pt, 0.0f, m->dtmp));
-    TD_CHECK(poll(m));
-    TD_CHECK(tp_sum(m, m->dtmp, N * C));
-    TD_CHECK(k->bias_fwd(k, m->dtmp, w.bproj, pt, N, C));
-    TD_CHECK(k->add(k, res2, resid, m->dtmp, N * C));
-    TD_CHECK(k->layernorm_fwd(k, ln2, at, a->ln2_mean + li * N, a->ln2_rstd + li * N, res2,
-                              w.ln2w, w.ln2b, pt, N, C));
-    TD_CHECK(mm(m, 0, 0, N, m->F, C, ln2, at, w.wfc, pt, 0.0f, fch));
-    TD_CHECK(poll(m));
-    TD_CHECK(k->bias_fwd(k, fch, w.bfc, pt, N, m->F));
-    TD_CHECK(k->gelu_fwd(k, fcg, at, fch, N * m->F));
-    TD_CHECK(mm(m, 0, 0, N, C, m->F, fcg, at, w.wfcp, pt, 0.0f, m->dtmp));
-    TD_CHECK(poll(m));
-    TD_CHECK(tp_sum(m, m->dtmp, N * C));
-    TD_CHECK(k->bias_fwd(k, m->dtmp, w.bfcp, pt, N, C));
-    TD_CHECK(k->add(k, res3, res2, m->dtmp, N * C));
+    TD_CHECK(m->llama ? llama_block_fwd(m, a, li, resid) : gpt2_block_fwd(m, a, li, resid));
     TD_CHECK(hook(m, 0, u, TD_PHASE_FORWARD));
   }
   if (!m->last_stage) {
@@ -332,12 +398,16 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
   TD_CHECK(hook(m, 1, U, TD_PHASE_FORWARD));
 
   const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * N * C : x;
-  TD_CHECK(k->layernorm_fwd(k, a->lnf, at, a->lnf_mean, a->lnf_rstd, last,
-                            pw(m, TD_PK_LNF_W, -1), pw(m, TD_PK_LNF_B, -1), pt, N, C));
-  TD_CHECK(mm(m, 0, 1, N, m->Vs, C, a->lnf, at, pw(m, TD_PK_WTE, -1), pt, 0.0f, a->logits));
+  if (m->llama)
+    TD_CHECK(k->rmsnorm_fwd(k, a->lnf, at, a->lnf_rstd, last, pw(m, TD_PK_LNF_W, -1), pt,
+                            m->norm_eps, N, C));
+  else
+    TD_CHECK(k->layernorm_fwd(k, a->lnf, at, a->lnf_mean, a->lnf_rstd, last,
+                              pw(m, TD_PK_LNF_W, -1), pw(m, TD_PK_LNF_B, -1), pt, N, C));
+  TD_CHECK(mm(m, 0, 1, N, m->Vs, C, a->lnf, at, pw(m, head_kind(m), -1), pt, 0.0f, a->logits));
   TD_CHECK(poll(m));
   TD_CHECK(hook(m, 0, U, TD_PHASE_FORWARD));
-  TD_CHECK(hook(m, 0, 0, TD_PHASE_FORWARD));
+  if (uses_unit0(m)) TD_CHECK(hook(m, 0, 0, TD_PHASE_FORWARD));
   if (!targets) return TD_OK;
 
   /* Vocabulary-parallel cross-entropy: max, then Σexp and the target logit. */
@@ -350,11 +420,11 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
   TD_CHECK(k->xent_sumexp(k, a->sumexp, a->tlogit, a->logits, a->rowmax, a->targets, m->v0,
                           N, m->Vs, vvalid));
   TD_CHECK(tp_sum(m, a->sumexp, 2 * N));
-  float *h = m->rowstat_host;
-  TD_CHECK(k->to_host(k, h, a->rowmax, (size_t)N * sizeof(float)));
-  TD_CHECK(k->to_host(k, h + N, a->sumexp, (size_t)2 * N * sizeof(float)));
+  float *hs = m->rowstat_host;
+  TD_CHECK(k->to_host(k, hs, a->rowmax, (size_t)N * sizeof(float)));
+  TD_CHECK(k->to_host(k, hs + N, a->sumexp, (size_t)2 * N * sizeof(float)));
   double s = 0.0;
-  for (int64_t i = 0; i < m->valid_rows && i < N; ++i) s += log((double)h[N + i]) + (double)h[i] - (double)h[2 * N + i];
+  for (int64_t i = 0; i < m->valid_rows && i < N; ++i) s += log((double)hs[N + i]) + (double)hs[i] - (double)hs[2 * N + i];
   *loss_sum = s;
   return TD_OK;
 }
@@ -378,6 +448,111 @@ const float *td_model_input_grad(const td_model *m) { return m->dres; }
 
 /* ---- backward -------------------------------------------------------------------- */
 
+/* GPT-2 block li: m->dres holds d loss / d (block output) and leaves with
+ * d loss / d (block input). */
+static td_status gpt2_block_bwd(td_model *m, td_acts *a, int64_t li, const float *resid) {
+  td_kernels *k = m->k;
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T;
+  td_dtype pt = m->pt, at = m->at;
+  const void *d = NULL; /* the gradient the next matmuls read (type at) */
+  layer_w w;
+  layer_g g;
+  int layer = (int)(m->L_first + li);
+  layer_params(m, layer, &w);
+  layer_grads(m, layer, &g);
+  const void *ln1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * m->Cl);
+  const void *ln2 = at_(m, a->ln2, li * N * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
+  const float *qkv = a->qkv + li * N * m->C3, *att = a->att + li * B * m->NH * T * T;
+  const float *res2 = a->res2 + li * N * C, *fch = a->fch + li * N * m->F;
+  /* MLP: res3 = res2 + gelu(ln2·Wfc + bfc)·Wfcp + bfcp */
+  TD_CHECK(k->bias_bwd(k, g.bfcp, m->dres, N, C));
+  TD_CHECK(mm_grad(m, m->dres, N * C, &d));
+  TD_CHECK(mm(m, 1, 0, m->F, C, N, fcg, at, d, at, 1.0f, g.wfcp));
+  TD_CHECK(poll(m));
+  TD_CHECK(mm(m, 0, 1, N, m->F, C, d, at, w.wfcp, pt, 0.0f, m->dfch));
+  TD_CHECK(poll(m));
+  TD_CHECK(k->gelu_bwd(k, m->dfch, fch, m->dfch, N * m->F));
+  TD_CHECK(k->bias_bwd(k, g.bfc, m->dfch, N, m->F));
+  TD_CHECK(mm_grad(m, m->dfch, N * m->F, &d));
+  TD_CHECK(mm(m, 1, 0, C, m->F, N, ln2, at, d, at, 1.0f, g.wfc));
+  TD_CHECK(poll(m));
+  TD_CHECK(mm(m, 0, 1, N, C, m->F, d, at, w.wfc, pt, 0.0f, m->dln));
+  TD_CHECK(poll(m));
+  TD_CHECK(tp_sum(m, m->dln, N * C));
+  TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln2w, g.ln2b, m->dln, res2, w.ln2w, pt,
+                            a->ln2_mean + li * N, a->ln2_rstd + li * N, N, C));
+  /* m->dres now holds d loss / d res2. Attention: res2 = x + attn(...)·Wproj + bproj */
+  TD_CHECK(k->bias_bwd(k, g.bproj, m->dres, N, C));
+  TD_CHECK(mm_grad(m, m->dres, N * C, &d));
+  TD_CHECK(mm(m, 1, 0, m->Cl, C, N, atty, at, d, at, 1.0f, g.wproj));
+  TD_CHECK(poll(m));
+  TD_CHECK(mm(m, 0, 1, N, m->Cl, C, d, at, w.wproj, pt, 0.0f, m->datty));
+  TD_CHECK(poll(m));
+  TD_CHECK(k->attention_bwd(k, m->dqkv, m->datt_scratch, m->datty, qkv, att, B, T, m->NH, m->HS));
+  TD_CHECK(k->bias_bwd(k, g.bqkv, m->dqkv, N, m->C3));
+  TD_CHECK(mm_grad(m, m->dqkv, N * m->C3, &d));
+  TD_CHECK(mm(m, 1, 0, C, m->C3, N, ln1, at, d, at, 1.0f, g.wqkv));
+  TD_CHECK(poll(m));
+  TD_CHECK(mm(m, 0, 1, N, C, m->C3, d, at, w.wqkv, pt, 0.0f, m->dln));
+  TD_CHECK(poll(m));
+  TD_CHECK(tp_sum(m, m->dln, N * C));
+  TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln1w, g.ln1b, m->dln, resid, w.ln1w, pt,
+                            a->ln1_mean + li * N, a->ln1_rstd + li * N, N, C));
+  return TD_OK;
+}
+
+/* dW (rows, C) += dYᵀ · X and dX (N, C) (= or + per beta) += dY · W for the
+ * matmul Y (N, rows) = X · Wᵀ of a LLaMA block, dY float32 (N, rows). */
+static td_status linear_bwd(td_model *m, const float *dy, int64_t rows, const void *x,
+                            int64_t cols, td_param_kind kind, int layer, float beta, float *dx) {
+  const void *d = NULL;
+  int64_t N = m->B * m->T;
+  TD_CHECK(mm_grad(m, dy, N * rows, &d));
+  TD_CHECK(mm(m, 1, 0, rows, cols, N, d, m->at, x, m->at, 1.0f, pg(m, kind, layer)));
+  TD_CHECK(poll(m));
+  TD_CHECK(mm(m, 0, 0, N, cols, rows, d, m->at, pw(m, kind, layer), m->pt, beta, dx));
+  TD_CHECK(poll(m));
+  return TD_OK;
+}
+
+/* LLaMA block li: m->dres holds d loss / d (block output) and leaves with
+ * d loss / d (block input). */
+static td_status llama_block_bwd(td_model *m, td_acts *a, int64_t li, const float *resid) {
+  td_kernels *k = m->k;
+  int layer = (int)(m->L_first + li);
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T, F = m->F;
+  int64_t Cq = m->Cl, Ckv = m->KV * m->HS;
+  td_dtype pt = m->pt;
+  const void *n1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * Cq);
+  const void *n2 = at_(m, a->ln2, li * N * C), *h = at_(m, a->fch_gelu, li * N * F);
+  const float *q = a->qkv + li * N * m->C3, *kk = q + N * Cq, *v = kk + N * Ckv;
+  const float *att = a->att + li * B * m->NH * T * T;
+  const float *res2 = a->res2 + li * N * C, *gate = a->fch + li * N * 2 * F, *up = gate + N * F;
+  float *dgate = m->dfch, *dup = dgate + N * F, *dh = dup + N * F;
+  float *dq = m->dqkv, *dk = dq + N * Cq, *dv = dk + N * Ckv;
+  /* MLP: res3 = res2 + down(silu(gate(n2))·up(n2)) */
+  TD_CHECK(linear_bwd(m, m->dres, C, h, F, TD_PK_DOWN_W, layer, 0.0f, dh));
+  TD_CHECK(k->swiglu_bwd(k, dgate, dup, dh, gate, up, N * F));
+  TD_CHECK(linear_bwd(m, dgate, F, n2, C, TD_PK_GATE_W, layer, 0.0f, m->dln));
+  TD_CHECK(linear_bwd(m, dup, F, n2, C, TD_PK_UP_W, layer, 1.0f, m->dln));
+  TD_CHECK(tp_sum(m, m->dln, N * C));
+  TD_CHECK(k->rmsnorm_bwd(k, m->dres, pg(m, TD_PK_MLP_NORM, layer), m->dln, res2,
+                          pw(m, TD_PK_MLP_NORM, layer), pt, a->ln2_rstd + li * N, N, C));
+  /* m->dres now holds d loss / d res2. Attention: res2 = x + o(attn(...)) */
+  TD_CHECK(linear_bwd(m, m->dres, C, atty, Cq, TD_PK_O_W, layer, 0.0f, m->datty));
+  TD_CHECK(k->gqa_bwd(k, dq, dk, dv, m->datt_scratch, m->datty, q, kk, v, att, Cq, Ckv, B, T,
+                      m->NH, m->KV, m->HS));
+  TD_CHECK(k->rope(k, dq, B, T, m->NH, m->HS, Cq, m->rope_theta, 1));
+  TD_CHECK(k->rope(k, dk, B, T, m->KV, m->HS, Ckv, m->rope_theta, 1));
+  TD_CHECK(linear_bwd(m, dq, Cq, n1, C, TD_PK_Q_W, layer, 0.0f, m->dln));
+  TD_CHECK(linear_bwd(m, dk, Ckv, n1, C, TD_PK_K_W, layer, 1.0f, m->dln));
+  TD_CHECK(linear_bwd(m, dv, Ckv, n1, C, TD_PK_V_W, layer, 1.0f, m->dln));
+  TD_CHECK(tp_sum(m, m->dln, N * C));
+  TD_CHECK(k->rmsnorm_bwd(k, m->dres, pg(m, TD_PK_ATTN_NORM, layer), m->dln, resid,
+                          pw(m, TD_PK_ATTN_NORM, layer), pt, a->ln1_rstd + li * N, N, C));
+  return TD_OK;
+}
+
 td_status td_model_backward(td_model *m, int slot, float loss_scale, const float *dout) {
   td_kernels *k = m->k;
   td_acts *a = &m->acts[slot];
@@ -386,7 +561,7 @@ td_status td_model_backward(td_model *m, int slot, float loss_scale, const float
   td_dtype pt = m->pt, at = m->at;
   const void *d = NULL; /* the gradient the next matmuls read (type at) */
   int U = m->nunits - 1;
-  if (m->first_stage || m->last_stage) TD_CHECK(hook(m, 1, 0, TD_PHASE_BACKWARD));
+  if (uses_unit0(m)) TD_CHECK(hook(m, 1, 0, TD_PHASE_BACKWARD));
   if (m->last_stage) {
     TD_CHECK(hook(m, 1, U, TD_PHASE_BACKWARD));
     int64_t vvalid = m->V - m->v0 < m->Vs ? (m->V - m->v0 > 0 ? m->V - m->v0 : 0) : m->Vs;
@@ -394,16 +569,20 @@ td_status td_model_backward(td_model *m, int slot, float loss_scale, const float
     TD_CHECK(k->xent_bwd(k, dl, a->logits, a->rowmax, a->sumexp, a->targets, m->v0,
                          loss_scale, N, m->Vs, vvalid));
     TD_CHECK(mm_grad(m, dl, N * m->Vs, &d));
-    TD_CHECK(mm(m, 1, 0, m->Vs, C, N, d, at, a->lnf, at, 1.0f, pg(m, TD_PK_WTE, -1)));
+    TD_CHECK(mm(m, 1, 0, m->Vs, C, N, d, at, a->lnf, at, 1.0f, pg(m, head_kind(m), -1)));
     TD_CHECK(poll(m));
-    TD_CHECK(mm(m, 0, 0, N, C, m->Vs, d, at, pw(m, TD_PK_WTE, -1), pt, 0.0f, m->dln));
+    TD_CHECK(mm(m, 0, 0, N, C, m->Vs, d, at, pw(m, head_kind(m), -1), pt, 0.0f, m->dln));
     TD_CHECK(poll(m));
     TD_CHECK(tp_sum(m, m->dln, N * C));
     const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * N * C : x;
     TD_CHECK(k->zero(k, m->dres, (size_t)N * C * sizeof(float)));
-    TD_CHECK(k->layernorm_bwd(k, m->dres, pg(m, TD_PK_LNF_W, -1), pg(m, TD_PK_LNF_B, -1),
-                              m->dln, last, pw(m, TD_PK_LNF_W, -1), pt, a->lnf_mean,
-                              a->lnf_rstd, N, C));
+    if (m->llama)
+      TD_CHECK(k->rmsnorm_bwd(k, m->dres, pg(m, TD_PK_LNF_W, -1), m->dln, last,
+                              pw(m, TD_PK_LNF_W, -1), pt, a->lnf_rstd, N, C));
+    else
+      TD_CHECK(k->layernorm_bwd(k, m->dres, pg(m, TD_PK_LNF_W, -1), pg(m, TD_PK_LNF_B, -1),
+                                m->dln, last, pw(m, TD_PK_LNF_W, -1), pt, a->lnf_mean,
+                                a->lnf_rstd, N, C));
     TD_CHECK(hook(m, 0, U, TD_PHASE_BACKWARD));
   } else {
     /* gradient of this stage's output, from the next stage: dres = dout */
@@ -411,59 +590,17 @@ td_status td_model_backward(td_model *m, int slot, float loss_scale, const float
     TD_CHECK(k->add(k, m->dres, m->dres, dout, N * C));
   }
   for (int64_t li = m->L_count - 1; li >= 0; --li) {
-    layer_w w;
-    layer_g g;
     int layer = (int)(m->L_first + li);
     TD_CHECK(hook(m, 1, 1 + layer, TD_PHASE_BACKWARD));
-    layer_params(m, layer, &w);
-    layer_grads(m, layer, &g);
     const float *resid = li == 0 ? x : a->res3 + (li - 1) * N * C;
-    const void *ln1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * m->Cl);
-    const void *ln2 = at_(m, a->ln2, li * N * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
-    const float *qkv = a->qkv + li * N * m->C3, *att = a->att + li * B * m->NH * T * T;
-    const float *res2 = a->res2 + li * N * C, *fch = a->fch + li * N * m->F;
-    /* m->dres holds d loss / d res3. MLP: res3 = res2 + gelu(ln2·Wfc + bfc)·Wfcp + bfcp */
-    TD_CHECK(k->bias_bwd(k, g.bfcp, m->dres, N, C));
-    TD_CHECK(mm_grad(m, m->dres, N * C, &d));
-    TD_CHECK(mm(m, 1, 0, m->F, C, N, fcg, at, d, at, 1.0f, g.wfcp));
-    TD_CHECK(poll(m));
-    TD_CHECK(mm(m, 0, 1, N, m->F, C, d, at, w.wfcp, pt, 0.0f, m->dfch));
-    TD_CHECK(poll(m));
-    TD_CHECK(k->gelu_bwd(k, m->dfch, fch, m->dfch, N * m->F));
-    TD_CHECK(k->bias_bwd(k, g.bfc, m->dfch, N, m->F));
-    TD_CHECK(mm_grad(m, m->dfch, N * m->F, &d));
-    TD_CHECK(mm(m, 1, 0, C, m->F, N, ln2, at, d, at, 1.0f, g.wfc));
-    TD_CHECK(poll(m));
-    TD_CHECK(mm(m, 0, 1, N, C, m->F, d, at, w.wfc, pt, 0.0f, m->dln));
-    TD_CHECK(poll(m));
-    TD_CHECK(tp_sum(m, m->dln, N * C));
-    TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln2w, g.ln2b, m->dln, res2, w.ln2w, pt,
-                              a->ln2_mean + li * N, a->ln2_rstd + li * N, N, C));
-    /* m->dres now holds d loss / d res2. Attention: res2 = x + attn(...)·Wproj + bproj */
-    TD_CHECK(k->bias_bwd(k, g.bproj, m->dres, N, C));
-    TD_CHECK(mm_grad(m, m->dres, N * C, &d));
-    TD_CHECK(mm(m, 1, 0, m->Cl, C, N, atty, at, d, at, 1.0f, g.wproj));
-    TD_CHECK(poll(m));
-    TD_CHECK(mm(m, 0, 1, N, m->Cl, C, d, at, w.wproj, pt, 0.0f, m->datty));
-    TD_CHECK(poll(m));
-    TD_CHECK(k->attention_bwd(k, m->dqkv, m->datt_scratch, m->datty, qkv, att, B, T, m->NH, m->HS));
-    TD_CHECK(k->bias_bwd(k, g.bqkv, m->dqkv, N, m->C3));
-    TD_CHECK(mm_grad(m, m->dqkv, N * m->C3, &d));
-    TD_CHECK(mm(m, 1, 0, C, m->C3, N, ln1, at, d, at, 1.0f, g.wqkv));
-    TD_CHECK(poll(m));
-    TD_CHECK(mm(m, 0, 1, N, C, m->C3, d, at, w.wqkv, pt, 0.0f, m->dln));
-    TD_CHECK(poll(m));
-    TD_CHECK(tp_sum(m, m->dln, N * C));
-    TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln1w, g.ln1b, m->dln, resid, w.ln1w, pt,
-                              a->ln1_mean + li * N, a->ln1_rstd + li * N, N, C));
-    /* m->dres now holds d loss / d (block input) */
+    TD_CHECK(m->llama ? llama_block_bwd(m, a, li, resid) : gpt2_block_bwd(m, a, li, resid));
     TD_CHECK(hook(m, 0, 1 + layer, TD_PHASE_BACKWARD));
   }
   if (m->first_stage) {
-    TD_CHECK(k->embed_bwd(k, pg(m, TD_PK_WTE, -1), pg(m, TD_PK_WPE, -1), m->dres, a->inputs,
-                          m->v0, m->Vs, B, T, C));
+    TD_CHECK(k->embed_bwd(k, pg(m, TD_PK_WTE, -1), m->llama ? NULL : pg(m, TD_PK_WPE, -1),
+                          m->dres, a->inputs, m->v0, m->Vs, B, T, C));
   }
-  if (m->first_stage || m->last_stage) TD_CHECK(hook(m, 0, 0, TD_PHASE_BACKWARD));
+  if (uses_unit0(m)) TD_CHECK(hook(m, 0, 0, TD_PHASE_BACKWARD));
   return TD_OK;
 }
 

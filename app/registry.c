@@ -1,4 +1,5 @@
-/* registry.c — the GPT-2 parameter table and its per-rank shards. */
+/* registry.c — the parameter tables of the model families (GPT-2, LLaMA) and
+ * their per-rank shards. */
 #include "app/td_registry.h"
 
 #include <math.h>
@@ -8,16 +9,17 @@
 
 #include "td_rng.h"
 
-/* Static description of each kind: name pattern, shape in units of C (or V, T),
- * split, init. One row per kind; the registry instantiates them per layer. */
+/* Static description of each kind: name, split, init. One row per kind; the
+ * registry instantiates the family's kinds per layer. */
 typedef struct {
-  const char *suffix; /* after "h.<i>." for block params */
-  int block;          /* belongs to a transformer block */
+  const char *name; /* after "h.<i>." / "model.layers.<i>." for block params */
+  int block;        /* belongs to a transformer block */
   int split_dim, split_blocks;
   td_init_kind init;
 } kind_info;
 
 static const kind_info k_kinds[TD_PK_COUNT] = {
+    /* GPT-2 (Conv1D: (in, out)) */
     [TD_PK_WTE] = {"wte.weight", 0, 0, 1, TD_INIT_NORMAL},
     [TD_PK_WPE] = {"wpe.weight", 0, -1, 1, TD_INIT_NORMAL},
     [TD_PK_LN1_W] = {"ln_1.weight", 1, -1, 1, TD_INIT_ONES},
@@ -34,22 +36,47 @@ static const kind_info k_kinds[TD_PK_COUNT] = {
     [TD_PK_FCPROJ_B] = {"mlp.c_proj.bias", 1, -1, 1, TD_INIT_ZEROS},
     [TD_PK_LNF_W] = {"ln_f.weight", 0, -1, 1, TD_INIT_ONES},
     [TD_PK_LNF_B] = {"ln_f.bias", 0, -1, 1, TD_INIT_ZEROS},
+    /* LLaMA (nn.Linear: (out, in)); q/k/v and gate/up split by output (whole
+     * heads), o and down by input, embedding and head by vocabulary */
+    [TD_PK_ATTN_NORM] = {"input_layernorm.weight", 1, -1, 1, TD_INIT_ONES},
+    [TD_PK_Q_W] = {"self_attn.q_proj.weight", 1, 0, 1, TD_INIT_NORMAL},
+    [TD_PK_K_W] = {"self_attn.k_proj.weight", 1, 0, 1, TD_INIT_NORMAL},
+    [TD_PK_V_W] = {"self_attn.v_proj.weight", 1, 0, 1, TD_INIT_NORMAL},
+    [TD_PK_O_W] = {"self_attn.o_proj.weight", 1, 1, 1, TD_INIT_NORMAL_RESID},
+    [TD_PK_MLP_NORM] = {"post_attention_layernorm.weight", 1, -1, 1, TD_INIT_ONES},
+    [TD_PK_GATE_W] = {"mlp.gate_proj.weight", 1, 0, 1, TD_INIT_NORMAL},
+    [TD_PK_UP_W] = {"mlp.up_proj.weight", 1, 0, 1, TD_INIT_NORMAL},
+    [TD_PK_DOWN_W] = {"mlp.down_proj.weight", 1, 1, 1, TD_INIT_NORMAL_RESID},
+    [TD_PK_LM_HEAD] = {"lm_head.weight", 0, 0, 1, TD_INIT_NORMAL},
 };
 
-static void global_shape(td_param_kind k, int64_t V, int64_t T, int64_t C, int *ndim,
-                         int64_t s[2]) {
+/* The blocks' kinds of each family, in model order. */
+static const td_param_kind k_gpt2_block[] = {
+    TD_PK_LN1_W, TD_PK_LN1_B, TD_PK_QKV_W, TD_PK_QKV_B, TD_PK_ATTPROJ_W, TD_PK_ATTPROJ_B,
+    TD_PK_LN2_W, TD_PK_LN2_B, TD_PK_FC_W, TD_PK_FC_B, TD_PK_FCPROJ_W, TD_PK_FCPROJ_B};
+static const td_param_kind k_llama_block[] = {TD_PK_ATTN_NORM, TD_PK_Q_W, TD_PK_K_W,
+                                              TD_PK_V_W, TD_PK_O_W, TD_PK_MLP_NORM,
+                                              TD_PK_GATE_W, TD_PK_UP_W, TD_PK_DOWN_W};
+
+static void global_shape(td_param_kind k, const td_model_dims *d, int *ndim, int64_t s[2]) {
+  int64_t C = d->C, F = d->F, Cq = d->H * d->HS, Ckv = d->KV * d->HS;
   s[0] = s[1] = 1;
-  *ndim = 1;
+  *ndim = 2;
   switch (k) {
-    case TD_PK_WTE: *ndim = 2, s[0] = V, s[1] = C; break;
-    case TD_PK_WPE: *ndim = 2, s[0] = T, s[1] = C; break;
-    case TD_PK_QKV_W: *ndim = 2, s[0] = C, s[1] = 3 * C; break;
-    case TD_PK_QKV_B: s[0] = 3 * C; break;
-    case TD_PK_ATTPROJ_W: *ndim = 2, s[0] = C, s[1] = C; break;
-    case TD_PK_FC_W: *ndim = 2, s[0] = C, s[1] = 4 * C; break;
-    case TD_PK_FC_B: s[0] = 4 * C; break;
-    case TD_PK_FCPROJ_W: *ndim = 2, s[0] = 4 * C, s[1] = C; break;
-    default: s[0] = C; break;
+    case TD_PK_WTE: case TD_PK_LM_HEAD: s[0] = d->V, s[1] = C; break;
+    case TD_PK_WPE: s[0] = d->T, s[1] = C; break;
+    case TD_PK_QKV_W: s[0] = C, s[1] = 3 * C; break;
+    case TD_PK_ATTPROJ_W: s[0] = C, s[1] = C; break;
+    case TD_PK_FC_W: s[0] = C, s[1] = F; break;
+    case TD_PK_FCPROJ_W: s[0] = F, s[1] = C; break;
+    case TD_PK_Q_W: s[0] = Cq, s[1] = C; break;
+    case TD_PK_K_W: case TD_PK_V_W: s[0] = Ckv, s[1] = C; break;
+    case TD_PK_O_W: s[0] = C, s[1] = Cq; break;
+    case TD_PK_GATE_W: case TD_PK_UP_W: s[0] = F, s[1] = C; break;
+    case TD_PK_DOWN_W: s[0] = C, s[1] = F; break;
+    case TD_PK_QKV_B: *ndim = 1, s[0] = 3 * C; break;
+    case TD_PK_FC_B: *ndim = 1, s[0] = F; break;
+    default: *ndim = 1, s[0] = C; break;
   }
 }
 
@@ -62,17 +89,22 @@ static int stage_of_layer(const td_config *cfg, int layer) {
   return (int)cfg->parallel_pp - 1;
 }
 
-static void add_param(td_registry *r, const td_config *cfg, td_param_kind k, int layer) {
+static void add_param(td_registry *r, const td_config *cfg, const td_model_dims *d,
+                      td_param_kind k, int layer) {
   td_param *p = &r->p[r->n++];
   memset(p, 0, sizeof *p);
   const kind_info *ki = &k_kinds[k];
   p->kind = k;
   p->layer = layer;
   if (ki->block)
-    snprintf(p->name, sizeof p->name, "h.%d.%s", layer, ki->suffix);
+    snprintf(p->name, sizeof p->name, "%s%d.%s", d->llama ? "model.layers." : "h.", layer,
+             ki->name);
+  else if (d->llama && k != TD_PK_LM_HEAD)
+    snprintf(p->name, sizeof p->name, "%s",
+             k == TD_PK_WTE ? "model.embed_tokens.weight" : "model.norm.weight");
   else
-    snprintf(p->name, sizeof p->name, "%s", ki->suffix);
-  global_shape(k, cfg->model_vocab_size, cfg->model_seq_len, cfg->model_dim, &p->ndim, p->shape);
+    snprintf(p->name, sizeof p->name, "%s", ki->name);
+  global_shape(k, d, &p->ndim, p->shape);
   p->split_dim = r->tp > 1 ? ki->split_dim : -1;
   p->split_blocks = ki->split_blocks;
   p->init = ki->init;
@@ -80,11 +112,11 @@ static void add_param(td_registry *r, const td_config *cfg, td_param_kind k, int
   int last = (int)cfg->parallel_pp - 1;
   if (k == TD_PK_WTE || k == TD_PK_WPE)
     p->stage = 0;
-  else if (k == TD_PK_LNF_W || k == TD_PK_LNF_B)
+  else if (layer < 0) /* final norm, head */
     p->stage = last;
   else
     p->stage = stage_of_layer(cfg, layer);
-  p->tied_last = k == TD_PK_WTE && last > 0;
+  p->tied_last = k == TD_PK_WTE && d->tied && last > 0;
   p->present = p->stage == r->pp_rank || (p->tied_last && r->pp_rank == last);
   p->local_shape[0] = p->shape[0];
   p->local_shape[1] = p->shape[1];
@@ -105,21 +137,27 @@ static void add_param(td_registry *r, const td_config *cfg, td_param_kind k, int
 td_status td_registry_create(const td_config *cfg, int tp, int tp_rank, int pp, int pp_rank,
                              td_registry **out) {
   *out = NULL;
+  td_model_dims d;
+  td_config_dims(cfg, &d);
+  const td_param_kind *blk = d.llama ? k_llama_block : k_gpt2_block;
+  int nblk = d.llama ? (int)(sizeof k_llama_block / sizeof *blk)
+                     : (int)(sizeof k_gpt2_block / sizeof *blk);
   td_registry *r = calloc(1, sizeof *r);
   int64_t L = cfg->model_layers;
-  int64_t max_n = 3 + 12 * L + 2;
+  int64_t max_n = 4 + nblk * L + 2;
   if (r) r->p = calloc((size_t)max_n, sizeof *r->p);
   if (!r || !r->p) {
     if (r) free(r);
     TD_FAIL(TD_ERR_NOMEM, "out of memory for the parameter registry");
   }
   r->tp = tp, r->tp_rank = tp_rank, r->pp = pp, r->pp_rank = pp_rank;
-  add_param(r, cfg, TD_PK_WTE, -1);
-  add_param(r, cfg, TD_PK_WPE, -1);
+  add_param(r, cfg, &d, TD_PK_WTE, -1);
+  if (!d.llama) add_param(r, cfg, &d, TD_PK_WPE, -1);
   for (int l = 0; l < L; ++l)
-    for (int k = TD_PK_LN1_W; k <= TD_PK_FCPROJ_B; ++k) add_param(r, cfg, (td_param_kind)k, l);
-  add_param(r, cfg, TD_PK_LNF_W, -1);
-  add_param(r, cfg, TD_PK_LNF_B, -1);
+    for (int i = 0; i < nblk; ++i) add_param(r, cfg, &d, blk[i], l);
+  add_param(r, cfg, &d, TD_PK_LNF_W, -1);
+  if (!d.llama) add_param(r, cfg, &d, TD_PK_LNF_B, -1);
+  if (!d.tied) add_param(r, cfg, &d, TD_PK_LM_HEAD, -1);
   *out = r;
   return TD_OK;
 }

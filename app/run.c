@@ -102,6 +102,14 @@ static td_status dump_begin(td_trainer *t, dump_state *d) {
                  c->optimizer_eps, c->optimizer_weight_decay, c->training_grad_clip};
   for (int i = 0; i < 7; ++i) TD_CHECK(td_h5_attr_write_f64(f, fk[i], fv[i]));
   TD_CHECK(td_h5_attr_write_str(f, "decay", c->schedule_decay));
+  td_model_dims dm;
+  td_config_dims(c, &dm);
+  TD_CHECK(td_h5_attr_write_str(f, "arch", c->model_arch));
+  TD_CHECK(td_h5_attr_write_i64(f, "kv_heads", dm.KV));
+  TD_CHECK(td_h5_attr_write_i64(f, "ffn_dim", dm.F));
+  TD_CHECK(td_h5_attr_write_i64(f, "tie_embeddings", dm.tied));
+  TD_CHECK(td_h5_attr_write_f64(f, "norm_eps", c->model_norm_eps));
+  TD_CHECK(td_h5_attr_write_f64(f, "rope_theta", c->model_rope_theta));
   TD_CHECK(dump_tensors(t, f, "/model", td_zero_owned_params(t->zero), 0));
   TD_CHECK(td_alloc((void **)&t->grad_snapshot, (size_t)t->model->reg->total_local * sizeof(float),
                     "gradient snapshot"));

@@ -36,12 +36,22 @@
     "OpenMP threads per rank (0: OMP_NUM_THREADS, else cores / ranks on the node)")          \
   X(run, watchdog_s, INT, "600", 0, 31536000, NULL, 0,                                         \
     "end the job (exit 3) when a rank waits this long in one communication call (0: off)")  \
-  X(model, arch, STR, "gpt2", 0, 0, "gpt2", 0, "model family")                                \
+  X(model, arch, STR, "gpt2", 0, 0, "gpt2|llama", 0,                                        \
+    "model family: gpt2 (LayerNorm, learned positions, GELU) or llama (RMSNorm, RoPE, "      \
+    "grouped-query attention, SwiGLU, no biases)")                                           \
   X(model, vocab_size, INT, "", 2, 2147483647, NULL, TD_F_REQ, "vocabulary size V")          \
   X(model, seq_len, INT, "", 1, 1048576, NULL, TD_F_REQ, "context length T")                 \
   X(model, layers, INT, "", 1, 100000, NULL, TD_F_REQ, "transformer blocks")                 \
   X(model, dim, INT, "", 1, 1048576, NULL, TD_F_REQ, "model width C")                        \
   X(model, heads, INT, "", 1, 65536, NULL, TD_F_REQ, "attention heads (C % heads == 0)")     \
+  X(model, kv_heads, INT, "0", 0, 65536, NULL, 0,                                           \
+    "key/value heads of grouped-query attention (llama; 0: model.heads)")                   \
+  X(model, ffn_dim, INT, "0", 0, 4194304, NULL, 0,                                           \
+    "MLP hidden width (llama: required; gpt2: 4·model.dim, leave 0)")                        \
+  X(model, norm_eps, FLOAT, "1.0e-5", 1.0e-12, 1, NULL, 0, "RMSNorm epsilon (llama)")        \
+  X(model, rope_theta, FLOAT, "10000", 1, 1.0e12, NULL, 0, "rotary embedding base (llama)")  \
+  X(model, tie_embeddings, STR, "auto", 0, 0, "auto|true|false", 0,                          \
+    "the output head is the token embedding (auto: gpt2 true, llama false)")                 \
   X(model, init_from, STR, "", 0, 0, NULL, 0,                                                \
     "start from these weights: safetensors (Hugging Face GPT-2, trident export) or llm.c "   \
     ".bin; empty: random")                                                                   \
@@ -117,6 +127,20 @@ void td_config_print_schema(FILE *out);
 /* Names of model keys whose values differ, comma-separated, in buf ("" if
  * the models match). */
 void td_config_model_diff(const td_config *a, const td_config *b, char *buf, size_t cap);
+
+/* The model's shapes, from the deck (global; the one place the registry, the
+ * model, the size checks and the FLOP estimate take them from). */
+typedef struct td_model_dims {
+  int llama;          /* model.arch: llama */
+  int tied;           /* the output head is the token embedding */
+  int64_t V, T, L, C; /* vocabulary, context, blocks, width */
+  int64_t H, KV, HS;  /* query heads, key/value heads, head size */
+  int64_t F;          /* MLP hidden width (gpt2: 4C) */
+  int64_t block_params;   /* parameters of one block */
+  int64_t block_matmul;   /* weights of one block's matmuls (FLOPs: 6 per token each) */
+  int64_t params;         /* all parameters (global, unpadded) */
+} td_model_dims;
+void td_config_dims(const td_config *cfg, td_model_dims *d);
 
 /* Derived quantities used everywhere. */
 int64_t td_config_micro_batch(const td_config *cfg);  /* resolved micro-batch */

@@ -1,7 +1,8 @@
-/* td_model.h — GPT-2 forward and backward for one rank's shard.
+/* td_model.h — the model families' forward and backward for one rank's shard.
  *
  * The model computes the layers of its pipeline stage with tensor-parallel
- * local widths taken from the registry (C/tp, 3C/tp, 4C/tp, heads/tp, V/tp);
+ * local widths taken from the registry (C/tp, 3C/tp, 4C/tp, heads/tp, V/tp
+ * for GPT-2; heads/tp, kv_heads/tp, ffn_dim/tp for LLaMA);
  * parallelism changes which shard a rank holds, never the math. Buffers live
  * in the compute back-end's memory and are allocated once, at creation. */
 #ifndef TD_MODEL_H
@@ -20,16 +21,18 @@
  * float32, or bf16 under training.precision: bf16; the rest is float32. */
 typedef struct td_acts {
   float *encoded;                  /* (N, C) embedding output (first stage) */
-  void *ln1;                       /* per layer (N, C) */
-  float *ln1_mean, *ln1_rstd;      /* per layer (N), (N) */
-  float *qkv;                      /* per layer (N, 3C/tp) */
+  void *ln1;                       /* per layer (N, C) (llama: RMSNorm output) */
+  float *ln1_mean, *ln1_rstd;      /* per layer (N), (N) (llama: rstd only) */
+  float *qkv;                      /* per layer (N, C3): gpt2 [q|k|v] per row; llama
+                                      the blocks q (N, NH·HS), k, v (N, KV·HS) after
+                                      one another, q and k rotated */
   void *atty;                      /* per layer (N, C/tp) */
   float *att;                      /* per layer (B, NH/tp, T, T) */
   float *res2;                     /* per layer (N, C) residual after attention */
   void *ln2;
   float *ln2_mean, *ln2_rstd;
-  float *fch;                      /* per layer (N, 4C/tp) */
-  void *fch_gelu;                  /* per layer (N, 4C/tp) */
+  float *fch;                      /* per layer (N, F/tp); llama: gate then up, 2·(N, F/tp) */
+  void *fch_gelu;                  /* per layer (N, F/tp): gelu(fch) or silu(gate)·up */
   float *res3;                     /* per layer (N, C) block output */
   void *lnf;                       /* (N, C) last stage */
   float *lnf_mean, *lnf_rstd;      /* (N), (N) */
@@ -65,7 +68,10 @@ struct td_model {
   td_coll_stats *stats;
   /* sizes */
   int64_t B, T, C, V, Vs, v0, L_first, L_count, NH, HS;
-  int64_t C3, Cl, F; /* local 3C/tp, C/tp, 4C/tp */
+  int64_t C3, Cl, F; /* local q+k+v width (gpt2: 3C/tp), query width C/tp, MLP width F/tp */
+  int64_t KV;        /* local key/value heads (gpt2: NH) */
+  int llama, tied;   /* family; the head is wte */
+  float norm_eps, rope_theta;
   int first_stage, last_stage;
   /* precision (DESIGN.md, "Precision"): pt the type of the parameters the
    * kernels read (bf16: the working copy), at that of the saved matmul

@@ -1,6 +1,7 @@
 /* td_registry.h — the parameter registry (DESIGN.md, "Model").
  *
- * One table describes every parameter: Hugging Face GPT-2 name, global shape,
+ * One table per model family describes every parameter: its Hugging Face name
+ * (GPT2Model's, or LlamaForCausalLM's state dict), global shape,
  * how tensor parallelism splits it, its pipeline stage, its init rule and
  * whether weight decay applies. Sharding, checkpoint hyperslabs,
  * initialisation and the optimizer all read it, and per-rank buffers are laid
@@ -21,20 +22,24 @@ typedef enum {
   TD_INIT_ONES         /* LayerNorm scales */
 } td_init_kind;
 
+/* Kinds of parameters. GPT-2: WTE .. LNF_B. LLaMA: WTE (embed_tokens), the
+ * block kinds ATTN_NORM .. DOWN, LNF_W (model.norm) and LM_HEAD (untied). */
 typedef enum {
   TD_PK_WTE, TD_PK_WPE, TD_PK_LN1_W, TD_PK_LN1_B, TD_PK_QKV_W, TD_PK_QKV_B,
   TD_PK_ATTPROJ_W, TD_PK_ATTPROJ_B, TD_PK_LN2_W, TD_PK_LN2_B, TD_PK_FC_W, TD_PK_FC_B,
-  TD_PK_FCPROJ_W, TD_PK_FCPROJ_B, TD_PK_LNF_W, TD_PK_LNF_B, TD_PK_COUNT
+  TD_PK_FCPROJ_W, TD_PK_FCPROJ_B, TD_PK_LNF_W, TD_PK_LNF_B,
+  TD_PK_ATTN_NORM, TD_PK_Q_W, TD_PK_K_W, TD_PK_V_W, TD_PK_O_W, TD_PK_MLP_NORM, TD_PK_GATE_W,
+  TD_PK_UP_W, TD_PK_DOWN_W, TD_PK_LM_HEAD, TD_PK_COUNT
 } td_param_kind;
 
 typedef struct td_param {
-  char name[64];        /* "h.3.attn.c_attn.weight" */
+  char name[64];        /* "h.3.attn.c_attn.weight", "model.layers.3.mlp.up_proj.weight" */
   td_param_kind kind;
-  int layer;            /* block index, -1 for embeddings and ln_f */
+  int layer;            /* block index, -1 for embeddings, final norm and head */
   int ndim;             /* 1 or 2 */
   int64_t shape[2];     /* global logical shape (unused dims = 1) */
   int split_dim;        /* -1 replicated across tp; else the dimension split */
-  int split_blocks;     /* 1, or 3 for the fused QKV (interleaved blocks) */
+  int split_blocks;     /* 1, or 3 for GPT-2's fused QKV (interleaved blocks) */
   int64_t split_pad;    /* global extent of split_dim padded to a multiple of tp
                            (wte: vocabulary padded; others: exact) */
   int stage;            /* pipeline stage holding it (wte: first, see tied) */

@@ -75,7 +75,7 @@ static td_status zero_poll(void *ctx) { return td_zero_progress(((td_trainer *)c
 
 static td_status zero_release(void *ctx, td_model *m, int u, td_phase ph) {
   td_trainer *t = ctx;
-  if (u == 0 && ph == TD_PHASE_BACKWARD && t->grid->pp > 1) {
+  if (u == 0 && ph == TD_PHASE_BACKWARD && t->grid->pp > 1 && m->tied) {
     /* The tied wte: its gradient is summed over the first and last stage
      * after this micro-batch's gradients have been sent down the pipeline
      * (td_trainer_embed_sync), so no stage waits on another in a cycle. */

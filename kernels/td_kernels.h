@@ -103,6 +103,47 @@ struct td_kernels {
                              const float *dout, const float *qkv, const float *att,
                              int64_t B, int64_t T, int64_t NH, int64_t HS);
 
+  /* ---- LLaMA family ---------------------------------------------------------- */
+  /* RMSNorm: out = x·rstd·w per row, rstd = 1/√(mean(x²) + eps); out (N, C)
+   * of type ot, x (N, C), w (C) of type pt; rstd (N) saved. */
+  td_status (*rmsnorm_fwd)(td_kernels *k, void *out, td_dtype ot, float *rstd, const float *x,
+                           const void *w, td_dtype pt, float eps, int64_t N, int64_t C);
+  /* dx (N,C) +=, dw (C) += the gradients given dout (N,C); w of type pt. */
+  td_status (*rmsnorm_bwd)(td_kernels *k, float *dx, float *dw, const float *dout,
+                           const float *x, const void *w, td_dtype pt, const float *rstd,
+                           int64_t N, int64_t C);
+  /* Rotary position embedding in place (Hugging Face's rotate-half): x holds
+   * B·T rows of stride ld floats, each starting with H heads of HS floats;
+   * row b·T + t is position t. In every head, for i < HS/2 with angle
+   * a = t·theta^(−2i/HS): (x_i, x_{i+HS/2}) ← (x_i·cos a − x_{i+HS/2}·sin a,
+   * x_{i+HS/2}·cos a + x_i·sin a). inverse: rotate by −a (the backward of a
+   * rotation is its transpose). Angles in double. */
+  td_status (*rope)(td_kernels *k, float *x, int64_t B, int64_t T, int64_t H, int64_t HS,
+                    int64_t ld, float theta, int inverse);
+  /* SwiGLU: out = silu(g)·u, silu(g) = g/(1 + e^(−g)); n elements; out of
+   * type ot. */
+  td_status (*swiglu_fwd)(td_kernels *k, void *out, td_dtype ot, const float *g,
+                          const float *u, int64_t n);
+  /* dg = dout·u·silu'(g), du = dout·silu(g) (=), n elements. */
+  td_status (*swiglu_bwd)(td_kernels *k, float *dg, float *du, const float *dout,
+                          const float *g, const float *u, int64_t n);
+  /* Causal grouped-query attention: q (B, T, NH·HS) in rows of stride ldq
+   * floats, kk and v (B, T, KV·HS) in rows of stride ldkv; query head h reads
+   * key/value head h / (NH/KV) (NH % KV == 0). att (B, NH, T, T) =
+   * softmax(Q·Kᵀ/√HS, causal) saved; out (B, T, NH·HS) = att·V (dense rows).
+   * attention_fwd is the case q = qkv, kk = qkv + C, v = qkv + 2C, ld 3C,
+   * KV = NH. */
+  td_status (*gqa_fwd)(td_kernels *k, float *out, float *att, const float *q, const float *kk,
+                       const float *v, int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
+                       int64_t NH, int64_t KV, int64_t HS);
+  /* dq, dk, dv (=, the layouts and strides of q, kk, v) given dout (B, T,
+   * NH·HS); dk and dv sum over the query heads of their group; scratch
+   * (B, NH, T, T) is workspace. */
+  td_status (*gqa_bwd)(td_kernels *k, float *dq, float *dk, float *dv, float *scratch,
+                       const float *dout, const float *q, const float *kk, const float *v,
+                       const float *att, int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
+                       int64_t NH, int64_t KV, int64_t HS);
+
   /* ---- pointwise ---------------------------------------------------------- */
   /* out = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), n elements; out of
    * type ot. */

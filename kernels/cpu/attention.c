@@ -1,10 +1,15 @@
-/* attention.c — causal multi-head self-attention, forward and backward.
+/* attention.c — causal grouped-query attention (LLaMA) and, as its special
+ * case, GPT-2's multi-head attention on a packed qkv, forward and backward.
  *
- * The four kinds of products (Q·Kᵀ, att·V and their gradients) run as one
- * batched strided matmul each over the (B, NH) grid, reading the per-head
- * slices of qkv and writing the per-head slices of out/dqkv in place: no
- * copies, no per-head loop. Each product is cut into a few row blocks that
- * skip most of the masked half (mm_causal); the softmax and its backward are
+ * The four kinds of products (Q·Kᵀ, att·V and their gradients) run as
+ * batched strided matmuls over the (B, KV) grid, one per position g of a
+ * query head inside its group (query head h = kv·G + g, G = NH/KV), reading
+ * the per-head slices of q, kk, v and writing the per-head slices of out,
+ * dq, dk, dv in place: no copies, and no loop over heads but the one over
+ * g (G products of each kind, one when KV = NH). dK and dV sum over the G
+ * query heads of a group: the first product overwrites (beta 0), the others
+ * accumulate (beta 1). Each product is cut into a few row blocks that skip
+ * most of the masked half (mm_causal); the softmax and its backward are
  * vectorised row loops that touch only the causal part. */
 #include <math.h>
 #include <string.h>
@@ -12,13 +17,13 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/cpu_simd.h"
 
-/* A (batch0=B, batch1=NH) product of shape (M,N,K) over strided operands. */
-static void mm_desc(td_cpu_mm *d, int64_t B, int64_t NH, int64_t M, int64_t N,
+/* A (batch0=B, batch1=KV) product of shape (M,N,K) over strided operands. */
+static void mm_desc(td_cpu_mm *d, int64_t B, int64_t KV, int64_t M, int64_t N,
                     int64_t K, const int64_t sa[4], const int64_t sb[4],
                     const int64_t sc[4], float alpha) {
   memset(d, 0, sizeof *d);
   d->batch0 = B;
-  d->batch1 = NH;
+  d->batch1 = KV;
   d->M = M;
   d->N = N;
   d->K = K;
@@ -45,10 +50,17 @@ static int64_t causal_blocks(int64_t T) {
 
 /* Run the full (T-row) product d as causal_blocks(T) row blocks, each cut to
  * the part the mask can reach. Skipped C entries (above the diagonal, N
- * prefix only) are left as they were: the softmax rows overwrite them. */
+ * prefix only) are left as they were: the softmax rows overwrite them, and
+ * so the N prefix is only run with beta 0. The K prefix and suffix write
+ * every entry of C, skipping only terms that are exactly 0 (masked
+ * probabilities and their gradients), so they honour beta 1: dK and dV
+ * accumulate over the query heads of a group through them. */
 static td_status mm_causal(td_kernels *k, const td_cpu_mm *full, causal_kind kind,
                            const float *A, const float *B, float *C) {
   int64_t T = full->M, P = causal_blocks(T);
+  if (kind == CAUSAL_N_PREFIX && full->beta != 0.0f)
+    TD_FAIL(TD_ERR_INTERNAL, "attention: a causal N-prefix product with beta %g",
+            (double)full->beta);
   for (int64_t p = 0; p < P; p++) {
     int64_t r0 = T * p / P, r1 = T * (p + 1) / P;
     td_cpu_mm d = *full;
@@ -100,26 +112,60 @@ TD_CPU_CLONES static void softmax_row(float *row, int64_t t, int64_t T) {
   for (int64_t j = n; j < T; j++) row[j] = 0.0f;
 }
 
-/* qkv (B, T, 3C) with C = NH·HS; att (B, NH, T, T); out (B, T, C).
- * att = softmax_causal(Q·Kᵀ/√HS), out[b,t,h·HS:(h+1)·HS] = att[b,h]·V[b,h]. */
-td_status td_cpu_attention_fwd(td_kernels *k, float *out, float *att, const float *qkv,
-                               int64_t B, int64_t T, int64_t NH, int64_t HS) {
-  td_cpu_mm d;
-  int64_t C = NH * HS, C3 = 3 * C, TT = T * T;
-  if (B == 0 || T == 0 || NH == 0) return TD_OK;
-  float scale = 1.0f / sqrtf((float)HS);
-  /* Q (T, HS) per head; Kᵀ (HS, T): element (d, j) = K[j, d]. */
-  const int64_t sq[4] = {T * C3, HS, C3, 1}, skt[4] = {T * C3, HS, 1, C3};
-  const int64_t satt[4] = {NH * TT, TT, T, 1}, sv[4] = {T * C3, HS, C3, 1};
-  const int64_t sout[4] = {T * C, HS, C, 1};
+/* Sizes and strides of a GQA call: bad ones are the caller's error. */
+static td_status gqa_check(int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t NH,
+                           int64_t KV, int64_t HS) {
+  TD_REQUIRE(B >= 0 && T >= 0 && NH >= 0 && HS > 0, TD_ERR_USAGE,
+             "attention: expected B, T, NH >= 0 and HS > 0, got B=%lld T=%lld NH=%lld HS=%lld",
+             (long long)B, (long long)T, (long long)NH, (long long)HS);
+  TD_REQUIRE(KV > 0 && NH % KV == 0, TD_ERR_USAGE,
+             "attention: the query heads (%lld) must be a multiple of the key/value heads (%lld)",
+             (long long)NH, (long long)KV);
+  TD_REQUIRE(ldq >= NH * HS && ldkv >= KV * HS, TD_ERR_USAGE,
+             "attention: row strides ldq=%lld, ldkv=%lld below the widths NH·HS=%lld, "
+             "KV·HS=%lld",
+             (long long)ldq, (long long)ldkv, (long long)(NH * HS), (long long)(KV * HS));
+  return TD_OK;
+}
 
-  mm_desc(&d, B, NH, T, T, HS, sq, skt, satt, scale); /* att = Q·Kᵀ/√HS */
-  TD_CHECK(mm_causal(k, &d, CAUSAL_N_PREFIX, qkv, qkv + C, att));
+/* q (B, T, NH·HS) rows of stride ldq; kk, v (B, T, KV·HS) rows of stride
+ * ldkv; att (B, NH, T, T); out (B, T, NH·HS) dense. With G = NH/KV and query
+ * head h = kv·G + g: att[b,h] = softmax_causal(Q[b,h]·K[b,kv]ᵀ/√HS),
+ * out[b,:,h·HS:(h+1)·HS] = att[b,h]·V[b,kv]. */
+td_status td_cpu_gqa_fwd(td_kernels *k, float *out, float *att, const float *q,
+                         const float *kk, const float *v, int64_t ldq, int64_t ldkv,
+                         int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS) {
+  td_cpu_mm d;
+  TD_CHECK(gqa_check(ldq, ldkv, B, T, NH, KV, HS));
+  if (B == 0 || T == 0 || NH == 0) return TD_OK;
+  int64_t C = NH * HS, G = NH / KV, TT = T * T;
+  float scale = 1.0f / sqrtf((float)HS);
+  /* Over (b, kv) at one g: Q (T, HS) of head kv·G + g; Kᵀ (HS, T): element
+   * (d, j) = K[j, d]; att and out of head kv·G + g. */
+  const int64_t sq[4] = {T * ldq, G * HS, ldq, 1}, skt[4] = {T * ldkv, HS, 1, ldkv};
+  const int64_t satt[4] = {NH * TT, G * TT, T, 1}, sv[4] = {T * ldkv, HS, ldkv, 1};
+  const int64_t sout[4] = {T * C, G * HS, C, 1};
+
+  mm_desc(&d, B, KV, T, T, HS, sq, skt, satt, scale); /* att = Q·Kᵀ/√HS */
+  for (int64_t g = 0; g < G; g++)
+    TD_CHECK(mm_causal(k, &d, CAUSAL_N_PREFIX, q + g * HS, kk, att + g * TT));
   int64_t rows = B * NH * T;
 #pragma omp parallel for schedule(static, 8)
   for (int64_t r = 0; r < rows; r++) softmax_row(att + r * T, r % T, T);
-  mm_desc(&d, B, NH, T, HS, T, satt, sv, sout, 1.0f); /* out = att·V */
-  TD_CHECK(mm_causal(k, &d, CAUSAL_K_PREFIX, att, qkv + 2 * C, out));
+  mm_desc(&d, B, KV, T, HS, T, satt, sv, sout, 1.0f); /* out = att·V */
+  for (int64_t g = 0; g < G; g++)
+    TD_CHECK(mm_causal(k, &d, CAUSAL_K_PREFIX, att + g * TT, v, out + g * HS));
+  return TD_OK;
+}
+
+/* qkv (B, T, 3C) with C = NH·HS; att (B, NH, T, T); out (B, T, C): the GQA
+ * case q = qkv, kk = qkv + C, v = qkv + 2C, row stride 3C, KV = NH. */
+td_status td_cpu_attention_fwd(td_kernels *k, float *out, float *att, const float *qkv,
+                               int64_t B, int64_t T, int64_t NH, int64_t HS) {
+  int64_t C = NH * HS;
+  if (NH == 0) return TD_OK;
+  TD_CHECK(td_cpu_gqa_fwd(k, out, att, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, NH,
+                          HS));
   return TD_OK;
 }
 
@@ -140,34 +186,59 @@ TD_CPU_CLONES static void softmax_bwd_row(float *drow, const float *arow, int64_
   for (int64_t j = n; j < T; j++) drow[j] = 0.0f;
 }
 
-/* dqkv (B, T, 3C) = ∂/∂qkv given dout (B, T, C); att (B, NH, T, T) from the
- * forward; scratch (B, NH, T, T) holds datt, then dpre (pre-softmax).
- * dV = attᵀ·dout, datt = dout·Vᵀ, dpre = softmax'(datt)/√HS,
- * dQ = dpre·K, dK = dpreᵀ·Q. Every element of dqkv is written (=). */
-td_status td_cpu_attention_bwd(td_kernels *k, float *dqkv, float *scratch,
-                               const float *dout, const float *qkv, const float *att,
-                               int64_t B, int64_t T, int64_t NH, int64_t HS) {
+/* dq, dk, dv (=) the gradients wrt q, kk, v (their layouts and strides)
+ * given dout (B, T, NH·HS); att (B, NH, T, T) from the forward; scratch
+ * (B, NH, T, T) holds datt, then dpre (pre-softmax). Per head h = kv·G + g:
+ * dV[kv] = Σ_g attᵀ·dout, datt = dout·V[kv]ᵀ, dpre = softmax'(datt)/√HS,
+ * dQ[h] = dpre·K[kv], dK[kv] = Σ_g dpreᵀ·Q[h]. Every element of the heads
+ * of dq, dk, dv is written (=); the columns past the heads are not touched. */
+td_status td_cpu_gqa_bwd(td_kernels *k, float *dq, float *dk, float *dv, float *scratch,
+                         const float *dout, const float *q, const float *kk, const float *v,
+                         const float *att, int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
+                         int64_t NH, int64_t KV, int64_t HS) {
   td_cpu_mm d;
-  int64_t C = NH * HS, C3 = 3 * C, TT = T * T;
+  TD_CHECK(gqa_check(ldq, ldkv, B, T, NH, KV, HS));
   if (B == 0 || T == 0 || NH == 0) return TD_OK;
+  int64_t C = NH * HS, G = NH / KV, TT = T * T;
   float scale = 1.0f / sqrtf((float)HS);
-  const int64_t shead[4] = {T * C3, HS, C3, 1};   /* Q, K, V or dQ, dK, dV */
-  const int64_t sheadt[4] = {T * C3, HS, 1, C3};  /* Vᵀ */
-  const int64_t sdout[4] = {T * C, HS, C, 1};
-  const int64_t stt[4] = {NH * TT, TT, T, 1};     /* att, scratch */
-  const int64_t sttt[4] = {NH * TT, TT, 1, T};    /* attᵀ, scratchᵀ */
+  const int64_t sq[4] = {T * ldq, G * HS, ldq, 1};      /* Q, dQ of head kv·G + g */
+  const int64_t skv[4] = {T * ldkv, HS, ldkv, 1};       /* K, V, dK, dV of head kv */
+  const int64_t skvt[4] = {T * ldkv, HS, 1, ldkv};      /* Vᵀ */
+  const int64_t sdout[4] = {T * C, G * HS, C, 1};
+  const int64_t stt[4] = {NH * TT, G * TT, T, 1};       /* att, scratch */
+  const int64_t sttt[4] = {NH * TT, G * TT, 1, T};      /* attᵀ, scratchᵀ */
 
-  mm_desc(&d, B, NH, T, HS, T, sttt, sdout, shead, 1.0f); /* dV = attᵀ·dout */
-  TD_CHECK(mm_causal(k, &d, CAUSAL_K_SUFFIX, att, dout, dqkv + 2 * C));
-  mm_desc(&d, B, NH, T, T, HS, sdout, sheadt, stt, 1.0f); /* datt = dout·Vᵀ */
-  TD_CHECK(mm_causal(k, &d, CAUSAL_N_PREFIX, dout, qkv + 2 * C, scratch));
+  for (int64_t g = 0; g < G; g++) { /* dV = Σ_g attᵀ·dout */
+    mm_desc(&d, B, KV, T, HS, T, sttt, sdout, skv, 1.0f);
+    d.beta = g > 0 ? 1.0f : 0.0f;
+    TD_CHECK(mm_causal(k, &d, CAUSAL_K_SUFFIX, att + g * TT, dout + g * HS, dv));
+  }
+  mm_desc(&d, B, KV, T, T, HS, sdout, skvt, stt, 1.0f); /* datt = dout·Vᵀ */
+  for (int64_t g = 0; g < G; g++)
+    TD_CHECK(mm_causal(k, &d, CAUSAL_N_PREFIX, dout + g * HS, v, scratch + g * TT));
   int64_t rows = B * NH * T;
 #pragma omp parallel for schedule(static, 8)
   for (int64_t r = 0; r < rows; r++)
     softmax_bwd_row(scratch + r * T, att + r * T, r % T, T, scale);
-  mm_desc(&d, B, NH, T, HS, T, stt, shead, shead, 1.0f); /* dQ = dpre·K */
-  TD_CHECK(mm_causal(k, &d, CAUSAL_K_PREFIX, scratch, qkv + C, dqkv));
-  mm_desc(&d, B, NH, T, HS, T, sttt, shead, shead, 1.0f); /* dK = dpreᵀ·Q */
-  TD_CHECK(mm_causal(k, &d, CAUSAL_K_SUFFIX, scratch, qkv, dqkv + C));
+  mm_desc(&d, B, KV, T, HS, T, stt, skv, sq, 1.0f); /* dQ = dpre·K */
+  for (int64_t g = 0; g < G; g++)
+    TD_CHECK(mm_causal(k, &d, CAUSAL_K_PREFIX, scratch + g * TT, kk, dq + g * HS));
+  for (int64_t g = 0; g < G; g++) { /* dK = Σ_g dpreᵀ·Q */
+    mm_desc(&d, B, KV, T, HS, T, sttt, sq, skv, 1.0f);
+    d.beta = g > 0 ? 1.0f : 0.0f;
+    TD_CHECK(mm_causal(k, &d, CAUSAL_K_SUFFIX, scratch + g * TT, q + g * HS, dk));
+  }
+  return TD_OK;
+}
+
+/* dqkv (B, T, 3C) = ∂/∂qkv given dout (B, T, C): the GQA case dq = dqkv,
+ * dk = dqkv + C, dv = dqkv + 2C, row stride 3C, KV = NH. */
+td_status td_cpu_attention_bwd(td_kernels *k, float *dqkv, float *scratch,
+                               const float *dout, const float *qkv, const float *att,
+                               int64_t B, int64_t T, int64_t NH, int64_t HS) {
+  int64_t C = NH * HS;
+  if (NH == 0) return TD_OK;
+  TD_CHECK(td_cpu_gqa_bwd(k, dqkv, dqkv + C, dqkv + 2 * C, scratch, dout, qkv, qkv + C,
+                          qkv + 2 * C, att, 3 * C, 3 * C, B, T, NH, NH, HS));
   return TD_OK;
 }

@@ -82,6 +82,13 @@ td_status td_kernels_cpu_create(int threads, td_kernels **out) {
   k->layernorm_bwd = td_cpu_layernorm_bwd;
   k->attention_fwd = td_cpu_attention_fwd;
   k->attention_bwd = td_cpu_attention_bwd;
+  k->rmsnorm_fwd = td_cpu_rmsnorm_fwd;
+  k->rmsnorm_bwd = td_cpu_rmsnorm_bwd;
+  k->rope = td_cpu_rope;
+  k->swiglu_fwd = td_cpu_swiglu_fwd;
+  k->swiglu_bwd = td_cpu_swiglu_bwd;
+  k->gqa_fwd = td_cpu_gqa_fwd;
+  k->gqa_bwd = td_cpu_gqa_bwd;
   k->gelu_fwd = td_cpu_gelu_fwd;
   k->gelu_bwd = td_cpu_gelu_bwd;
   k->add = td_cpu_add;

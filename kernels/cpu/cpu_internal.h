@@ -100,6 +100,25 @@ td_status td_cpu_attention_fwd(td_kernels *k, float *out, float *att, const floa
 td_status td_cpu_attention_bwd(td_kernels *k, float *dqkv, float *scratch,
                                const float *dout, const float *qkv, const float *att,
                                int64_t B, int64_t T, int64_t NH, int64_t HS);
+td_status td_cpu_gqa_fwd(td_kernels *k, float *out, float *att, const float *q,
+                         const float *kk, const float *v, int64_t ldq, int64_t ldkv,
+                         int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS);
+td_status td_cpu_gqa_bwd(td_kernels *k, float *dq, float *dk, float *dv, float *scratch,
+                         const float *dout, const float *q, const float *kk, const float *v,
+                         const float *att, int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
+                         int64_t NH, int64_t KV, int64_t HS);
+td_status td_cpu_rmsnorm_fwd(td_kernels *k, void *out, td_dtype ot, float *rstd,
+                             const float *x, const void *w, td_dtype pt, float eps,
+                             int64_t N, int64_t C);
+td_status td_cpu_rmsnorm_bwd(td_kernels *k, float *dx, float *dw, const float *dout,
+                             const float *x, const void *w, td_dtype pt, const float *rstd,
+                             int64_t N, int64_t C);
+td_status td_cpu_rope(td_kernels *k, float *x, int64_t B, int64_t T, int64_t H, int64_t HS,
+                      int64_t ld, float theta, int inverse);
+td_status td_cpu_swiglu_fwd(td_kernels *k, void *out, td_dtype ot, const float *g,
+                            const float *u, int64_t n);
+td_status td_cpu_swiglu_bwd(td_kernels *k, float *dg, float *du, const float *dout,
+                            const float *g, const float *u, int64_t n);
 td_status td_cpu_gelu_fwd(td_kernels *k, void *out, td_dtype ot, const float *x, int64_t n);
 td_status td_cpu_gelu_bwd(td_kernels *k, float *dx, const float *x, const float *dout,
                           int64_t n);

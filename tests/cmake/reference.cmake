@@ -3,3 +3,13 @@ add_test(NAME reference_train
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/e2e/reference_train.sh $<TARGET_FILE:trident>
           ${CMAKE_CURRENT_BINARY_DIR}/reference_train)
 set_tests_properties(reference_train PROPERTIES TIMEOUT 300 PROCESSORS 2 LABELS "reference")
+# The LLaMA family (inputs/llama-tiny.yaml: GQA 4 heads / 2 kv-heads, SwiGLU
+# 352, RoPE, untied head) against tests/reference/llama_ref.py at the same
+# bounds; llama_ref.py's own self-check (a loop-by-loop numpy forward) first.
+add_test(NAME reference_llama_selfcheck
+  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/reference/llama_ref.py)
+set_tests_properties(reference_llama_selfcheck PROPERTIES TIMEOUT 120 LABELS "reference;llama")
+add_test(NAME reference_llama
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/e2e/reference_train.sh $<TARGET_FILE:trident>
+          ${CMAKE_CURRENT_BINARY_DIR}/reference_llama ${PROJECT_SOURCE_DIR}/inputs/llama-tiny.yaml)
+set_tests_properties(reference_llama PROPERTIES TIMEOUT 300 PROCESSORS 2 LABELS "reference;llama")

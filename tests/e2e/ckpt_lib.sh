@@ -37,7 +37,7 @@ ck_init() {
   case $trident in /*) ;; *) trident=$(pwd)/$trident ;; esac
   [ -x "$trident" ] || { echo "FAIL $trident is not an executable"; echo "0 passed, 1 failed"; exit 1; }
   ck_src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-  deck=$ck_src/inputs/tiny.yaml
+  deck=${TD_DECK:-$ck_src/inputs/tiny.yaml} # TD_DECK: another deck (its own WORKDIR)
   compare=$ck_src/tests/e2e/compare_runs.py
   ckdiff=$ck_src/tests/e2e/ckpt_diff.py
   py=/usr/bin/python3
@@ -131,8 +131,9 @@ ck_train_ok() {
 # deck's): schedule.decay=constant is taken for cosine by td_lr_at, which
 # switches on the first letter only.
 ck_ref_args() {
+  local lr=${TD_CKPT_LR:-1.0e-3} # TD_CKPT_LR: another constant rate (a deck of its own)
   ref_args=(--set "training.global_batch=$1" --set schedule.decay=linear
-            --set optimizer.lr=1.0e-3 --set schedule.min_lr=1.0e-3
+            --set optimizer.lr=$lr --set schedule.min_lr=$lr
             --set checkpoint.resume=never --set checkpoint.keep=0)
 }
 ck_ensure_ref() {
@@ -143,7 +144,7 @@ ck_ensure_ref() {
 }
 ck_make_ref() {
   local gb=$1 stamp
-  stamp="$ck_stamp_bin gb=$gb linear-const"
+  stamp="$ck_stamp_bin gb=$gb linear-const lr=${TD_CKPT_LR:-1.0e-3}"
   if [ -f "$ref_dir/stamp" ] && [ "$(cat "$ref_dir/stamp")" = "$stamp" ]; then
     info "reusing reference $ref_dir"
     return 0
@@ -157,12 +158,13 @@ ck_make_ref() {
     ck_show_log "$ref_dir.log"
     return 1
   fi
-  # the premise of the 10-step sources: lr is 1e-3 from step 5 on
+  # the premise of the 10-step sources: lr is constant from step 5 on
   if ! "$py" -c '
 import json, sys
-bad = [(r["step"], r["lr"]) for r in map(json.loads, open(sys.argv[1])) if "lr" in r and r["step"] >= 5 and abs(r["lr"] - 1e-3) > 1e-12]
+lr = float(sys.argv[2])
+bad = [(r["step"], r["lr"]) for r in map(json.loads, open(sys.argv[1])) if "lr" in r and r["step"] >= 5 and abs(r["lr"] - lr) > 1e-12]
 sys.exit(f"the reference learning rate is not constant after the warm-up: {bad[:3]}" if bad else 0)
-' "$ref_dir/metrics.jsonl"; then
+' "$ref_dir/metrics.jsonl" "${TD_CKPT_LR:-1.0e-3}"; then
     return 1
   fi
   echo "$stamp" >"$ref_dir/stamp"

@@ -20,6 +20,8 @@
 #   --steps S          (default 20)
 #   --run-set k=v      a --set for the run under test only (not the reference),
 #                      e.g. parallel.stage_layers=[1,3]
+#   --deck FILE        train FILE instead of inputs/tiny.yaml (e.g.
+#                      inputs/llama-tiny.yaml)
 #
 # WORKDIR is shared by several tests: the corpus is prepared once and each
 # reference run is cached in WORKDIR/ref_<grid>[_<key>] (key: a hash of the
@@ -36,7 +38,7 @@ usage() {
   exit 2
 }
 
-twice=0 loss_rtol=1e-4 param_rtol="" norm_rtol="" vocab="" steps=20 run_extra=()
+twice=0 loss_rtol=1e-4 param_rtol="" norm_rtol="" vocab="" steps=20 run_extra=() deck=""
 while [ $# -gt 0 ]; do
   case $1 in
     --twice) twice=1; shift ;;
@@ -46,6 +48,7 @@ while [ $# -gt 0 ]; do
     --vocab) vocab=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --run-set) run_extra+=(--set "$2"); shift 2 ;;
+    --deck) deck=$2; shift 2 ;;
     -h|--help) usage ;;
     --) shift; break ;;
     -*) echo "grid_invariance: unknown option $1" >&2; usage ;;
@@ -64,7 +67,8 @@ fi
 extra=("$@")
 
 src=$(cd "$(dirname "$0")/../.." && pwd)
-deck=$src/inputs/tiny.yaml
+deck=${deck:-$src/inputs/tiny.yaml}
+case $deck in /*) ;; *) deck=$(pwd)/$deck ;; esac
 compare=$src/tests/e2e/compare_runs.py
 py=/usr/bin/python3
 mpiexec=${MPIEXEC:-mpiexec}
@@ -175,7 +179,9 @@ train() {
 
 # The cached reference run for ref_grid with these options.
 ref_key=$(printf '%s\n' "vocab=$vocab" "steps=$steps" ${extra[@]+"${extra[@]}"} | cksum | cut -d' ' -f1)
+deck_name=$(basename "$deck" .yaml)
 ref_dir=$work/ref_$ref_grid
+[ "$deck_name" = tiny ] || ref_dir=${ref_dir}_$deck_name
 if [ -n "$vocab" ] || [ ${#extra[@]} -gt 0 ] || [ "$steps" != 20 ]; then ref_dir=${ref_dir}_$ref_key; fi
 stamp="$(cksum <"$trident" | cut -d' ' -f1) $ref_key $(cksum <"$deck" | cut -d' ' -f1)"
 ensure_ref() {

@@ -9,6 +9,9 @@ DUMP.h5 is written by `trident train DECK --dump FILE`:
   root attributes  vocab_size seq_len layers dim heads global_batch steps warmup (int)
                    lr min_lr beta1 beta2 eps weight_decay grad_clip (float)
                    decay ("cosine" | "linear" | "constant")
+                   arch ("gpt2" | "llama"; absent: gpt2), and for llama kv_heads
+                   (int), norm_eps, rope_theta (float): the oracle is gpt2_ref.py
+                   or llama_ref.py
   /model/<name>        initial parameters, float32, global shapes
   /batches             int32 (S, global_batch, T+1); inputs [:, :T], targets [:, 1:]
   /losses /grad_norms /lrs   float64 (S); grad norm is before clipping
@@ -47,6 +50,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_ref as G  # noqa: E402
+import llama_ref as LL  # noqa: E402
 
 TOL_LOSS0 = 1e-5
 TOL_GRAD = 1e-4
@@ -93,6 +97,15 @@ def read_dump(path):
             if k not in f:
                 raise BadInput("%s: missing dataset /%s" % (path, k))
             d[k] = f[k][()]
+        d["arch"] = str(_attr(f, "arch")) if "arch" in f.attrs else "gpt2"
+        if d["arch"] == "llama":
+            d["llama"] = {"kv_heads": int(_attr(f, "kv_heads")),
+                          "norm_eps": float(_attr(f, "norm_eps")),
+                          "rope_theta": float(_attr(f, "rope_theta"))}
+        elif d["arch"] != "gpt2":
+            raise BadInput("%s: arch %r (gpt2 or llama expected)" % (path, d["arch"]))
+    M = LL if d["arch"] == "llama" else G
+    d["M"] = M
     for g in ["model", "grad", "model_after"]:
         try:
             d[g] = G.load_model_h5(path, g)
@@ -106,10 +119,13 @@ def read_dump(path):
     for k in ["losses", "grad_norms", "lrs"]:
         if d[k].shape != (S,):
             raise BadInput("%s: /%s: expected shape (%d,), found %s" % (path, k, S, d[k].shape))
+    kw = d.get("llama", {})
     try:
-        cfg = G.infer_config(d["model"], d["heads"])
+        cfg = M.infer_config(d["model"], d["heads"], **kw)
+        if d["arch"] == "llama":
+            cfg.seq_len = d["seq_len"]
         for g in ["grad", "model_after"]:
-            G.infer_config(d[g], d["heads"])
+            M.infer_config(d[g], d["heads"], **kw)
     except ValueError as e:
         raise BadInput("%s: %s" % (path, e))
     for k in ["vocab_size", "seq_len", "layers", "dim"]:
@@ -133,7 +149,7 @@ def _batch(d, s):
 
 
 def _opt(d, params):
-    return G.make_adamw(params, lr=d["lr"], betas=(d["beta1"], d["beta2"]),
+    return d["M"].make_adamw(params, lr=d["lr"], betas=(d["beta1"], d["beta2"]),
                         eps=d["eps"], weight_decay=d["weight_decay"])
 
 
@@ -146,15 +162,17 @@ def check_dump(path, max_steps=None, log=print, verbose=True):
     torch.set_default_dtype(torch.float64)
     d = read_dump(path)
     cfg = d["cfg"]
-    names = G.param_names(cfg.layers)
+    M = d["M"]
+    names = M.param_names(cfg) if M is LL else M.param_names(cfg.layers)
     S = d["batches"].shape[0]
     nrep = S if max_steps is None else max(0, min(S, max_steps))
     res = {}
     log("trident dump %s" % path)
-    log("  model: V=%d T=%d layers=%d dim=%d heads=%d  global_batch=%d  dumped steps=%d "
-        "(schedule steps=%d warmup=%d decay=%s)" % (cfg.vocab_size, cfg.seq_len, cfg.layers,
-                                                  cfg.dim, cfg.heads, d["global_batch"], S,
-                                                  d["steps"], d["warmup"], d["decay"]))
+    log("  model: %s V=%d T=%d layers=%d dim=%d heads=%d%s  global_batch=%d  dumped steps=%d "
+        "(schedule steps=%d warmup=%d decay=%s)" % (
+            d["arch"], cfg.vocab_size, cfg.seq_len, cfg.layers, cfg.dim, cfg.heads,
+            " kv_heads=%d ffn_dim=%d tied=%s" % (cfg.kv_heads, cfg.ffn_dim, cfg.tied)
+            if M is LL else "", d["global_batch"], S, d["steps"], d["warmup"], d["decay"]))
     log("  adamw: lr=%g min_lr=%g betas=(%g, %g) eps=%g weight_decay=%g grad_clip=%g"
         % (d["lr"], d["min_lr"], d["beta1"], d["beta2"], d["eps"], d["weight_decay"],
            d["grad_clip"]))
@@ -162,9 +180,9 @@ def check_dump(path, max_steps=None, log=print, verbose=True):
         raise BadInput("%s: the dump holds no steps" % path)
 
     # ---- (a) step-0 loss and (b) gradients ---------------------------------
-    P = G.to_torch(d["model"], torch.float64)
+    P = M.to_torch(d["model"], torch.float64)
     idx, tgt = _batch(d, 0)
-    _, loss = G.forward(P, idx, cfg, tgt)
+    _, loss = M.forward(P, idx, cfg, tgt)
     loss.backward()
     loss0 = loss.item()
     e = _rel(float(d["losses"][0]), loss0)
@@ -195,12 +213,12 @@ def check_dump(path, max_steps=None, log=print, verbose=True):
     log("    worst: %s (%.2e)  %s" % (worst[1], worst[0], "ok" if gok else "FAIL"))
 
     # ---- (c) step-0 update ---------------------------------------------------
-    Pd = G.to_torch(d["model"], torch.float64)
+    Pd = M.to_torch(d["model"], torch.float64)
     for n in names:
         Pd[n].grad = torch.tensor(np.asarray(d["grad"][n], dtype=np.float64))
-    gn_dumped_grad = G.clip_grad_norm(Pd, d["grad_clip"])
+    gn_dumped_grad = M.clip_grad_norm(Pd, d["grad_clip"])
     opt = _opt(d, Pd)
-    G.set_lr(opt, _lr(d, 0))
+    M.set_lr(opt, _lr(d, 0))
     opt.step()
     num = num_raw = den = 0.0
     rows = []
@@ -257,14 +275,14 @@ def check_dump(path, max_steps=None, log=print, verbose=True):
         % (nrep, TOL_LOSS, TOL_GNORM))
     log("    %5s %16s %16s %9s %13s %13s %9s" % ("step", "loss trident", "loss oracle",
                                                 "rel", "gnorm trident", "gnorm oracle", "rel"))
-    R = G.to_torch(d["model"], torch.float64)
+    R = M.to_torch(d["model"], torch.float64)
     opt = _opt(d, R)
-    mask = G.causal_mask(cfg.seq_len)
+    mask = M.causal_mask(cfg.seq_len)
     eok = True
     wl = wg = 0.0
     for s in range(nrep):
         idx, tgt = _batch(d, s)
-        l, gn = G.train_step(R, opt, idx, tgt, cfg, _lr(d, s), d["grad_clip"], mask)
+        l, gn = M.train_step(R, opt, idx, tgt, cfg, _lr(d, s), d["grad_clip"], mask)
         el = _rel(float(d["losses"][s]), l)
         eg = _rel(float(d["grad_norms"][s]), gn)
         ok = el <= TOL_LOSS and eg <= TOL_GNORM

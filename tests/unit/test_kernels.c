@@ -353,6 +353,88 @@ out:
   free(dx0), free(dw0), free(db0), free(gx), free(gw), free(gb), free(rx), free(rw), free(rb);
 }
 
+/* ---- RMSNorm --------------------------------------------------------------------------- */
+
+typedef struct {
+  int64_t N, C;
+  double eps;
+  double *x, *w, *R;
+} rms_ctx;
+static void rms_ref(const rms_ctx *c, double *out, double *rstd) {
+  for (int64_t n = 0; n < c->N; n++) {
+    const double *x = c->x + n * c->C;
+    double ss = 0.0;
+    for (int64_t j = 0; j < c->C; j++) ss += x[j] * x[j];
+    double r = 1.0 / sqrt(ss / (double)c->C + c->eps);
+    for (int64_t j = 0; j < c->C; j++) out[n * c->C + j] = x[j] * r * c->w[j];
+    if (rstd) rstd[n] = r;
+  }
+}
+static double rms_loss(void *p) {
+  rms_ctx *c = p;
+  double *o = NEWD(c->N * c->C);
+  rms_ref(c, o, NULL);
+  double L = dot(o, c->R, c->N * c->C);
+  free(o);
+  return L;
+}
+
+static void test_rmsnorm(td_kernels *k, int64_t N, int64_t C, float eps, int fd) {
+  int64_t n = N * C;
+  float *x = NEWF(n), *w = NEWF(C), *out = NEWF(n), *rstd = NEWF(N);
+  float *dout = NEWF(n), *dx = NEWF(n), *dw = NEWF(C);
+  double *xd = NEWD(n), *wd = NEWD(C), *outd = NEWD(n), *rd = NEWD(N);
+  double *R = NEWD(n), *dx0 = NEWD(n), *dw0 = NEWD(C), *gx = NEWD(n), *gw = NEWD(C);
+  double *rx = NEWD(n), *rw = NEWD(C);
+  char name[96], tag[48];
+  snprintf(tag, sizeof tag, "N=%lld C=%lld eps=%g", (long long)N, (long long)C, (double)eps);
+  fill(x, xd, n, 2.0);
+  for (int64_t i = 0; i < n; i++) x[i] += 0.5f, xd[i] = x[i]; /* non-zero mean */
+  fill(w, wd, C, 1.0);
+  fill(dout, R, n, 1.0);
+  fill(dx, dx0, n, 1.0); /* dx, dw accumulate onto these */
+  fill(dw, dw0, C, 1.0);
+  rms_ctx c = {N, C, (double)eps, xd, wd, R};
+  rms_ref(&c, outd, rd);
+  CK(k->rmsnorm_fwd(k, out, TD_DTYPE_F32, rstd, x, w, TD_DTYPE_F32, eps, N, C));
+  snprintf(name, sizeof name, "rmsnorm_fwd out %s", tag);
+  check_close(name, out, outd, n, 1e-5);
+  snprintf(name, sizeof name, "rmsnorm_fwd rstd %s", tag);
+  check_close(name, rstd, rd, N, 1e-5);
+  CK(k->rmsnorm_bwd(k, dx, dw, dout, x, w, TD_DTYPE_F32, rstd, N, C));
+  /* float64 reference backward: x̂ = x·r, g = dout·w,
+   * dx = dx0 + r·(g − x̂·mean(g·x̂)), dw = dw0 + Σ_n dout·x̂ */
+  memcpy(rw, dw0, (size_t)C * sizeof(double));
+  for (int64_t r = 0; r < N; r++) {
+    double sgx = 0.0;
+    for (int64_t j = 0; j < C; j++) {
+      double xh = xd[r * C + j] * rd[r];
+      sgx += R[r * C + j] * wd[j] * xh;
+      rw[j] += R[r * C + j] * xh;
+    }
+    for (int64_t j = 0; j < C; j++) {
+      double xh = xd[r * C + j] * rd[r];
+      rx[r * C + j] = dx0[r * C + j] + rd[r] * (R[r * C + j] * wd[j] - xh * sgx / (double)C);
+    }
+  }
+  snprintf(name, sizeof name, "rmsnorm_bwd dx (+=) %s", tag);
+  check_close(name, dx, rx, n, 1e-5);
+  snprintf(name, sizeof name, "rmsnorm_bwd dw (+=) %s", tag);
+  check_close(name, dw, rw, C, 1e-5);
+  if (fd) {
+    fd_grad(rms_loss, &c, xd, n, gx);
+    fd_grad(rms_loss, &c, wd, C, gw);
+    for (int64_t i = 0; i < n; i++) gx[i] += dx0[i];
+    for (int64_t i = 0; i < C; i++) gw[i] += dw0[i];
+    snprintf(name, sizeof name, "rmsnorm_bwd dx finite differences %s", tag);
+    check_close(name, dx, gx, n, 1e-4);
+    snprintf(name, sizeof name, "rmsnorm_bwd dw finite differences %s", tag);
+    check_close(name, dw, gw, C, 1e-4);
+  }
+  free(x), free(w), free(out), free(rstd), free(dout), free(dx), free(dw), free(xd), free(wd);
+  free(outd), free(rd), free(R), free(dx0), free(dw0), free(gx), free(gw), free(rx), free(rw);
+}
+
 /* ---- attention ------------------------------------------------------------------------- */
 
 typedef struct {
@@ -494,6 +576,181 @@ static void test_attention_tiny(td_kernels *k) {
   free(attd), free(R), free(rq);
 }
 
+/* ---- grouped-query attention ----------------------------------------------------------- */
+
+/* q (B,T,·) rows of stride ldq holding NH heads; kk, v rows of stride ldkv
+ * holding KV heads; query head h reads key/value head h / (NH/KV). */
+typedef struct {
+  int64_t B, T, NH, KV, HS, ldq, ldkv;
+  double *q, *kk, *v, *R;
+} gqa_ctx;
+/* out (B,T,NH·HS), att (B,NH,T,T) or NULL. */
+static void gqa_ref(const gqa_ctx *c, double *out, double *att) {
+  int64_t B = c->B, T = c->T, NH = c->NH, HS = c->HS, C = NH * HS, G = NH / c->KV;
+  double *p = NEWD(T);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < NH; h++)
+      for (int64_t t = 0; t < T; t++) {
+        const double *q = c->q + (b * T + t) * c->ldq + h * HS;
+        double mx = -INFINITY, s = 0.0;
+        for (int64_t j = 0; j <= t; j++) {
+          p[j] = dot(q, c->kk + (b * T + j) * c->ldkv + (h / G) * HS, HS) / sqrt((double)HS);
+          if (p[j] > mx) mx = p[j];
+        }
+        for (int64_t j = 0; j <= t; j++) s += (p[j] = exp(p[j] - mx));
+        for (int64_t j = 0; j < T; j++) {
+          double a = j <= t ? p[j] / s : 0.0;
+          if (att) att[((b * NH + h) * T + t) * T + j] = a;
+          p[j] = a;
+        }
+        for (int64_t d = 0; d < HS; d++) {
+          double o = 0.0;
+          for (int64_t j = 0; j <= t; j++)
+            o += p[j] * c->v[(b * T + j) * c->ldkv + (h / G) * HS + d];
+          out[(b * T + t) * C + h * HS + d] = o;
+        }
+      }
+  free(p);
+}
+static double gqa_loss(void *p) {
+  gqa_ctx *c = p;
+  int64_t n = c->B * c->T * c->NH * c->HS;
+  double *o = NEWD(n);
+  gqa_ref(c, o, NULL);
+  double L = dot(o, c->R, n);
+  free(o);
+  return L;
+}
+/* float64 reference backward given dout = R: dq, dk, dv in the layouts of
+ * q, kk, v (zero outside the heads). */
+static void gqa_ref_bwd(const gqa_ctx *c, const double *att, double *dq, double *dk,
+                        double *dv) {
+  int64_t B = c->B, T = c->T, NH = c->NH, HS = c->HS, C = NH * HS, G = NH / c->KV;
+  double *da = NEWD(T), sc = 1.0 / sqrt((double)HS);
+  memset(dq, 0, (size_t)(B * T * c->ldq) * sizeof(double));
+  memset(dk, 0, (size_t)(B * T * c->ldkv) * sizeof(double));
+  memset(dv, 0, (size_t)(B * T * c->ldkv) * sizeof(double));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < NH; h++)
+      for (int64_t t = 0; t < T; t++) {
+        const double *a = att + ((b * NH + h) * T + t) * T;
+        const double *dout = c->R + (b * T + t) * C + h * HS;
+        int64_t kvo = (h / G) * HS;
+        double s = 0.0;
+        for (int64_t j = 0; j <= t; j++) {
+          da[j] = dot(dout, c->v + (b * T + j) * c->ldkv + kvo, HS);
+          double *dvj = dv + (b * T + j) * c->ldkv + kvo;
+          for (int64_t d = 0; d < HS; d++) dvj[d] += a[j] * dout[d];
+          s += a[j] * da[j];
+        }
+        const double *q = c->q + (b * T + t) * c->ldq + h * HS;
+        double *dqt = dq + (b * T + t) * c->ldq + h * HS;
+        for (int64_t j = 0; j <= t; j++) {
+          double dp = a[j] * (da[j] - s) * sc;
+          const double *kj = c->kk + (b * T + j) * c->ldkv + kvo;
+          double *dkj = dk + (b * T + j) * c->ldkv + kvo;
+          for (int64_t d = 0; d < HS; d++) dqt[d] += dp * kj[d], dkj[d] += dp * q[d];
+        }
+      }
+  free(da);
+}
+
+/* The entries of (rows × width) inside rows of stride ld, as a dense copy. */
+static void heads_f(float *dst, const float *src, int64_t rows, int64_t width, int64_t ld) {
+  for (int64_t r = 0; r < rows; r++)
+    memcpy(dst + r * width, src + r * ld, (size_t)width * sizeof(float));
+}
+static void heads_d(double *dst, const double *src, int64_t rows, int64_t width, int64_t ld) {
+  for (int64_t r = 0; r < rows; r++)
+    memcpy(dst + r * width, src + r * ld, (size_t)width * sizeof(double));
+}
+/* 1 if every entry past `width` in rows of stride ld is still 7. */
+static int pad_kept(const float *x, int64_t rows, int64_t width, int64_t ld) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = width; j < ld; j++)
+      if (x[r * ld + j] != 7.0f) return 0;
+  return 1;
+}
+
+static void test_gqa(td_kernels *k, int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS,
+                     int64_t padq, int64_t padkv, int fd) {
+  int64_t C = NH * HS, Ckv = KV * HS, ldq = C + padq, ldkv = Ckv + padkv, BT = B * T;
+  int64_t nq = BT * ldq, nkv = BT * ldkv, no = BT * C, na = B * NH * T * T;
+  float *q = NEWF(nq), *kk = NEWF(nkv), *v = NEWF(nkv), *out = NEWF(no), *att = NEWF(na);
+  float *dout = NEWF(no), *dq = NEWF(nq), *dk = NEWF(nkv), *dv = NEWF(nkv), *scr = NEWF(na);
+  float *hq = NEWF(BT * C), *hkv = NEWF(BT * Ckv);
+  double *qd = NEWD(nq), *kd = NEWD(nkv), *vd = NEWD(nkv), *outd = NEWD(no), *attd = NEWD(na);
+  double *R = NEWD(no), *rq = NEWD(nq), *rk = NEWD(nkv), *rv = NEWD(nkv);
+  double *gq = NEWD(nq), *gk = NEWD(nkv), *gv = NEWD(nkv);
+  double *dq_h = NEWD(BT * C), *dkv_h = NEWD(BT * Ckv);
+  char name[112], tag[80];
+  snprintf(tag, sizeof tag, "B=%lld T=%lld NH=%lld KV=%lld HS=%lld ldq=%lld ldkv=%lld",
+           (long long)B, (long long)T, (long long)NH, (long long)KV, (long long)HS,
+           (long long)ldq, (long long)ldkv);
+  fill(q, qd, nq, 1.5);
+  fill(kk, kd, nkv, 1.5);
+  fill(v, vd, nkv, 1.5);
+  fill(dout, R, no, 1.0);
+  for (int64_t i = 0; i < na; i++) att[i] = 7.0f, scr[i] = 7.0f; /* overwritten; never read */
+  for (int64_t i = 0; i < nq; i++) dq[i] = 7.0f; /* "=": heads overwritten, padding kept */
+  for (int64_t i = 0; i < nkv; i++) dk[i] = dv[i] = 7.0f;
+  gqa_ctx c = {B, T, NH, KV, HS, ldq, ldkv, qd, kd, vd, R};
+  gqa_ref(&c, outd, attd);
+  CK(k->gqa_fwd(k, out, att, q, kk, v, ldq, ldkv, B, T, NH, KV, HS));
+  snprintf(name, sizeof name, "gqa_fwd out %s", tag);
+  check_close(name, out, outd, no, 1e-5);
+  snprintf(name, sizeof name, "gqa_fwd att %s", tag);
+  check_close(name, att, attd, na, 1e-5);
+  CK(k->gqa_bwd(k, dq, dk, dv, scr, dout, q, kk, v, att, ldq, ldkv, B, T, NH, KV, HS));
+  gqa_ref_bwd(&c, attd, rq, rk, rv);
+  heads_f(hq, dq, BT, C, ldq);
+  heads_d(dq_h, rq, BT, C, ldq);
+  snprintf(name, sizeof name, "gqa_bwd dq %s", tag);
+  check_close(name, hq, dq_h, BT * C, 2e-5);
+  heads_f(hkv, dk, BT, Ckv, ldkv);
+  heads_d(dkv_h, rk, BT, Ckv, ldkv);
+  snprintf(name, sizeof name, "gqa_bwd dk %s", tag);
+  check_close(name, hkv, dkv_h, BT * Ckv, 2e-5);
+  heads_f(hkv, dv, BT, Ckv, ldkv);
+  heads_d(dkv_h, rv, BT, Ckv, ldkv);
+  snprintf(name, sizeof name, "gqa_bwd dv %s", tag);
+  check_close(name, hkv, dkv_h, BT * Ckv, 2e-5);
+  snprintf(name, sizeof name, "gqa_bwd leaves the columns past the heads %s", tag);
+  report(pad_kept(dq, BT, C, ldq) && pad_kept(dk, BT, Ckv, ldkv) && pad_kept(dv, BT, Ckv, ldkv),
+         name, 0, 0);
+  if (fd) {
+    fd_grad(gqa_loss, &c, qd, nq, gq);
+    fd_grad(gqa_loss, &c, kd, nkv, gk);
+    fd_grad(gqa_loss, &c, vd, nkv, gv);
+    heads_d(dq_h, gq, BT, C, ldq);
+    snprintf(name, sizeof name, "gqa_bwd dq finite differences %s", tag);
+    check_close(name, hq, dq_h, BT * C, 1e-4);
+    heads_f(hkv, dk, BT, Ckv, ldkv);
+    heads_d(dkv_h, gk, BT, Ckv, ldkv);
+    snprintf(name, sizeof name, "gqa_bwd dk finite differences %s", tag);
+    check_close(name, hkv, dkv_h, BT * Ckv, 1e-4);
+    heads_f(hkv, dv, BT, Ckv, ldkv);
+    heads_d(dkv_h, gv, BT, Ckv, ldkv);
+    snprintf(name, sizeof name, "gqa_bwd dv finite differences %s", tag);
+    check_close(name, hkv, dkv_h, BT * Ckv, 1e-4);
+  }
+  free(q), free(kk), free(v), free(out), free(att), free(dout), free(dq), free(dk), free(dv);
+  free(scr), free(hq), free(hkv), free(qd), free(kd), free(vd), free(outd), free(attd), free(R);
+  free(rq), free(rk), free(rv), free(gq), free(gk), free(gv), free(dq_h), free(dkv_h);
+}
+
+/* Bad group shapes and strides are refused with TD_ERR_USAGE. */
+static void test_gqa_usage(td_kernels *k) {
+  float buf[64] = {0}, att[16] = {0};
+  int ok = k->gqa_fwd(k, buf, att, buf, buf, buf, 8, 4, 1, 2, 3, 2, 2) == TD_ERR_USAGE;
+  td_error_clear(); /* 3 query heads, 2 key/value heads */
+  ok &= k->gqa_fwd(k, buf, att, buf, buf, buf, 7, 4, 1, 2, 4, 2, 2) == TD_ERR_USAGE;
+  td_error_clear(); /* ldq below NH·HS */
+  ok &= k->gqa_fwd(k, buf, att, buf, buf, buf, 8, 4, 1, 2, 4, 0, 2) == TD_ERR_USAGE;
+  td_error_clear(); /* KV = 0 */
+  report(ok, "gqa refuses NH % KV != 0, KV = 0, ld below the width", 0, 0);
+}
+
 /* xent_bwd on logits spread over ~200: softmax terms below FLT_MIN are 0. */
 static void test_xent_tiny(td_kernels *k) {
   const int64_t N = 5, V = 70;
@@ -550,6 +807,102 @@ static void test_gelu(td_kernels *k, int64_t n) {
   snprintf(name, sizeof name, "gelu_bwd finite differences n=%lld", (long long)n);
   check_close(name, dx, g, n, 1e-4);
   free(x), free(out), free(dout), free(dx), free(xd), free(od), free(R), free(g), free(rd);
+}
+
+/* ---- RoPE, SwiGLU ------------------------------------------------------------------------ */
+
+/* x (B·T rows of stride ld) rotated in float64 by sgn·a, a = t·theta^(−2i/HS),
+ * in place; the columns past H·HS are left as they are. */
+static void rope_ref(double *x, int64_t B, int64_t T, int64_t H, int64_t HS, int64_t ld,
+                     double theta, double sgn) {
+  int64_t half = HS / 2;
+  for (int64_t r = 0; r < B * T; r++)
+    for (int64_t h = 0; h < H; h++) {
+      double *p = x + r * ld + h * HS;
+      for (int64_t i = 0; i < half; i++) {
+        double a = sgn * (double)(r % T) * pow(theta, -2.0 * (double)i / (double)HS);
+        double u = p[i], v = p[i + half];
+        p[i] = u * cos(a) - v * sin(a);
+        p[i + half] = v * cos(a) + u * sin(a);
+      }
+    }
+}
+
+static void test_rope(td_kernels *k, int64_t B, int64_t T, int64_t H, int64_t HS, int64_t ld,
+                      float theta) {
+  int64_t n = B * T * ld;
+  float *x = NEWF(n), *y = NEWF(n);
+  double *xd = NEWD(n), *r = NEWD(n), *x0 = NEWD(n);
+  char name[112], tag[80];
+  snprintf(tag, sizeof tag, "B=%lld T=%lld H=%lld HS=%lld ld=%lld theta=%g", (long long)B,
+           (long long)T, (long long)H, (long long)HS, (long long)ld, (double)theta);
+  fill(x, xd, n, 1.0);
+  for (int64_t i = 0; i < n; i++)
+    if (i % ld >= H * HS) x[i] = 7.0f, xd[i] = 7.0; /* past the heads: untouched */
+  memcpy(x0, xd, (size_t)n * sizeof(double));
+  memcpy(y, x, (size_t)n * sizeof(float));
+  memcpy(r, xd, (size_t)n * sizeof(double));
+  rope_ref(r, B, T, H, HS, ld, theta, 1.0);
+  CK(k->rope(k, y, B, T, H, HS, ld, theta, 0));
+  snprintf(name, sizeof name, "rope %s", tag);
+  check_close(name, y, r, n, 1e-6);
+  int pad_ok = 1;
+  for (int64_t i = 0; i < n; i++) pad_ok &= i % ld < H * HS || y[i] == 7.0f;
+  snprintf(name, sizeof name, "rope leaves the columns past H*HS %s", tag);
+  report(pad_ok, name, 0, 0);
+  CK(k->rope(k, y, B, T, H, HS, ld, theta, 1));
+  snprintf(name, sizeof name, "rope inverse(forward) = identity %s", tag);
+  check_close(name, y, x0, n, 1e-6);
+  memcpy(y, x, (size_t)n * sizeof(float));
+  memcpy(r, xd, (size_t)n * sizeof(double));
+  rope_ref(r, B, T, H, HS, ld, theta, -1.0);
+  CK(k->rope(k, y, B, T, H, HS, ld, theta, 1));
+  snprintf(name, sizeof name, "rope inverse %s", tag);
+  check_close(name, y, r, n, 1e-6);
+  free(x), free(y), free(xd), free(r), free(x0);
+}
+
+static double silu_d(double g) { return g / (1.0 + exp(-g)); }
+
+static void test_swiglu(td_kernels *k, int64_t n, double amp) {
+  float *g = NEWF(n), *u = NEWF(n), *out = NEWF(n), *dout = NEWF(n), *dg = NEWF(n), *du = NEWF(n);
+  double *gd = NEWD(n), *ud = NEWD(n), *od = NEWD(n), *R = NEWD(n);
+  double *rg = NEWD(n), *ru = NEWD(n), *fg = NEWD(n);
+  char name[96];
+  fill(g, gd, n, amp);
+  fill(u, ud, n, 2.0);
+  fill(dout, R, n, 1.0);
+  static const float ext[] = {30.0f, -30.0f, 100.0f, -100.0f, 1e4f, -1e4f, 0.0f, -0.0f};
+  for (int64_t i = 0; i < n && i < (int64_t)(sizeof ext / sizeof ext[0]); i++)
+    g[i] = ext[i], gd[i] = ext[i]; /* the sigmoid must not overflow */
+  for (int64_t i = 0; i < n; i++) {
+    double s = 1.0 / (1.0 + exp(-gd[i]));
+    od[i] = gd[i] * s * ud[i];
+    rg[i] = R[i] * ud[i] * s * (1.0 + gd[i] * (1.0 - s));
+    ru[i] = R[i] * gd[i] * s;
+  }
+  CK(k->swiglu_fwd(k, out, TD_DTYPE_F32, g, u, n));
+  snprintf(name, sizeof name, "swiglu_fwd n=%lld |g|<=%g", (long long)n, amp);
+  check_close(name, out, od, n, 1e-6);
+  CK(k->swiglu_bwd(k, dg, du, dout, g, u, n));
+  snprintf(name, sizeof name, "swiglu_bwd dg n=%lld |g|<=%g", (long long)n, amp);
+  check_close(name, dg, rg, n, 1e-6);
+  snprintf(name, sizeof name, "swiglu_bwd du n=%lld |g|<=%g", (long long)n, amp);
+  check_close(name, du, ru, n, 1e-6);
+  /* L = Σ silu(g_i)·u_i·R_i is separable: central differences element by element. */
+  for (int64_t i = 0; i < n; i++)
+    fg[i] = R[i] * ud[i] * (silu_d(gd[i] + 1e-5) - silu_d(gd[i] - 1e-5)) / 2e-5;
+  snprintf(name, sizeof name, "swiglu_bwd dg finite differences n=%lld |g|<=%g", (long long)n,
+           amp);
+  check_close(name, dg, fg, n, 1e-4);
+  /* in place: dg over g, du over u (swiglu.c allows outputs over the inputs) */
+  CK(k->swiglu_bwd(k, g, u, dout, g, u, n));
+  snprintf(name, sizeof name, "swiglu_bwd in place dg n=%lld", (long long)n);
+  check_close(name, g, rg, n, 1e-6);
+  snprintf(name, sizeof name, "swiglu_bwd in place du n=%lld", (long long)n);
+  check_close(name, u, ru, n, 1e-6);
+  free(g), free(u), free(out), free(dout), free(dg), free(du), free(gd), free(ud), free(od);
+  free(R), free(rg), free(ru), free(fg);
 }
 
 static void test_pointwise(td_kernels *k, int64_t n) {
@@ -792,6 +1145,20 @@ static void bench(td_kernels *k) {
   double t2 = now_s();
   printf("bench attention B=4 NH=6 T=256 HS=64: fwd %.2f ms, bwd %.2f ms, total %.2f ms\n",
          (t1 - t0) / reps * 1e3, (t2 - t1) / reps * 1e3, (t2 - t0) / reps * 1e3);
+  /* the same query heads in 3 groups of 2 (q, k, v read from qkv, ld 3C) */
+  CK(k->gqa_fwd(k, out, att, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, 3, HS));
+  CK(k->gqa_bwd(k, dqkv, dqkv + C, dqkv + 2 * C, scr, dout, qkv, qkv + C, qkv + 2 * C, att,
+                3 * C, 3 * C, B, T, NH, 3, HS));
+  t0 = now_s();
+  for (int r = 0; r < reps; r++)
+    CK(k->gqa_fwd(k, out, att, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, 3, HS));
+  t1 = now_s();
+  for (int r = 0; r < reps; r++)
+    CK(k->gqa_bwd(k, dqkv, dqkv + C, dqkv + 2 * C, scr, dout, qkv, qkv + C, qkv + 2 * C, att,
+                  3 * C, 3 * C, B, T, NH, 3, HS));
+  t2 = now_s();
+  printf("bench gqa B=4 NH=6 KV=3 T=256 HS=64: fwd %.2f ms, bwd %.2f ms, total %.2f ms\n",
+         (t1 - t0) / reps * 1e3, (t2 - t1) / reps * 1e3, (t2 - t0) / reps * 1e3);
   const int64_t n = 1024 * 1536, nv = 256 * 50304;
   float *x = NEWF(nv), *y = NEWF(nv), *z = NEWF(nv), *w = NEWF(nv);
   fill(x, NULL, n, 3.0);
@@ -857,6 +1224,25 @@ int main(int argc, char **argv) {
   test_attention(k, 1, 193, 2, 8, 0); /* causal row blocks: 3 uneven */
   test_attention(k, 2, 256, 1, 16, 0); /* causal row blocks: 4 */
   test_attention_tiny(k);
+
+  test_rmsnorm(k, 5, 12, 1e-5f, 1);
+  test_rmsnorm(k, 13, 20, 1e-6f, 1);
+  test_rmsnorm(k, 64, 300, 1e-5f, 0); /* column blocks with a tail; no FD (slow) */
+  test_rope(k, 3, 5, 4, 8, 4 * 8 + 3, 10000.0f);
+  test_rope(k, 2, 64, 3, 16, 3 * 16 + 5, 10000.0f);
+  test_rope(k, 2, 64, 2, 32, 2 * 32 + 7, 500000.0f);
+  test_rope(k, 1, 8192, 1, 32, 32, 500000.0f); /* angles up to 8191 rad */
+  test_rope(k, 2, 3, 2, 2, 4, 10000.0f);
+  test_swiglu(k, 13, 6.0);
+  test_swiglu(k, 9001, 30.0);
+  test_gqa(k, 2, 7, 4, 2, 4, 3, 5, 1);
+  test_gqa(k, 2, 5, 4, 1, 3, 0, 2, 1);
+  test_gqa(k, 1, 6, 4, 4, 2, 1, 0, 1);
+  test_gqa(k, 2, 67, 4, 2, 16, 5, 3, 0);
+  test_gqa(k, 1, 193, 4, 1, 8, 1, 1, 0); /* causal row blocks: 3 uneven */
+  test_gqa(k, 2, 256, 4, 4, 16, 8, 8, 0); /* causal row blocks: 4 */
+  test_gqa(k, 1, 130, 6, 2, 32, 0, 0, 0);
+  test_gqa_usage(k);
 
   test_gelu(k, 1);
   test_gelu(k, 20);

@@ -13,6 +13,11 @@
  *   layernorm_bwd with bf16 w: against float64 on the rounded w (the only
  *                bf16 input is read exactly) at the fp32 test's 1e-5
  *   gelu_fwd     bf16 out: |o − o64| ≤ u·|o64| + 1e-6·(1 + |o64|)
+ *   rmsnorm, swiglu_fwd (LLaMA) with bf16 w and/or bf16 out: against the
+ *                float32 kernel on the same (widened) inputs, |o − o32| ≤ u·|o32|
+ *                and bitwise bf16(o32) (the same float32 arithmetic, rounded
+ *                once on store); rmsnorm_bwd with bf16 w against float64 on
+ *                the rounded w at the fp32 test's 1e-5
  * on random inputs with odd sizes, for the back-end's own bf16 matmul path
  * and, in the same run, for the widened one (TD_CPU_BF16_MATMUL=widen).
  * Prints one line per check and "N passed, M failed"; exits non-zero on a
@@ -279,6 +284,81 @@ static void test_layernorm(td_kernels *k, int64_t N, int64_t C, td_dtype ot) {
       free(bdx);
 }
 
+/* ---- LLaMA: RMSNorm, SwiGLU ----------------------------------------------------------- */
+
+/* got (bf16) against the float32 result r32: within u·|r32| (round to
+ * nearest) and, counted separately, bitwise the rounding of r32. */
+static void check_vs_f32(const char *name, const td_bf16 *got, const float *r32, int64_t n) {
+  double *g = NEWD(n), *r = NEWD(n), *b = NEWD(n);
+  int64_t same = 0;
+  for (int64_t i = 0; i < n; i++) {
+    g[i] = td_bf16_to_f32(got[i]);
+    r[i] = r32[i];
+    b[i] = U * fabs((double)r32[i]) * (1 + 1e-12) + 1e-38;
+    same += got[i] == td_bf16_from_f32(r32[i]);
+  }
+  check_bound(name, g, r, b, n);
+  char nm[160];
+  snprintf(nm, sizeof nm, "%s: bitwise bf16(f32 kernel) (%lld of %lld)", name, (long long)same,
+           (long long)n);
+  check_true(nm, same == n);
+  free(g), free(r), free(b);
+}
+
+static void test_rmsnorm(td_kernels *k, int64_t N, int64_t C) {
+  const float eps = 1e-5f;
+  float *x = NEWF(N * C), *w = NEWF(C), *wr = NEWF(C), *o32 = NEWF(N * C), *of = NEWF(N * C);
+  float *r32 = NEWF(N), *r16 = NEWF(N);
+  td_bf16 *wh = NEWH(C), *oh = NEWH(N * C);
+  char name[128];
+  fill(x, NULL, N * C, 2.0);
+  for (int64_t i = 0; i < N * C; i++) x[i] += 0.5f;
+  fill(w, wh, C, 1.5);
+  for (int64_t c = 0; c < C; c++) wr[c] = td_bf16_to_f32(wh[c]); /* the values bf16 w holds */
+  CK(k->rmsnorm_fwd(k, o32, TD_DTYPE_F32, r32, x, wr, TD_DTYPE_F32, eps, N, C));
+  CK(k->rmsnorm_fwd(k, oh, TD_DTYPE_BF16, r16, x, wh, TD_DTYPE_BF16, eps, N, C));
+  snprintf(name, sizeof name, "rmsnorm_fwd bf16 w, bf16 out N=%lld C=%lld", (long long)N,
+           (long long)C);
+  check_vs_f32(name, oh, o32, N * C);
+  CK(k->rmsnorm_fwd(k, of, TD_DTYPE_F32, r16, x, wh, TD_DTYPE_BF16, eps, N, C));
+  snprintf(name, sizeof name, "rmsnorm_fwd bf16 w, f32 out = f32 kernel N=%lld C=%lld",
+           (long long)N, (long long)C);
+  check_true(name, memcmp(of, o32, (size_t)(N * C) * sizeof(float)) == 0 &&
+                       memcmp(r16, r32, (size_t)N * sizeof(float)) == 0);
+
+  /* backward with the bf16 w: float64 on the rounded w */
+  float *dout = NEWF(N * C), *dx = NEWF(N * C), *dw = NEWF(C);
+  double *gdx = NEWD(N * C), *rdx = NEWD(N * C), *bdx = NEWD(N * C);
+  fill(dout, NULL, N * C, 1.0);
+  CK(k->rmsnorm_bwd(k, dx, dw, dout, x, wh, TD_DTYPE_BF16, r32, N, C));
+  for (int64_t n = 0; n < N; n++) {
+    double r = r32[n], sgx = 0.0;
+    for (int64_t c = 0; c < C; c++) sgx += (double)dout[n * C + c] * wr[c] * x[n * C + c] * r;
+    sgx /= (double)C;
+    for (int64_t c = 0; c < C; c++) {
+      int64_t i = n * C + c;
+      rdx[i] = r * ((double)dout[i] * wr[c] - (double)x[i] * r * sgx);
+      gdx[i] = dx[i];
+      bdx[i] = 1e-5 * (1 + fabs(rdx[i]));
+    }
+  }
+  snprintf(name, sizeof name, "rmsnorm_bwd dx, bf16 w N=%lld C=%lld", (long long)N, (long long)C);
+  check_bound(name, gdx, rdx, bdx, N * C);
+  free(x), free(w), free(wr), free(o32), free(of), free(r32), free(r16), free(wh), free(oh);
+  free(dout), free(dx), free(dw), free(gdx), free(rdx), free(bdx);
+}
+
+static void test_swiglu(td_kernels *k, int64_t n) {
+  float *g = NEWF(n), *u = NEWF(n), *o32 = NEWF(n);
+  td_bf16 *oh = NEWH(n);
+  fill(g, NULL, n, 30.0);
+  fill(u, NULL, n, 2.0);
+  CK(k->swiglu_fwd(k, o32, TD_DTYPE_F32, g, u, n));
+  CK(k->swiglu_fwd(k, oh, TD_DTYPE_BF16, g, u, n));
+  check_vs_f32("swiglu_fwd bf16 out n=10007 |g|<=30", oh, o32, n);
+  free(g), free(u), free(o32), free(oh);
+}
+
 /* ---- main -------------------------------------------------------------------------------- */
 
 static void run_all(td_kernels *k, const char *path) {
@@ -313,6 +393,9 @@ int main(void) {
   test_gelu(k, 10007);
   test_layernorm(k, 13, 77, TD_DTYPE_BF16);
   test_layernorm(k, 5, 768, TD_DTYPE_F32);
+  test_rmsnorm(k, 13, 77);
+  test_rmsnorm(k, 5, 768);
+  test_swiglu(k, 10007);
   td_kernels_destroy(&k);
   if (strcmp(path, "native") == 0) { /* the fallback path too, in the same run */
     setenv("TD_CPU_BF16_MATMUL", "widen", 1);

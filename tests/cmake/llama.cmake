@@ -1,0 +1,49 @@
+# llama.cmake — the LLaMA family (model.arch: llama; inputs/llama-tiny.yaml:
+# 4 layers, dim 128, 4 heads, 2 key/value heads, SwiGLU 352, RoPE, untied head)
+# through the command line. The PyTorch oracle is in reference.cmake
+# (reference_llama); the kernels in kernels.cmake.
+#
+# llama_grid_*: grid invariance (tests/e2e/grid_invariance.sh --deck) against
+# one rank, 20 steps, loss and grad_norm 1e-4, final parameters: tp 2 (one
+# key/value head a rank), pp 2 with 1F1B (4 micro-batches), dp 2 with ZeRO-3,
+# and the 3-D grid (2,2,2) with ZeRO-1 on 8 ranks. Its own WORKDIR: the cached
+# one-rank reference is the llama deck's.
+set(TD_LLAMA_DECK ${PROJECT_SOURCE_DIR}/inputs/llama-tiny.yaml)
+set(TD_LLAMA_WORK ${CMAKE_CURRENT_BINARY_DIR}/llama_grid)
+td_add_grid_test(NAME llama_grid_tp2 LABELS llama
+  ARGS --deck ${TD_LLAMA_DECK} ${TD_GRID_BIN} ${TD_LLAMA_WORK} llama_grid_tp2 ${TD_GRID_REF} 1,2,1,0)
+td_add_grid_test(NAME llama_grid_pp2_1f1b LABELS llama
+  ARGS --deck ${TD_LLAMA_DECK} ${TD_GRID_BIN} ${TD_LLAMA_WORK} llama_grid_pp2_1f1b ${TD_GRID_REF}
+       1,1,2,0,2 --set parallel.pp_schedule=1f1b)
+td_add_grid_test(NAME llama_grid_dp2_zero3 LABELS llama
+  ARGS --deck ${TD_LLAMA_DECK} ${TD_GRID_BIN} ${TD_LLAMA_WORK} llama_grid_dp2_zero3 ${TD_GRID_REF} 2,1,1,3)
+td_add_grid_test(NAME llama_grid_3d LABELS llama TIMEOUT 600
+  ARGS --deck ${TD_LLAMA_DECK} ${TD_GRID_BIN} ${TD_LLAMA_WORK} llama_grid_3d ${TD_GRID_REF} 2,2,2,1,2
+       --set training.global_batch=16)
+
+# llama_ckpt_reshard_221_to_1: saved at step 10 on (dp 2, tp 2, pp 1), resumed
+# on one rank: steps 11-20 and the final parameters as the one-rank run's
+# (tests/e2e/ckpt_reshard.sh with TD_DECK, its own WORKDIR).
+add_test(NAME llama_ckpt_reshard_221_to_1
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/e2e/ckpt_reshard.sh $<TARGET_FILE:trident>
+          ${CMAKE_CURRENT_BINARY_DIR}/llama_ckpt reshard_221_to_1 2,2,1,0 1,1,1,0)
+set_tests_properties(llama_ckpt_reshard_221_to_1 PROPERTIES TIMEOUT 450 PROCESSORS 2
+  LABELS "e2e;mpi;checkpoint;llama"
+  ENVIRONMENT "${TD_GRID_ENV};TD_DECK=${TD_LLAMA_DECK};TD_CKPT_LR=3.0e-4")
+
+# llama_ckpt_info: `trident ckpt info` lists the Hugging Face names and shapes.
+add_test(NAME llama_ckpt_info
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/e2e/llama_ckpt_info.sh $<TARGET_FILE:trident>
+          ${CMAKE_CURRENT_BINARY_DIR}/llama_ckpt_info)
+set_tests_properties(llama_ckpt_info PROPERTIES TIMEOUT 120 PROCESSORS 2
+  LABELS "e2e;mpi;llama" ENVIRONMENT "${TD_GRID_ENV}")
+
+# llama_1b_check: inputs/llama-1b-3d.yaml (a 1.24B LLaMA for 16 GPUs, tp 2 ×
+# pp 2 × dp 4) passes `trident check` at its 16 ranks (oversubscribed), with
+# Llama 3.2 1B's parameter count.
+add_test(NAME llama_1b_check
+  COMMAND ${MPIEXEC_EXECUTABLE} -n 16 $<TARGET_FILE:trident> check
+          ${PROJECT_SOURCE_DIR}/inputs/llama-1b-3d.yaml)
+set_tests_properties(llama_1b_check PROPERTIES TIMEOUT 120 PROCESSORS 2
+  LABELS "e2e;mpi;llama" ENVIRONMENT "${TD_GRID_ENV}"
+  PASS_REGULAR_EXPRESSION "parameters: 1235814400 .*check: OK")
