@@ -40,10 +40,11 @@ static td_status dev_alloc(td_model *m, void **out, int64_t n, size_t es, const 
   TD_CHECK(dev_alloc(m, (void **)&a->field, (n), td_dtype_size(m->at), "activations " #field))
 #define SCR(field, n) TD_CHECK(dev_alloc(m, (void **)&m->field, (n), 4, "backward scratch " #field))
 
-static td_status alloc_slot(td_model *m, td_acts *a) {
-  int64_t N = m->B * m->T, L = m->L_count, C = m->C;
+/* The activations inside the blocks, for nl blocks (a slot's L_count, none
+ * under recomputation, or the one shared block of m->work). */
+static td_status alloc_blocks(td_model *m, td_acts *a, int64_t nl) {
+  int64_t N = m->B * m->T, C = m->C, L = nl;
   int64_t means = m->llama ? 0 : 1; /* RMSNorm keeps no mean */
-  ACT(encoded, N * C);
   ACTM(ln1, L * N * C);
   ACT(ln1_mean, means * L * N);
   ACT(ln1_rstd, L * N);
@@ -56,9 +57,16 @@ static td_status alloc_slot(td_model *m, td_acts *a) {
   ACT(ln2_rstd, L * N);
   ACT(fch, L * N * m->F * (m->llama ? 2 : 1));
   ACTM(fch_gelu, L * N * m->F);
-  ACT(res3, L * N * C);
+  return TD_OK;
+}
+
+static td_status alloc_slot(td_model *m, td_acts *a) {
+  int64_t N = m->B * m->T, L = m->L_count, C = m->C;
+  ACT(encoded, N * C);
+  TD_CHECK(alloc_blocks(m, a, m->recompute ? 0 : L));
+  ACT(res3, L * N * C); /* block outputs = the next blocks' inputs: always kept */
   ACTM(lnf, N * C);
-  ACT(lnf_mean, means * N);
+  ACT(lnf_mean, (m->llama ? 0 : 1) * N);
   ACT(lnf_rstd, N);
   ACT(logits, m->last_stage ? N * m->Vs : 1);
   ACT(rowmax, N);
@@ -74,6 +82,11 @@ static td_status alloc_buffers(td_model *m) {
   m->acts = calloc((size_t)m->nslots, sizeof *m->acts);
   if (!m->acts) TD_FAIL(TD_ERR_NOMEM, "out of memory for activations");
   for (int i = 0; i < m->nslots; ++i) TD_CHECK(alloc_slot(m, &m->acts[i]));
+  if (m->recompute && m->L_count > 0) { /* one block's activations and output */
+    td_acts *a = &m->work;
+    TD_CHECK(alloc_blocks(m, a, 1));
+    ACT(res3, N * C);
+  }
   SCR(dres, N * C);
   SCR(dtmp, N * C);
   SCR(dln, N * C);
@@ -117,6 +130,7 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->first_stage = grid->pp_rank == 0;
   m->last_stage = grid->pp_rank == grid->pp - 1;
   m->pt = m->at = strcmp(cfg->training_precision, "bf16") == 0 ? TD_DTYPE_BF16 : TD_DTYPE_F32;
+  m->recompute = strcmp(cfg->training_recompute, "blocks") == 0;
   TD_CHECK_GOTO(alloc_buffers(m));
   TD_CHECK_GOTO(units_create(m));
 done:
@@ -132,15 +146,14 @@ void td_model_destroy(td_model **mp) {
   if (!mp || !*mp) return;
   td_model *m = *mp;
   if (m->k) {
-    for (int i = 0; m->acts && i < m->nslots; ++i) {
-      td_acts *a = &m->acts[i];
+    for (int i = -1; m->acts && i < m->nslots; ++i) {
+      td_acts *a = i < 0 ? &m->work : &m->acts[i];
       void *bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att,
                       a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->res3,
-                      a->lnf, a->lnf_mean, a->lnf_rstd, a->logits, a->rowmax, a->sumexp};
+                      a->lnf, a->lnf_mean, a->lnf_rstd, a->logits, a->rowmax, a->sumexp,
+                      a->inputs, a->targets};
       for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; ++j)
         if (bufs[j]) m->k->free(m->k, bufs[j]);
-      if (a->inputs) m->k->free(m->k, a->inputs);
-      if (a->targets) m->k->free(m->k, a->targets);
     }
     void *scr[] = {m->dres, m->dtmp, m->dln, m->dqkv, m->datty, m->dfch, m->datt_scratch, m->dmm};
     for (size_t j = 0; j < sizeof scr / sizeof scr[0]; ++j)
@@ -272,18 +285,19 @@ static td_status tp_sum(td_model *m, float *x, int64_t n) {
 
 /* ---- forward -------------------------------------------------------------------- */
 
-/* GPT-2 block li of this stage (resid: its input). */
-static td_status gpt2_block_fwd(td_model *m, td_acts *a, int64_t li, const float *resid) {
+/* GPT-2 block `layer` (resid: its input, out: its output) with its
+ * activations at index li of the set a. */
+static td_status gpt2_block_fwd(td_model *m, td_acts *a, int64_t li, int layer,
+                                const float *resid, float *res3) {
   td_kernels *k = m->k;
   int64_t B = m->B, T = m->T, C = m->C, N = B * T;
   td_dtype pt = m->pt, at = m->at;
   layer_w w;
-  layer_params(m, (int)(m->L_first + li), &w);
+  layer_params(m, layer, &w);
   void *ln1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * m->Cl);
   void *ln2 = at_(m, a->ln2, li * N * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
   float *qkv = a->qkv + li * N * m->C3, *att = a->att + li * B * m->NH * T * T;
   float *res2 = a->res2 + li * N * C, *fch = a->fch + li * N * m->F;
-  float *res3 = a->res3 + li * N * C;
   TD_CHECK(k->layernorm_fwd(k, ln1, at, a->ln1_mean + li * N, a->ln1_rstd + li * N, resid,
                             w.ln1w, w.ln1b, pt, N, C));
   TD_CHECK(mm(m, 0, 0, N, m->C3, C, ln1, at, w.wqkv, pt, 0.0f, qkv));
@@ -314,13 +328,14 @@ static td_status gpt2_block_fwd(td_model *m, td_acts *a, int64_t li, const float
   return TD_OK;
 }
 
-/* LLaMA block li of this stage (resid: its input):
+/* LLaMA block `layer` (resid: its input, out: its output) with its
+ * activations at index li of the set a:
  *   res2 = x + o(attn(rope(q(n1)), rope(k(n1)), v(n1))),  n1 = rms(x)·w1
  *   res3 = res2 + down(silu(gate(n2))·up(n2)),            n2 = rms(res2)·w2
  * Weights (out, in): a matmul is act · Wᵀ. */
-static td_status llama_block_fwd(td_model *m, td_acts *a, int64_t li, const float *resid) {
+static td_status llama_block_fwd(td_model *m, td_acts *a, int64_t li, int layer,
+                                 const float *resid, float *res3) {
   td_kernels *k = m->k;
-  int layer = (int)(m->L_first + li);
   int64_t B = m->B, T = m->T, C = m->C, N = B * T, F = m->F;
   int64_t Cq = m->Cl, Ckv = m->KV * m->HS;
   td_dtype pt = m->pt, at = m->at;
@@ -329,7 +344,6 @@ static td_status llama_block_fwd(td_model *m, td_acts *a, int64_t li, const floa
   float *q = a->qkv + li * N * m->C3, *kk = q + N * Cq, *v = kk + N * Ckv;
   float *att = a->att + li * B * m->NH * T * T;
   float *res2 = a->res2 + li * N * C, *gate = a->fch + li * N * 2 * F, *up = gate + N * F;
-  float *res3 = a->res3 + li * N * C;
   TD_CHECK(k->rmsnorm_fwd(k, n1, at, a->ln1_rstd + li * N, resid, pw(m, TD_PK_ATTN_NORM, layer),
                           pt, m->norm_eps, N, C));
   TD_CHECK(mm(m, 0, 1, N, Cq, C, n1, at, pw(m, TD_PK_Q_W, layer), pt, 0.0f, q));
@@ -356,6 +370,17 @@ static td_status llama_block_fwd(td_model *m, td_acts *a, int64_t li, const floa
   TD_CHECK(tp_sum(m, m->dtmp, N * C));
   TD_CHECK(k->add(k, res3, res2, m->dtmp, N * C));
   return TD_OK;
+}
+
+/* Block li of this stage in slot a: its activations in the slot, or in the
+ * shared m->work under recomputation (the slot keeps the output only). */
+static td_status block_fwd(td_model *m, td_acts *a, int64_t li, const float *resid) {
+  int layer = (int)(m->L_first + li);
+  td_acts *w = m->recompute ? &m->work : a;
+  int64_t ix = m->recompute ? 0 : li;
+  float *out = a->res3 + li * m->B * m->T * m->C;
+  return m->llama ? llama_block_fwd(m, w, ix, layer, resid, out)
+                  : gpt2_block_fwd(m, w, ix, layer, resid, out);
 }
 
 /* The output head's weight (Vs, C): wte when tied, else lm_head. */
@@ -385,11 +410,11 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
     TD_CHECK(tp_sum(m, x, N * C));
   }
   for (int64_t li = 0; li < m->L_count; ++li) {
-    int u = (int)(1 + m->L_first + li);
-    TD_CHECK(hook(m, 1, u, TD_PHASE_FORWARD));
+    int layer = (int)(m->L_first + li);
+    TD_CHECK(hook(m, 1, 1 + layer, TD_PHASE_FORWARD));
     const float *resid = li == 0 ? x : a->res3 + (li - 1) * N * C;
-    TD_CHECK(m->llama ? llama_block_fwd(m, a, li, resid) : gpt2_block_fwd(m, a, li, resid));
-    TD_CHECK(hook(m, 0, u, TD_PHASE_FORWARD));
+    TD_CHECK(block_fwd(m, a, li, resid));
+    TD_CHECK(hook(m, 0, 1 + layer, TD_PHASE_FORWARD));
   }
   if (!m->last_stage) {
     if (m->first_stage) TD_CHECK(hook(m, 0, 0, TD_PHASE_FORWARD));
@@ -450,14 +475,14 @@ const float *td_model_input_grad(const td_model *m) { return m->dres; }
 
 /* GPT-2 block li: m->dres holds d loss / d (block output) and leaves with
  * d loss / d (block input). */
-static td_status gpt2_block_bwd(td_model *m, td_acts *a, int64_t li, const float *resid) {
+static td_status gpt2_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
+                                const float *resid) {
   td_kernels *k = m->k;
   int64_t B = m->B, T = m->T, C = m->C, N = B * T;
   td_dtype pt = m->pt, at = m->at;
   const void *d = NULL; /* the gradient the next matmuls read (type at) */
   layer_w w;
   layer_g g;
-  int layer = (int)(m->L_first + li);
   layer_params(m, layer, &w);
   layer_grads(m, layer, &g);
   const void *ln1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * m->Cl);
@@ -517,9 +542,9 @@ static td_status linear_bwd(td_model *m, const float *dy, int64_t rows, const vo
 
 /* LLaMA block li: m->dres holds d loss / d (block output) and leaves with
  * d loss / d (block input). */
-static td_status llama_block_bwd(td_model *m, td_acts *a, int64_t li, const float *resid) {
+static td_status llama_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
+                                 const float *resid) {
   td_kernels *k = m->k;
-  int layer = (int)(m->L_first + li);
   int64_t B = m->B, T = m->T, C = m->C, N = B * T, F = m->F;
   int64_t Cq = m->Cl, Ckv = m->KV * m->HS;
   td_dtype pt = m->pt;
@@ -593,7 +618,15 @@ td_status td_model_backward(td_model *m, int slot, float loss_scale, const float
     int layer = (int)(m->L_first + li);
     TD_CHECK(hook(m, 1, 1 + layer, TD_PHASE_BACKWARD));
     const float *resid = li == 0 ? x : a->res3 + (li - 1) * N * C;
-    TD_CHECK(m->llama ? llama_block_bwd(m, a, li, resid) : gpt2_block_bwd(m, a, li, resid));
+    td_acts *w = a;
+    int64_t ix = li;
+    if (m->recompute) { /* the block's activations again, from its kept input */
+      w = &m->work, ix = 0;
+      TD_CHECK(m->llama ? llama_block_fwd(m, w, 0, layer, resid, w->res3)
+                        : gpt2_block_fwd(m, w, 0, layer, resid, w->res3));
+    }
+    TD_CHECK(m->llama ? llama_block_bwd(m, w, ix, layer, resid)
+                      : gpt2_block_bwd(m, w, ix, layer, resid));
     TD_CHECK(hook(m, 0, 1 + layer, TD_PHASE_BACKWARD));
   }
   if (m->first_stage) {

@@ -81,6 +81,11 @@ struct td_model {
    * backward scratch shared by all */
   int nslots;
   td_acts *acts;
+  /* training.recompute: blocks: the slots keep the block inputs (res3) only;
+   * one block's activations live in `work`, filled by the forward and again
+   * by a recomputation before each block's backward */
+  int recompute;
+  td_acts work;
   float *dres, *dtmp, *dln, *dqkv, *datty, *dfch, *datt_scratch;
   void *dmm;             /* bf16: a gradient rounded for the matmuls that read it */
   float *rowstat_host;   /* (3N) host staging for cross-entropy statistics */

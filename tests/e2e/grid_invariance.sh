@@ -22,6 +22,10 @@
 #                      e.g. parallel.stage_layers=[1,3]
 #   --deck FILE        train FILE instead of inputs/tiny.yaml (e.g.
 #                      inputs/llama-tiny.yaml)
+#   --bitwise          demand bit-identical losses, grad norms and final
+#                      parameters (compare_runs.py --bitwise) instead of the
+#                      tolerances, and print both runs' act_bytes (e.g. with
+#                      --run-set training.recompute=blocks)
 #
 # WORKDIR is shared by several tests: the corpus is prepared once and each
 # reference run is cached in WORKDIR/ref_<grid>[_<key>] (key: a hash of the
@@ -38,7 +42,7 @@ usage() {
   exit 2
 }
 
-twice=0 loss_rtol=1e-4 param_rtol="" norm_rtol="" vocab="" steps=20 run_extra=() deck=""
+twice=0 bitwise=0 loss_rtol=1e-4 param_rtol="" norm_rtol="" vocab="" steps=20 run_extra=() deck=""
 while [ $# -gt 0 ]; do
   case $1 in
     --twice) twice=1; shift ;;
@@ -49,6 +53,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --run-set) run_extra+=(--set "$2"); shift 2 ;;
     --deck) deck=$2; shift 2 ;;
+    --bitwise) bitwise=1; shift ;;
     -h|--help) usage ;;
     --) shift; break ;;
     -*) echo "grid_invariance: unknown option $1" >&2; usage ;;
@@ -208,5 +213,19 @@ else
   tol=(--loss-rtol "$loss_rtol")
   if [ -n "$param_rtol" ]; then tol+=(--param-rtol "$param_rtol"); fi
   if [ -n "$norm_rtol" ]; then tol+=(--norm-rtol "$norm_rtol"); fi
+  [ $bitwise = 0 ] || tol=(--bitwise)
+  if [ $bitwise = 1 ]; then
+    "$py" - "$ref_dir/metrics.jsonl" "$run_dir/run/metrics.jsonl" <<'PYEOF2'
+import json, sys
+def act(p):
+    for line in open(p):
+        r = json.loads(line)
+        if "act_bytes" in r:
+            return r["act_bytes"]
+    sys.exit("grid_invariance: no act_bytes in %s" % p)
+a, b = act(sys.argv[1]), act(sys.argv[2])
+print("grid_invariance: act_bytes (largest rank) %d -> %d (%.2fx less)" % (a, b, a / b if b else 0))
+PYEOF2
+  fi
   "$py" "$compare" "$ref_dir" "$run_dir/run" "${tol[@]}"
 fi

@@ -20,12 +20,13 @@ source "$(dirname "$0")/robust_lib.sh"
 rb_init "$@"
 
 fail=0
-# case NAME DP TP PP ZERO [--set ...]
+# case NAME DP TP PP ZERO [--set ...] (deck: $deck, default the tiny one)
+deck=tiny
 case_() {
   local name=$1 dp=$2 tp=$3 pp=$4 zero=$5
   shift 5
   local np=$((dp * tp * pp)) dir=$work/$name
-  local args=("$src/inputs/tiny.yaml" --set "data.train=$corpus" --set parallel.dp="$dp"
+  local args=("$src/inputs/$deck.yaml" --set "data.train=$corpus" --set parallel.dp="$dp"
               --set parallel.tp="$tp" --set parallel.pp="$pp" --set parallel.zero="$zero"
               --set training.steps=2 --set schedule.warmup=1 --set checkpoint.every=0
               --set checkpoint.resume=never --set "run.out_dir=$dir" "$@")
@@ -67,6 +68,16 @@ case_ dp2_pp2_zero3 2 1 2 3 --set parallel.micro_batch=1
 # bf16: the working copy (param_bytes), bf16 gathers (work_bytes), bf16 activations
 case_ bf16_dp1 1 1 1 0 --set training.precision=bf16
 case_ bf16_dp2_zero3 2 1 1 3 --set parallel.micro_batch=2 --set training.precision=bf16
+# activation recomputation: the slots keep block inputs, one block's set is shared
+case_ recompute_dp1 1 1 1 0 --set training.recompute=blocks
+case_ recompute_pp2_1f1b 1 1 2 0 --set parallel.micro_batch=1 --set training.recompute=blocks
+# the LLaMA family (GQA, SwiGLU, untied head)
+deck=llama-tiny
+case_ llama_dp1 1 1 1 0
+case_ llama_tp2_pp2_zero1 1 2 2 1 --set parallel.micro_batch=2
+case_ llama_dp2_zero3_bf16 2 1 1 3 --set parallel.micro_batch=2 --set training.precision=bf16
+case_ llama_recompute_dp1 1 1 1 0 --set training.recompute=blocks
+deck=tiny
 
 # GPT-2's vocabulary at dim 64: the embedding dominates; V·C = 3216448, one
 # block 12·C² + 13·C = 49984 parameters.
