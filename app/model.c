@@ -473,14 +473,27 @@ const float *td_model_input_grad(const td_model *m) { return m->dres; }
 
 /* ---- backward -------------------------------------------------------------------- */
 
+/* dW (in, out) += Xᵀ · dY and dX (N, in) = dY · Wᵀ for the matmul
+ * Y (N, out) = X (N, in) · W of a GPT-2 block (Conv1D layout), dY float32. */
+static td_status conv_bwd(td_model *m, const float *dy, int64_t out, const void *x, int64_t in,
+                          const void *w, float *dw, float *dx) {
+  const void *d = NULL;
+  int64_t N = m->B * m->T;
+  TD_CHECK(mm_grad(m, dy, N * out, &d));
+  TD_CHECK(mm(m, 1, 0, in, out, N, x, m->at, d, m->at, 1.0f, dw));
+  TD_CHECK(poll(m));
+  TD_CHECK(mm(m, 0, 1, N, in, out, d, m->at, w, m->pt, 0.0f, dx));
+  TD_CHECK(poll(m));
+  return TD_OK;
+}
+
 /* GPT-2 block li: m->dres holds d loss / d (block output) and leaves with
  * d loss / d (block input). */
 static td_status gpt2_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
                                 const float *resid) {
   td_kernels *k = m->k;
   int64_t B = m->B, T = m->T, C = m->C, N = B * T;
-  td_dtype pt = m->pt, at = m->at;
-  const void *d = NULL; /* the gradient the next matmuls read (type at) */
+  td_dtype pt = m->pt;
   layer_w w;
   layer_g g;
   layer_params(m, layer, &w);
@@ -491,35 +504,19 @@ static td_status gpt2_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
   const float *res2 = a->res2 + li * N * C, *fch = a->fch + li * N * m->F;
   /* MLP: res3 = res2 + gelu(ln2·Wfc + bfc)·Wfcp + bfcp */
   TD_CHECK(k->bias_bwd(k, g.bfcp, m->dres, N, C));
-  TD_CHECK(mm_grad(m, m->dres, N * C, &d));
-  TD_CHECK(mm(m, 1, 0, m->F, C, N, fcg, at, d, at, 1.0f, g.wfcp));
-  TD_CHECK(poll(m));
-  TD_CHECK(mm(m, 0, 1, N, m->F, C, d, at, w.wfcp, pt, 0.0f, m->dfch));
-  TD_CHECK(poll(m));
+  TD_CHECK(conv_bwd(m, m->dres, C, fcg, m->F, w.wfcp, g.wfcp, m->dfch));
   TD_CHECK(k->gelu_bwd(k, m->dfch, fch, m->dfch, N * m->F));
   TD_CHECK(k->bias_bwd(k, g.bfc, m->dfch, N, m->F));
-  TD_CHECK(mm_grad(m, m->dfch, N * m->F, &d));
-  TD_CHECK(mm(m, 1, 0, C, m->F, N, ln2, at, d, at, 1.0f, g.wfc));
-  TD_CHECK(poll(m));
-  TD_CHECK(mm(m, 0, 1, N, C, m->F, d, at, w.wfc, pt, 0.0f, m->dln));
-  TD_CHECK(poll(m));
+  TD_CHECK(conv_bwd(m, m->dfch, m->F, ln2, C, w.wfc, g.wfc, m->dln));
   TD_CHECK(tp_sum(m, m->dln, N * C));
   TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln2w, g.ln2b, m->dln, res2, w.ln2w, pt,
                             a->ln2_mean + li * N, a->ln2_rstd + li * N, N, C));
   /* m->dres now holds d loss / d res2. Attention: res2 = x + attn(...)·Wproj + bproj */
   TD_CHECK(k->bias_bwd(k, g.bproj, m->dres, N, C));
-  TD_CHECK(mm_grad(m, m->dres, N * C, &d));
-  TD_CHECK(mm(m, 1, 0, m->Cl, C, N, atty, at, d, at, 1.0f, g.wproj));
-  TD_CHECK(poll(m));
-  TD_CHECK(mm(m, 0, 1, N, m->Cl, C, d, at, w.wproj, pt, 0.0f, m->datty));
-  TD_CHECK(poll(m));
+  TD_CHECK(conv_bwd(m, m->dres, C, atty, m->Cl, w.wproj, g.wproj, m->datty));
   TD_CHECK(k->attention_bwd(k, m->dqkv, m->datt_scratch, m->datty, qkv, att, B, T, m->NH, m->HS));
   TD_CHECK(k->bias_bwd(k, g.bqkv, m->dqkv, N, m->C3));
-  TD_CHECK(mm_grad(m, m->dqkv, N * m->C3, &d));
-  TD_CHECK(mm(m, 1, 0, C, m->C3, N, ln1, at, d, at, 1.0f, g.wqkv));
-  TD_CHECK(poll(m));
-  TD_CHECK(mm(m, 0, 1, N, C, m->C3, d, at, w.wqkv, pt, 0.0f, m->dln));
-  TD_CHECK(poll(m));
+  TD_CHECK(conv_bwd(m, m->dqkv, m->C3, ln1, C, w.wqkv, g.wqkv, m->dln));
   TD_CHECK(tp_sum(m, m->dln, N * C));
   TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln1w, g.ln1b, m->dln, resid, w.ln1w, pt,
                             a->ln1_mean + li * N, a->ln1_rstd + li * N, N, C));

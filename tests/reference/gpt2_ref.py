@@ -255,12 +255,13 @@ def lr_at(step, lr, min_lr, warmup, steps, decay="cosine"):
     raise ValueError("unknown decay %r" % (decay,))
 
 
-def train_step(params, opt, idx, targets, cfg, lr, grad_clip, mask=None):
+def train_step(params, opt, idx, targets, cfg, lr, grad_clip, mask=None, model=None):
     """One full-batch step: forward, backward, clip, AdamW. Returns
-    (loss, grad_norm_before_clipping)."""
+    (loss, grad_norm_before_clipping). model: the forward to use (default
+    this module's GPT-2; llama_ref passes its own)."""
     for t in params.values():
         t.grad = None
-    _, loss = forward(params, idx, cfg, targets, mask)
+    _, loss = (model or forward)(params, idx, cfg, targets, mask)
     loss.backward()
     gn = clip_grad_norm(params, grad_clip)
     set_lr(opt, lr)

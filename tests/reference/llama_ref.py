@@ -204,16 +204,8 @@ def forward(params, idx, cfg, targets=None, mask=None):
 
 
 def train_step(params, opt, idx, targets, cfg, lr, grad_clip, mask=None):
-    """One full-batch step: forward, backward, clip, AdamW. Returns
-    (loss, grad_norm_before_clipping)."""
-    for t in params.values():
-        t.grad = None
-    _, loss = forward(params, idx, cfg, targets, mask)
-    loss.backward()
-    gn = clip_grad_norm(params, grad_clip)
-    set_lr(opt, lr)
-    opt.step()
-    return loss.item(), gn
+    """One full-batch step with this model (gpt2_ref.train_step's)."""
+    return G.train_step(params, opt, idx, targets, cfg, lr, grad_clip, mask, model=forward)
 
 
 def _numpy_forward(arrays, idx, targets, cfg):
