@@ -1,10 +1,12 @@
 /* cmd_export.c — `trident export --checkpoint FILE --out DIR [--dtype fp32|bf16]`:
- * a checkpoint's model as Hugging Face GPT-2 files: DIR/model.safetensors
- * (names transformer.<registry name>, Conv1D (in, out) layouts as trident
- * keeps them, the tied lm_head left out as Hugging Face does) and
- * DIR/config.json for GPT2LMHeadModel. The tensors are the registry's, in
- * its order, read whole from /model (any saved grid). Rank 0 works; the
- * others wait for its status. */
+ * a checkpoint's model as Hugging Face files: DIR/model.safetensors and
+ * DIR/config.json. GPT-2: names transformer.<registry name>, Conv1D (in, out)
+ * layouts as trident keeps them, the tied lm_head left out as Hugging Face
+ * does, a GPT2LMHeadModel config. LLaMA: the registry's names are already
+ * LlamaForCausalLM's (nn.Linear (out, in)), lm_head present unless tied, a
+ * LlamaForCausalLM config. The tensors are the registry's, in its order,
+ * read whole from /model (any saved grid). Rank 0 works; the others wait
+ * for its status. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,12 +51,35 @@ static td_status parse(int argc, char **argv, export_args *a) {
   return TD_OK;
 }
 
-/* config.json for transformers' GPT2LMHeadModel. */
+/* config.json for transformers' LlamaForCausalLM. */
+static void write_llama_config(FILE *f, const td_config *c, int bf16) {
+  td_model_dims d;
+  td_config_dims(c, &d);
+  fprintf(f,
+          "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+          "  \"vocab_size\": %lld,\n  \"hidden_size\": %lld,\n  \"intermediate_size\": %lld,\n"
+          "  \"num_hidden_layers\": %lld,\n  \"num_attention_heads\": %lld,\n"
+          "  \"num_key_value_heads\": %lld,\n  \"head_dim\": %lld,\n"
+          "  \"max_position_embeddings\": %lld,\n  \"rms_norm_eps\": %.17g,\n"
+          "  \"rope_theta\": %.17g,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n"
+          "  \"mlp_bias\": false,\n  \"initializer_range\": 0.02,\n"
+          "  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"\n}\n",
+          (long long)d.V, (long long)d.C, (long long)d.F, (long long)d.L, (long long)d.H,
+          (long long)d.KV, (long long)d.HS, (long long)d.T, c->model_norm_eps,
+          c->model_rope_theta, d.tied ? "true" : "false", bf16 ? "bfloat16" : "float32");
+}
+
+/* config.json for transformers' GPT2LMHeadModel or LlamaForCausalLM. */
 static td_status write_config(const char *dir, const td_config *c, int bf16) {
   char path[4096];
   snprintf(path, sizeof path, "%s/config.json", dir);
   FILE *f = fopen(path, "w");
   if (!f) TD_FAIL(TD_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+  if (strcmp(c->model_arch, "llama") == 0) {
+    write_llama_config(f, c, bf16);
+    if (fclose(f) != 0) TD_FAIL(TD_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    return TD_OK;
+  }
   fprintf(f,
           "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
           "  \"vocab_size\": %lld,\n  \"n_positions\": %lld,\n  \"n_ctx\": %lld,\n"
@@ -93,9 +118,7 @@ static td_status export_main(const export_args *a) {
   char where[4200];
   snprintf(where, sizeof where, "%s:/config", a->ckpt);
   TD_CHECK_GOTO(td_config_load_text(where, yaml, &cfg));
-  if (strcmp(cfg.model_arch, "gpt2") != 0)
-    TD_FAIL_GOTO(TD_ERR_USAGE, "trident export: %s holds a %s model; export writes GPT-2",
-                 a->ckpt, cfg.model_arch);
+  const char *prefix = strcmp(cfg.model_arch, "gpt2") == 0 ? "transformer." : "";
   TD_CHECK_GOTO(td_registry_create(&cfg, 1, 0, 1, 0, &reg));
   t = calloc((size_t)reg->n, sizeof *t);
   names = calloc((size_t)reg->n, sizeof *names);
@@ -106,7 +129,7 @@ static td_status export_main(const export_args *a) {
     int64_t n = p->ndim == 2 ? p->shape[0] * p->shape[1] : p->shape[0];
     char h5path[96];
     snprintf(h5path, sizeof h5path, "/model/%s", p->name);
-    snprintf(names[i], sizeof names[i], "transformer.%s", p->name);
+    snprintf(names[i], sizeof names[i], "%s%s", prefix, p->name);
     TD_CHECK_GOTO(td_alloc(&data[i], (size_t)n * sizeof(float), "exported tensor"));
     TD_CHECK_GOTO(td_h5_read(f, a->ckpt, h5path, H5T_NATIVE_FLOAT, p->ndim, p->shape, data[i]));
     if (a->bf16) { /* in place: the bf16 values fill the first half */

@@ -204,7 +204,12 @@ static td_status init_from(const td_config *c, const td_registry *r, float *host
         x[i * lc + j] = g < 0 ? 0.0f : src[g];
       }
   }
-  const char *extra = td_model_file_unused(mf, 0);
+  /* a tied model takes its head from the embedding: a file's lm_head.weight
+   * (Hugging Face keeps one in some tied checkpoints) is not an extra tensor */
+  int tied = td_registry_find(r, TD_PK_LM_HEAD, -1) == NULL;
+  const char *extra = NULL;
+  for (int i = 0; (extra = td_model_file_unused(mf, i)) != NULL; ++i)
+    if (!(tied && strcmp(extra, "lm_head.weight") == 0)) break;
   if (extra)
     TD_FAIL_GOTO(TD_ERR_DATA, "%s (model.init_from): tensor %s is not part of the deck's model",
                  path, extra);

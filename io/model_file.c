@@ -120,7 +120,7 @@ static td_status open_safetensors(td_model_file *m, const char *path, const unsi
         cJSON_GetArraySize(of) != 2)
       TD_FAIL_GOTO(TD_ERR_DATA, "%s: tensor %s: needs dtype, shape and data_offsets", path, key);
     const char *name = strncmp(key, "transformer.", 12) == 0 ? key + 12 : key;
-    if (!strcmp(name, "lm_head.weight") || mask_buffer(name)) continue; /* tied / buffers */
+    if (mask_buffer(name)) continue; /* buffers, not parameters */
     int bf16 = !strcmp(dt->valuestring, "BF16");
     if (!bf16 && strcmp(dt->valuestring, "F32") != 0)
       TD_FAIL_GOTO(TD_ERR_DATA, "%s: tensor %s has dtype %s (F32 or BF16 expected)", path, key,

@@ -14,3 +14,11 @@ add_test(NAME export COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/e2e/export.sh $<TARGET_
   ${CMAKE_CURRENT_BINARY_DIR}/export)
 set_tests_properties(export PROPERTIES TIMEOUT 300 PROCESSORS 2 LABELS "e2e;mpi;interop"
   ENVIRONMENT "${TD_GRID_ENV}")
+#   export_llama: the LLaMA family: LlamaForCausalLM names (no prefix, lm_head
+#     kept), config.json, the float64 PyTorch LLaMA's loss on the export =
+#     trident eval (1e-5), and model.init_from the export on pp 2 bit for bit
+#     (tests/e2e/export_llama.sh).
+add_test(NAME export_llama COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/e2e/export_llama.sh
+  $<TARGET_FILE:trident> ${CMAKE_CURRENT_BINARY_DIR}/export_llama)
+set_tests_properties(export_llama PROPERTIES TIMEOUT 300 PROCESSORS 2 LABELS "e2e;mpi;interop;llama"
+  ENVIRONMENT "${TD_GRID_ENV}")

@@ -8,7 +8,9 @@ Usage (Debian's interpreter):
 
 MODEL.h5 has /model/<name> (a trident checkpoint or a --dump file), or MODEL
 is a model.safetensors of `trident export` (read with json + numpy; the
-heads from the config.json beside it).  The
+heads from the config.json beside it). GPT-2 or LLaMA, told by the names
+(model.embed_tokens.weight: LLaMA, with kv_heads, norm_eps and rope_theta
+from config.json or the checkpoint's /config). The
 number of heads comes from --heads, else a root attribute `heads`, else the
 checkpoint's /config YAML (model.heads).
 
@@ -35,6 +37,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_ref as G  # noqa: E402
+import llama_ref as LL  # noqa: E402
 
 
 class BadInput(Exception):
@@ -73,7 +76,8 @@ def read_heads(path, given):
         import json
         cj = os.path.join(os.path.dirname(path) or ".", "config.json")
         try:
-            return int(json.load(open(cj))["n_head"])
+            c = json.load(open(cj))
+            return int(c["n_head"] if "n_head" in c else c["num_attention_heads"])
         except (OSError, ValueError, KeyError) as e:
             raise BadInput("%s: cannot read n_head: %s" % (cj, e))
     import h5py
@@ -98,7 +102,33 @@ def read_heads(path, given):
                    "/config); pass --heads" % path)
 
 
-def eval_loss(params, cfg, tokens, n_windows, seq_len, chunk):
+def read_llama(path):
+    """{kv_heads, norm_eps, rope_theta} of a LLaMA model: config.json beside a
+    safetensors file (Hugging Face's keys), else the checkpoint's /config."""
+    if path.endswith(".safetensors"):
+        cj = os.path.join(os.path.dirname(path) or ".", "config.json")
+        try:
+            c = json.load(open(cj))
+            return {"kv_heads": int(c["num_key_value_heads"]), "norm_eps": float(c["rms_norm_eps"]),
+                    "rope_theta": float(c["rope_theta"])}
+        except (OSError, ValueError, KeyError) as e:
+            raise BadInput("%s: cannot read the LLaMA settings: %s" % (cj, e))
+    import h5py
+    with h5py.File(path, "r") as f:
+        text = f["config"][()] if "config" in f else b""
+    if isinstance(text, np.ndarray):
+        text = text.reshape(-1)[0]
+    if isinstance(text, (bytes, np.bytes_)):
+        text = text.decode()
+    out = {}
+    for key, conv, default in [("kv_heads", int, 0), ("norm_eps", float, 1e-5),
+                               ("rope_theta", float, 10000.0)]:
+        m = re.search(r"\b%s\s*:\s*([-+0-9.eE]+)" % key, str(text))  # keys unique in the deck
+        out[key] = conv(m.group(1)) if m else default
+    return out
+
+
+def eval_loss(params, cfg, tokens, n_windows, seq_len, chunk, M=G):
     """Mean cross-entropy over the targets of windows 0..n_windows-1."""
     T = seq_len
     total = 0.0
@@ -108,7 +138,7 @@ def eval_loss(params, cfg, tokens, n_windows, seq_len, chunk):
             w1 = min(n_windows, w0 + chunk)
             win = np.stack([tokens[i * T:i * T + T + 1] for i in range(w0, w1)]).astype(np.int64)
             win = torch.from_numpy(win)
-            logits, _ = G.forward(params, win[:, :-1], cfg, None, mask)
+            logits, _ = M.forward(params, win[:, :-1], cfg, None, mask)
             lp = torch.log_softmax(logits, dim=-1)
             total += -lp.gather(-1, win[:, 1:].unsqueeze(-1)).sum().item()
     return total / (n_windows * T)
@@ -139,8 +169,12 @@ def main(argv=None):
         except (KeyError, ValueError) as e:
             raise BadInput(str(e))
         heads = read_heads(a.model, a.heads)
+        M = LL if "model.embed_tokens.weight" in arrays else G  # the family by its names
         try:
-            cfg = G.infer_config(arrays, heads)
+            if M is LL:
+                cfg = LL.infer_config(arrays, heads, seq_len=a.seq_len, **read_llama(a.model))
+            else:
+                cfg = G.infer_config(arrays, heads)
         except ValueError as e:
             raise BadInput("%s: %s" % (a.model, e))
         if a.seq_len > cfg.seq_len:
@@ -160,7 +194,7 @@ def main(argv=None):
         return 2
     dtype = torch.float32 if a.float32 else torch.float64
     params = G.to_torch(arrays, dtype, requires_grad=False)
-    loss = eval_loss(params, cfg, tokens, n, a.seq_len, max(1, a.global_batch))
+    loss = eval_loss(params, cfg, tokens, n, a.seq_len, max(1, a.global_batch), M)
     print(json.dumps({"val_loss": loss, "val_tokens": n * a.seq_len, "windows": n}))
     if a.expect is not None:
         diff = abs(loss - a.expect)
