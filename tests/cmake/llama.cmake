@@ -6,7 +6,8 @@
 # llama_grid_*: grid invariance (tests/e2e/grid_invariance.sh --deck) against
 # one rank, 20 steps, loss and grad_norm 1e-4, final parameters: tp 2 (one
 # key/value head a rank), pp 2 with 1F1B (4 micro-batches), dp 2 with ZeRO-3,
-# and the 3-D grid (2,2,2) with ZeRO-1 on 8 ranks. Its own WORKDIR: the cached
+# and the 3-D grid (2,2,2) with ZeRO-1 on 8 ranks (micro-batch 2: two per
+# pipeline). Its own WORKDIR: the cached
 # one-rank reference is the llama deck's.
 set(TD_LLAMA_DECK ${PROJECT_SOURCE_DIR}/inputs/llama-tiny.yaml)
 set(TD_LLAMA_WORK ${CMAKE_CURRENT_BINARY_DIR}/llama_grid)
@@ -18,8 +19,7 @@ td_add_grid_test(NAME llama_grid_pp2_1f1b LABELS llama
 td_add_grid_test(NAME llama_grid_dp2_zero3 LABELS llama
   ARGS --deck ${TD_LLAMA_DECK} ${TD_GRID_BIN} ${TD_LLAMA_WORK} llama_grid_dp2_zero3 ${TD_GRID_REF} 2,1,1,3)
 td_add_grid_test(NAME llama_grid_3d LABELS llama TIMEOUT 600
-  ARGS --deck ${TD_LLAMA_DECK} ${TD_GRID_BIN} ${TD_LLAMA_WORK} llama_grid_3d ${TD_GRID_REF} 2,2,2,1,2
-       --set training.global_batch=16)
+  ARGS --deck ${TD_LLAMA_DECK} ${TD_GRID_BIN} ${TD_LLAMA_WORK} llama_grid_3d ${TD_GRID_REF} 2,2,2,1,2)
 
 # llama_ckpt_reshard_221_to_1: saved at step 10 on (dp 2, tp 2, pp 1), resumed
 # on one rank: steps 11-20 and the final parameters as the one-rank run's
