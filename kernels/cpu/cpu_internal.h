@@ -48,6 +48,9 @@ typedef struct {
   int bf16;                 /* bf16 products: 2 native, 1 widened to float32, 0 none */
   void *widen;              /* bf16 emulation: float32 copies of A, B, C */
   size_t widen_bytes;
+  float *rope;              /* rope.c: cos then sin, (rope_T, rope_half) each, */
+  int64_t rope_T, rope_half; /* for rope_theta: made once, read by every call */
+  float rope_theta;
 } td_cpu_state;
 
 /* ---- matmul engine: one implementation per file, matmul_onednn.c or
