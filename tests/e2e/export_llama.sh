@@ -46,11 +46,7 @@ for d, bf16 in (("out32", False), ("out16", True)):
         sys.exit("export_llama.sh: FAIL: %s names %s, the checkpoint %s" % (d, sorted(st)[:3], sorted(ck)[:3]))
     for n, a in ck.items():
         a = np.asarray(a, dtype=np.float32)
-        if bf16:
-            u = a.view(np.uint32).astype(np.uint64)
-            want = (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
-        else:
-            want = a
+        want = G.bf16_round(a) if bf16 else a  # round to nearest even, as trident does
         if st[n].shape != a.shape or not np.array_equal(st[n], want):
             sys.exit("export_llama.sh: FAIL: %s: %s differs from the checkpoint's" % (d, n))
     cfg = json.load(open(d + "/config.json"))

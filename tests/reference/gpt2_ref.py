@@ -102,7 +102,13 @@ def infer_config(params, heads):
     if heads <= 0 or C % heads:
         raise ValueError("dim %d is not divisible by heads %d" % (C, heads))
     cfg = Config(vocab_size=V, seq_len=T, layers=layers, dim=C, heads=heads)
-    want = param_shapes(cfg)
+    check_params(params, param_shapes(cfg))
+    return cfg
+
+
+def check_params(params, want):
+    """ValueError unless params holds exactly the names of want ({name:
+    shape}), each of its shape."""
     missing = [n for n in want if n not in params]
     extra = [n for n in params if n not in want]
     if missing or extra:
@@ -112,7 +118,6 @@ def infer_config(params, heads):
         if tuple(params[n].shape) != tuple(s):
             raise ValueError("%s: expected shape %s, found %s"
                              % (n, s, tuple(params[n].shape)))
-    return cfg
 
 
 def init_params(cfg, seed=0, perturb=0.0):
@@ -312,6 +317,13 @@ def load_safetensors(path, prefix="transformer."):
         key = name[len(prefix):] if name.startswith(prefix) else name
         out[key] = buf.reshape(t["shape"]).copy()
     return out
+
+
+def bf16_round(a):
+    """float32 array rounded to bf16 (nearest even), as float32 (trident's
+    td_bf16_from_f32)."""
+    u = np.asarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
 
 
 def _numpy_forward(arrays, idx, targets, cfg):

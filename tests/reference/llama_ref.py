@@ -113,15 +113,7 @@ def infer_config(params, heads, kv_heads=0, norm_eps=1e-5, rope_theta=10000.0, s
     cfg = Config(vocab_size=V, seq_len=seq_len or 0, layers=layers, dim=C, heads=heads,
                  kv_heads=kv, ffn_dim=F_, norm_eps=norm_eps, rope_theta=rope_theta,
                  tied="lm_head.weight" not in params)
-    want = param_shapes(cfg)
-    missing = [n for n in want if n not in params]
-    extra = [n for n in params if n not in want]
-    if missing or extra:
-        raise ValueError("parameter names differ: missing %s, unexpected %s"
-                         % (missing[:5], extra[:5]))
-    for n, s in want.items():
-        if tuple(params[n].shape) != tuple(s):
-            raise ValueError("%s: expected shape %s, found %s" % (n, s, tuple(params[n].shape)))
+    G.check_params(params, param_shapes(cfg))
     return cfg
 
 

@@ -437,147 +437,6 @@ static void test_rmsnorm(td_kernels *k, int64_t N, int64_t C, float eps, int fd)
 
 /* ---- attention ------------------------------------------------------------------------- */
 
-typedef struct {
-  int64_t B, T, NH, HS;
-  double *qkv, *R;
-} att_ctx;
-/* out (B,T,C), att (B,NH,T,T) or NULL. */
-static void att_ref(const att_ctx *c, double *out, double *att) {
-  int64_t B = c->B, T = c->T, NH = c->NH, HS = c->HS, C = NH * HS;
-  double *p = NEWD(T);
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < NH; h++)
-      for (int64_t t = 0; t < T; t++) {
-        const double *q = c->qkv + (b * T + t) * 3 * C + h * HS;
-        double mx = -INFINITY, s = 0.0;
-        for (int64_t j = 0; j <= t; j++) {
-          const double *kk = c->qkv + (b * T + j) * 3 * C + C + h * HS;
-          p[j] = dot(q, kk, HS) / sqrt((double)HS);
-          if (p[j] > mx) mx = p[j];
-        }
-        for (int64_t j = 0; j <= t; j++) s += (p[j] = exp(p[j] - mx));
-        for (int64_t j = 0; j < T; j++) {
-          double a = j <= t ? p[j] / s : 0.0;
-          if (att) att[((b * NH + h) * T + t) * T + j] = a;
-          p[j] = a;
-        }
-        for (int64_t d = 0; d < HS; d++) {
-          double o = 0.0;
-          for (int64_t j = 0; j <= t; j++) o += p[j] * c->qkv[(b * T + j) * 3 * C + 2 * C + h * HS + d];
-          out[(b * T + t) * C + h * HS + d] = o;
-        }
-      }
-  free(p);
-}
-static double att_loss(void *p) {
-  att_ctx *c = p;
-  int64_t n = c->B * c->T * c->NH * c->HS;
-  double *o = NEWD(n);
-  att_ref(c, o, NULL);
-  double L = dot(o, c->R, n);
-  free(o);
-  return L;
-}
-/* float64 reference backward: dqkv (B,T,3C) given dout = R. */
-static void att_ref_bwd(const att_ctx *c, const double *att, double *dqkv) {
-  int64_t B = c->B, T = c->T, NH = c->NH, HS = c->HS, C = NH * HS;
-  double *da = NEWD(T), sc = 1.0 / sqrt((double)HS);
-  memset(dqkv, 0, (size_t)(B * T * 3 * C) * sizeof(double));
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < NH; h++)
-      for (int64_t t = 0; t < T; t++) {
-        const double *a = att + ((b * NH + h) * T + t) * T;
-        const double *dout = c->R + (b * T + t) * C + h * HS;
-        double s = 0.0;
-        for (int64_t j = 0; j <= t; j++) {
-          const double *v = c->qkv + (b * T + j) * 3 * C + 2 * C + h * HS;
-          double *dv = dqkv + (b * T + j) * 3 * C + 2 * C + h * HS;
-          da[j] = dot(dout, v, HS);
-          for (int64_t d = 0; d < HS; d++) dv[d] += a[j] * dout[d];
-          s += a[j] * da[j];
-        }
-        const double *q = c->qkv + (b * T + t) * 3 * C + h * HS;
-        double *dq = dqkv + (b * T + t) * 3 * C + h * HS;
-        for (int64_t j = 0; j <= t; j++) {
-          double dp = a[j] * (da[j] - s) * sc;
-          const double *kk = c->qkv + (b * T + j) * 3 * C + C + h * HS;
-          double *dk = dqkv + (b * T + j) * 3 * C + C + h * HS;
-          for (int64_t d = 0; d < HS; d++) dq[d] += dp * kk[d], dk[d] += dp * q[d];
-        }
-      }
-  free(da);
-}
-
-static void test_attention(td_kernels *k, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                           int fd) {
-  int64_t C = NH * HS, nq = B * T * 3 * C, no = B * T * C, na = B * NH * T * T;
-  float *qkv = NEWF(nq), *out = NEWF(no), *att = NEWF(na), *dout = NEWF(no);
-  float *dqkv = NEWF(nq), *scr = NEWF(na);
-  double *qd = NEWD(nq), *outd = NEWD(no), *attd = NEWD(na), *R = NEWD(no);
-  double *rq = NEWD(nq), *g = NEWD(nq);
-  char name[96], tag[48];
-  snprintf(tag, sizeof tag, "B=%lld T=%lld NH=%lld HS=%lld", (long long)B, (long long)T,
-           (long long)NH, (long long)HS);
-  fill(qkv, qd, nq, 1.5);
-  fill(dout, R, no, 1.0);
-  for (int64_t i = 0; i < na; i++) att[i] = 7.0f; /* must be overwritten, 0 above diag */
-  for (int64_t i = 0; i < nq; i++) dqkv[i] = 7.0f; /* "=": must be overwritten */
-  for (int64_t i = 0; i < na; i++) scr[i] = 7.0f;  /* workspace: never read first */
-  att_ctx c = {B, T, NH, HS, qd, R};
-  att_ref(&c, outd, attd);
-  CK(k->attention_fwd(k, out, att, qkv, B, T, NH, HS));
-  snprintf(name, sizeof name, "attention_fwd out %s", tag);
-  check_close(name, out, outd, no, 1e-5);
-  snprintf(name, sizeof name, "attention_fwd att %s", tag);
-  check_close(name, att, attd, na, 1e-5);
-  CK(k->attention_bwd(k, dqkv, scr, dout, qkv, att, B, T, NH, HS));
-  att_ref_bwd(&c, attd, rq);
-  snprintf(name, sizeof name, "attention_bwd dqkv %s", tag);
-  check_close(name, dqkv, rq, nq, 2e-5);
-  if (fd) {
-    fd_grad(att_loss, &c, qd, nq, g);
-    snprintf(name, sizeof name, "attention_bwd finite differences %s", tag);
-    check_close(name, dqkv, g, nq, 1e-4);
-  }
-  free(qkv), free(out), free(att), free(dout), free(dqkv), free(scr), free(qd), free(outd);
-  free(attd), free(R), free(rq), free(g);
-}
-
-/* Peaked attention (large scores): probabilities and their gradients that
- * would be subnormal are flushed to 0 (subnormal operands slow every later
- * product ~30x), and results still match the float64 reference. */
-static int is_subnormal(float x) { return x != 0.0f && fabsf(x) < 1.17549435e-38f; }
-
-static void test_attention_tiny(td_kernels *k) {
-  const int64_t B = 1, T = 67, NH = 2, HS = 8, C = NH * HS;
-  int64_t nq = B * T * 3 * C, no = B * T * C, na = B * NH * T * T;
-  float *qkv = NEWF(nq), *out = NEWF(no), *att = NEWF(na), *dout = NEWF(no);
-  float *dqkv = NEWF(nq), *scr = NEWF(na);
-  double *qd = NEWD(nq), *outd = NEWD(no), *attd = NEWD(na), *R = NEWD(no), *rq = NEWD(nq);
-  fill(qkv, qd, nq, 12.0); /* scores up to ~400: exp(s − max) underflows */
-  fill(dout, R, no, 1.0);
-  att_ctx c = {B, T, NH, HS, qd, R};
-  att_ref(&c, outd, attd);
-  int64_t tiny_ref = 0, sub = 0, bad = 0;
-  for (int64_t i = 0; i < na; i++) tiny_ref += attd[i] > 0.0 && attd[i] < 1.17549435e-38;
-  CK(k->attention_fwd(k, out, att, qkv, B, T, NH, HS));
-  for (int64_t i = 0; i < na; i++) {
-    sub += is_subnormal(att[i]);
-    bad += attd[i] < 1.17549435e-38 && att[i] != 0.0f;
-  }
-  report(tiny_ref > 0 && sub == 0 && bad == 0,
-         "attention_fwd: probabilities below FLT_MIN are 0 (no subnormals)", (double)sub, 0);
-  /* scores of ~400 carry float rounding of ~2e-5 (absolute), so exp does too */
-  check_close("attention_fwd out, peaked scores", out, outd, no, 2e-4);
-  CK(k->attention_bwd(k, dqkv, scr, dout, qkv, att, B, T, NH, HS));
-  att_ref_bwd(&c, attd, rq);
-  check_close("attention_bwd dqkv, peaked scores", dqkv, rq, nq, 2e-4);
-  free(qkv), free(out), free(att), free(dout), free(dqkv), free(scr), free(qd), free(outd);
-  free(attd), free(R), free(rq);
-}
-
-/* ---- grouped-query attention ----------------------------------------------------------- */
-
 /* q (B,T,·) rows of stride ldq holding NH heads; kk, v rows of stride ldkv
  * holding KV heads; query head h reads key/value head h / (NH/KV). */
 typedef struct {
@@ -622,14 +481,16 @@ static double gqa_loss(void *p) {
   return L;
 }
 /* float64 reference backward given dout = R: dq, dk, dv in the layouts of
- * q, kk, v (zero outside the heads). */
+ * q, kk, v (their head columns; the rest is not written). */
 static void gqa_ref_bwd(const gqa_ctx *c, const double *att, double *dq, double *dk,
                         double *dv) {
   int64_t B = c->B, T = c->T, NH = c->NH, HS = c->HS, C = NH * HS, G = NH / c->KV;
   double *da = NEWD(T), sc = 1.0 / sqrt((double)HS);
-  memset(dq, 0, (size_t)(B * T * c->ldq) * sizeof(double));
-  memset(dk, 0, (size_t)(B * T * c->ldkv) * sizeof(double));
-  memset(dv, 0, (size_t)(B * T * c->ldkv) * sizeof(double));
+  for (int64_t r = 0; r < B * T; r++) { /* the head columns; the rest untouched */
+    memset(dq + r * c->ldq, 0, (size_t)C * sizeof(double));
+    memset(dk + r * c->ldkv, 0, (size_t)(c->KV * HS) * sizeof(double));
+    memset(dv + r * c->ldkv, 0, (size_t)(c->KV * HS) * sizeof(double));
+  }
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < NH; h++)
       for (int64_t t = 0; t < T; t++) {
@@ -654,6 +515,83 @@ static void gqa_ref_bwd(const gqa_ctx *c, const double *att, double *dq, double 
       }
   free(da);
 }
+
+/* GPT-2's packed qkv (B,T,3C): the case KV = NH, q, k, v at column 0, C, 2C
+ * of rows of stride 3C. */
+static gqa_ctx att_ctx(int64_t B, int64_t T, int64_t NH, int64_t HS, double *qkv, double *R) {
+  int64_t C = NH * HS;
+  return (gqa_ctx){B, T, NH, NH, HS, 3 * C, 3 * C, qkv, qkv + C, qkv + 2 * C, R};
+}
+
+static void test_attention(td_kernels *k, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                           int fd) {
+  int64_t C = NH * HS, nq = B * T * 3 * C, no = B * T * C, na = B * NH * T * T;
+  float *qkv = NEWF(nq), *out = NEWF(no), *att = NEWF(na), *dout = NEWF(no);
+  float *dqkv = NEWF(nq), *scr = NEWF(na);
+  double *qd = NEWD(nq), *outd = NEWD(no), *attd = NEWD(na), *R = NEWD(no);
+  double *rq = NEWD(nq), *g = NEWD(nq);
+  char name[96], tag[48];
+  snprintf(tag, sizeof tag, "B=%lld T=%lld NH=%lld HS=%lld", (long long)B, (long long)T,
+           (long long)NH, (long long)HS);
+  fill(qkv, qd, nq, 1.5);
+  fill(dout, R, no, 1.0);
+  for (int64_t i = 0; i < na; i++) att[i] = 7.0f; /* must be overwritten, 0 above diag */
+  for (int64_t i = 0; i < nq; i++) dqkv[i] = 7.0f; /* "=": must be overwritten */
+  for (int64_t i = 0; i < na; i++) scr[i] = 7.0f;  /* workspace: never read first */
+  gqa_ctx c = att_ctx(B, T, NH, HS, qd, R);
+  gqa_ref(&c, outd, attd);
+  CK(k->attention_fwd(k, out, att, qkv, B, T, NH, HS));
+  snprintf(name, sizeof name, "attention_fwd out %s", tag);
+  check_close(name, out, outd, no, 1e-5);
+  snprintf(name, sizeof name, "attention_fwd att %s", tag);
+  check_close(name, att, attd, na, 1e-5);
+  CK(k->attention_bwd(k, dqkv, scr, dout, qkv, att, B, T, NH, HS));
+  gqa_ref_bwd(&c, attd, rq, rq + C, rq + 2 * C);
+  snprintf(name, sizeof name, "attention_bwd dqkv %s", tag);
+  check_close(name, dqkv, rq, nq, 2e-5);
+  if (fd) {
+    fd_grad(gqa_loss, &c, qd, nq, g);
+    snprintf(name, sizeof name, "attention_bwd finite differences %s", tag);
+    check_close(name, dqkv, g, nq, 1e-4);
+  }
+  free(qkv), free(out), free(att), free(dout), free(dqkv), free(scr), free(qd), free(outd);
+  free(attd), free(R), free(rq), free(g);
+}
+
+/* Peaked attention (large scores): probabilities and their gradients that
+ * would be subnormal are flushed to 0 (subnormal operands slow every later
+ * product ~30x), and results still match the float64 reference. */
+static int is_subnormal(float x) { return x != 0.0f && fabsf(x) < 1.17549435e-38f; }
+
+static void test_attention_tiny(td_kernels *k) {
+  const int64_t B = 1, T = 67, NH = 2, HS = 8, C = NH * HS;
+  int64_t nq = B * T * 3 * C, no = B * T * C, na = B * NH * T * T;
+  float *qkv = NEWF(nq), *out = NEWF(no), *att = NEWF(na), *dout = NEWF(no);
+  float *dqkv = NEWF(nq), *scr = NEWF(na);
+  double *qd = NEWD(nq), *outd = NEWD(no), *attd = NEWD(na), *R = NEWD(no), *rq = NEWD(nq);
+  fill(qkv, qd, nq, 12.0); /* scores up to ~400: exp(s − max) underflows */
+  fill(dout, R, no, 1.0);
+  gqa_ctx c = att_ctx(B, T, NH, HS, qd, R);
+  gqa_ref(&c, outd, attd);
+  int64_t tiny_ref = 0, sub = 0, bad = 0;
+  for (int64_t i = 0; i < na; i++) tiny_ref += attd[i] > 0.0 && attd[i] < 1.17549435e-38;
+  CK(k->attention_fwd(k, out, att, qkv, B, T, NH, HS));
+  for (int64_t i = 0; i < na; i++) {
+    sub += is_subnormal(att[i]);
+    bad += attd[i] < 1.17549435e-38 && att[i] != 0.0f;
+  }
+  report(tiny_ref > 0 && sub == 0 && bad == 0,
+         "attention_fwd: probabilities below FLT_MIN are 0 (no subnormals)", (double)sub, 0);
+  /* scores of ~400 carry float rounding of ~2e-5 (absolute), so exp does too */
+  check_close("attention_fwd out, peaked scores", out, outd, no, 2e-4);
+  CK(k->attention_bwd(k, dqkv, scr, dout, qkv, att, B, T, NH, HS));
+  gqa_ref_bwd(&c, attd, rq, rq + C, rq + 2 * C);
+  check_close("attention_bwd dqkv, peaked scores", dqkv, rq, nq, 2e-4);
+  free(qkv), free(out), free(att), free(dout), free(dqkv), free(scr), free(qd), free(outd);
+  free(attd), free(R), free(rq);
+}
+
+/* ---- grouped-query attention ----------------------------------------------------------- */
 
 /* The entries of (rows × width) inside rows of stride ld, as a dense copy. */
 static void heads_f(float *dst, const float *src, int64_t rows, int64_t width, int64_t ld) {
