@@ -11,9 +11,17 @@ extern "C" {
 
 #include "kernels/td_kernels.h"
 
-/* Create the CUDA back-end on the current device; `threads` sets the host
- * OpenMP threads (0: leave as is). */
+/* Create the CUDA back-end on the current device (td_kernels_cuda_select
+ * picks it first); `threads` is not used (host threads stay as set). */
 td_status td_kernels_cuda_create(int threads, td_kernels **out);
+/* Devices visible to this process (0 when CUDA cannot start). */
+int td_kernels_cuda_devices(void);
+/* Make device `ordinal` current for this process (before create). */
+td_status td_kernels_cuda_select(int ordinal);
+/* Peak device bytes the back-end has held (its allocations and workspaces). */
+size_t td_kernels_cuda_peak_bytes(const td_kernels *k);
+/* NCCL's version code (e.g. 22803), 0 if it cannot say. */
+int td_kernels_cuda_nccl_version(void);
 
 #ifdef __cplusplus
 }

@@ -12,3 +12,14 @@ td_add_unit(test_kernels_bf16 ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_kernels_bf16
 add_test(NAME kernels_bf16 COMMAND test_kernels_bf16)
 set_tests_properties(kernels_bf16 PROPERTIES TIMEOUT 60 PROCESSORS 2 LABELS "unit;kernels;precision"
   SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# kernels_cuda — every op of the CUDA back-end against the CPU back-end
+# (bounds in the file), and the row reductions bitwise deterministic. Label
+# `device`: 77 (skipped) where no GPU is visible; registered only in builds
+# with the CUDA back-end.
+if(TD_ENABLE_CUDA)
+  td_add_unit(test_kernels_cuda ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_kernels_cuda.c)
+  add_test(NAME kernels_cuda COMMAND test_kernels_cuda)
+  set_tests_properties(kernels_cuda PROPERTIES TIMEOUT 120 PROCESSORS 2
+    LABELS "unit;kernels;device" SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+endif()

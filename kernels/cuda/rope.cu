@@ -1,0 +1,66 @@
+/* rope.cu — rotary position embedding (LLaMA; Hugging Face's rotate-half
+ * layout), in place, forward and inverse, on the CUDA back-end. As in
+ * kernels/cpu/rope.c, the angles a = t·theta^(−2i/HS) are formed and their
+ * cosines and sines evaluated in double, then rounded to float, into a
+ * (T, HS/2) table — here made per call in the workspace by one kernel and
+ * read by the rotation kernel. */
+#include "kernels/cuda/cuda_internal.cuh"
+
+/* cs[t, i] = (float)cos(a), sn[t, i] = (float)sin(a), a = t·theta^(−2i/(2·hh))
+ * in double, the expression of rope.c; hh = HS/2, cs, sn (T, hh). One thread
+ * per (t, i). */
+static __global__ void rope_table_kernel(float *__restrict__ cs, float *__restrict__ sn,
+                                         int64_t T, int64_t hh, float theta) {
+  int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= T * hh) return;
+  int64_t t = idx / hh, i = idx % hh;
+  double ang = (double)t * pow((double)theta, -2.0 * (double)i / (double)(2 * hh));
+  cs[idx] = (float)cos(ang);
+  sn[idx] = (float)sin(ang);
+}
+
+/* In every head of every row, for i < hh with c = cs[t, i], s = sg·sn[t, i]
+ * and (a, b) = (x_i, x_{i+hh}): (a·c − b·s, b·c + a·s); sg = −1 for the
+ * inverse. x: rows (= B·T) rows of stride ld floats, each starting with H
+ * heads of 2·hh floats, row r at position t = r mod T; cs, sn (T, hh).
+ * One thread per (row, head, i), i fastest. */
+static __global__ void rope_kernel(float *__restrict__ x, const float *__restrict__ cs,
+                                   const float *__restrict__ sn, int64_t rows, int64_t T,
+                                   int64_t H, int64_t hh, int64_t ld, float sg) {
+  int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= rows * H * hh) return;
+  int64_t i = idx % hh, rh = idx / hh;
+  int64_t h = rh % H, r = rh / H, t = r % T;
+  float *xp = x + r * ld + h * (2 * hh) + i, *yp = xp + hh;
+  float c = cs[t * hh + i], si = sg * sn[t * hh + i];
+  float a = *xp, b = *yp;
+  *xp = a * c - b * si;
+  *yp = b * c + a * si;
+}
+
+/* x: B·T rows of stride ld floats, each starting with H heads of HS floats;
+ * row b·T + t is position t. In place. */
+td_status td_cuda_rope(td_kernels *k, float *x, int64_t B, int64_t T, int64_t H, int64_t HS,
+                       int64_t ld, float theta, int inverse) {
+  TD_REQUIRE(B >= 0 && T >= 0 && H >= 0 && HS >= 0 && HS % 2 == 0, TD_ERR_USAGE,
+             "rope: expected sizes >= 0 and an even head size, got B=%lld T=%lld H=%lld HS=%lld",
+             (long long)B, (long long)T, (long long)H, (long long)HS);
+  TD_REQUIRE(ld >= H * HS, TD_ERR_USAGE, "rope: row stride %lld < H·HS = %lld", (long long)ld,
+             (long long)(H * HS));
+  TD_REQUIRE(theta > 0.0f, TD_ERR_USAGE, "rope: theta must be > 0, got %g", (double)theta);
+  int64_t hh = HS / 2, rows = B * T;
+  if (rows == 0 || H == 0 || hh == 0) return TD_OK;
+  unsigned nb_table, nb;
+  TD_CHECK(td_cuda_blocks(T * hh, TD_CUDA_THREADS, "rope table", &nb_table));
+  TD_CHECK(td_cuda_blocks(rows * H * hh, TD_CUDA_THREADS, "rope", &nb));
+  void *ws = NULL;
+  TD_CHECK(td_cuda_scratch(k, (size_t)(2 * T * hh) * sizeof(float), &ws));
+  float *cs = (float *)ws, *sn = cs + T * hh;
+  cudaStream_t st = td_cuda_st(k)->stream;
+  rope_table_kernel<<<nb_table, TD_CUDA_THREADS, 0, st>>>(cs, sn, T, hh, theta);
+  TD_CUDA_LAUNCHED("rope_table");
+  rope_kernel<<<nb, TD_CUDA_THREADS, 0, st>>>(x, cs, sn, rows, T, H, hh, ld,
+                                              inverse ? -1.0f : 1.0f);
+  TD_CUDA_LAUNCHED("rope");
+  return TD_OK;
+}
