@@ -376,20 +376,21 @@ done:
   return st;
 }
 
-/* Checkpoint I/O pauses the watchdog (td_watchdog.h): a large save on a slow
- * file system keeps ranks waiting for each other for longer than any
- * step. */
+/* Checkpoint I/O is one wait for the watchdog, with three times its bound
+ * (td_watchdog.h): a large save on a slow file system keeps ranks waiting for
+ * each other for longer than any step, and a rank stopped inside it must
+ * still not hang the job. */
 td_status td_trainer_save(td_trainer *t, char *path_out, size_t cap) {
-  td_watchdog_pause(1);
+  td_watchdog_io("a checkpoint save (its collective writes and agreements)");
   td_status st = save_impl(t, path_out, cap);
-  td_watchdog_pause(0);
+  td_watchdog_io(NULL);
   return st;
 }
 
 td_status td_trainer_load(td_trainer *t, const char *path, int load_optim) {
-  td_watchdog_pause(1);
+  td_watchdog_io("a checkpoint load (its collective reads and agreements)");
   td_status st = load_impl(t, path, load_optim);
-  td_watchdog_pause(0);
+  td_watchdog_io(NULL);
   return st;
 }
 

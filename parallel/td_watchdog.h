@@ -17,10 +17,13 @@
  *
  * Only time spent blocked in communication counts. Compute never trips it
  * on the rank that computes, however slow; a rank that waits for a slow
- * neighbour waits about the imbalance of one step. Checkpoint saves and
- * loads pause it (td_watchdog_pause): a large save on a slow file system can
- * keep some ranks waiting for others for minutes, and a hang inside a save is
- * left to the launcher's time limit. Until the first optimizer step has
+ * neighbour waits about the imbalance of one step. A checkpoint save or load
+ * counts as one wait from its start to its end (td_watchdog_io), with three
+ * times the bound: a large save on a slow file system keeps some ranks
+ * waiting for others for longer than a step, but a rank that stops inside a
+ * save (its collectives are blocking MPI, MPI-IO and HDF5 calls) must not
+ * hang the job; when that bound is passed the watchdog thread prints the
+ * message and ends the process at once (_exit(3)). Until the first optimizer step has
  * completed (one-time set-up: matmul primitives, first-touch page faults, a
  * step-0 evaluation) the bound is three times run.watchdog_s.
  *
@@ -55,8 +58,10 @@ int td_watchdog_wait(const char *op, MPI_Comm comm, MPI_Request *req);
  * call's code is returned as is), so that a blocking collective is written
  * TD_MPI_CHECK(td_watched(MPI_Iallreduce(..., comm, &r), "what", comm, &r)). */
 int td_watched(int rc, const char *op, MPI_Comm comm, MPI_Request *req);
-/* Pause (on = 1) or resume (on = 0) the clock: checkpoint I/O. Nests. */
-void td_watchdog_pause(int on);
+/* Checkpoint I/O begins (what: a literal naming it, e.g. "a checkpoint
+ * save") or ends (NULL): the phase counts as one wait, bound three times
+ * run.watchdog_s. Nests (the outermost names it). */
+void td_watchdog_io(const char *what);
 /* The optimizer step now running (1-based), for the message; when the
  * second step of this run begins, the first-step allowance ends. */
 void td_watchdog_step(int64_t step);

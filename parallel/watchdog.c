@@ -19,6 +19,7 @@
 
 #define MAX_NAMES 16
 #define FIRST_STEP_FACTOR 3.0
+#define IO_FACTOR 3.0 /* checkpoint saves and loads: their bound, in run.watchdog_s */
 #define TICK_NS 250000000L
 #define GRACE_S 10.0 /* after firing, before the watchdog thread ends the process */
 
@@ -32,7 +33,7 @@ static struct {
   MPI_Comm comm;
   int64_t since_ms; /* when the wait began (td_now() in ms) */
   int64_t step, nsteps; /* step running; steps begun in this run */
-  int paused, stop;
+  int io, stop;     /* io: inside checkpoint I/O (td_watchdog_io), nesting depth */
   int fired;        /* the bound was passed: the waiting thread must end the job */
   /* communicator names, set before waits begin */
   int nnames;
@@ -63,9 +64,13 @@ static const char *comm_name(MPI_Comm comm) {
 
 int td_watchdog_wait(const char *op, MPI_Comm comm, MPI_Request *req) {
   if (!__atomic_load_n(&g_wd.running, __ATOMIC_ACQUIRE)) return MPI_Wait(req, MPI_STATUS_IGNORE);
-  __atomic_store_n(&g_wd.comm, comm, __ATOMIC_RELAXED);
-  __atomic_store_n(&g_wd.since_ms, now_ms(), __ATOMIC_RELAXED);
-  __atomic_store_n(&g_wd.op, op, __ATOMIC_RELEASE);
+  /* inside checkpoint I/O the whole phase is the wait (td_watchdog_io) */
+  int io = __atomic_load_n(&g_wd.io, __ATOMIC_ACQUIRE) > 0;
+  if (!io) {
+    __atomic_store_n(&g_wd.comm, comm, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_wd.since_ms, now_ms(), __ATOMIC_RELAXED);
+    __atomic_store_n(&g_wd.op, op, __ATOMIC_RELEASE);
+  }
   int rc = MPI_SUCCESS, done = 0;
   while (rc == MPI_SUCCESS && !done) {
     rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -74,7 +79,7 @@ int td_watchdog_wait(const char *op, MPI_Comm comm, MPI_Request *req) {
       _exit(3);
     }
   }
-  __atomic_store_n(&g_wd.op, (const char *)NULL, __ATOMIC_RELEASE);
+  if (!io) __atomic_store_n(&g_wd.op, (const char *)NULL, __ATOMIC_RELEASE);
   return rc;
 }
 
@@ -82,10 +87,15 @@ int td_watched(int rc, const char *op, MPI_Comm comm, MPI_Request *req) {
   return rc != MPI_SUCCESS ? rc : td_watchdog_wait(op, comm, req);
 }
 
-void td_watchdog_pause(int on) {
-  __atomic_add_fetch(&g_wd.paused, on ? 1 : -1, __ATOMIC_ACQ_REL);
-  /* a resumed clock starts afresh */
-  if (!on) __atomic_store_n(&g_wd.since_ms, now_ms(), __ATOMIC_RELAXED);
+void td_watchdog_io(const char *what) {
+  if (what) {
+    if (__atomic_add_fetch(&g_wd.io, 1, __ATOMIC_ACQ_REL) > 1) return; /* nested */
+    __atomic_store_n(&g_wd.comm, g_wd.world, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_wd.since_ms, now_ms(), __ATOMIC_RELAXED);
+    __atomic_store_n(&g_wd.op, what, __ATOMIC_RELEASE);
+  } else if (__atomic_sub_fetch(&g_wd.io, 1, __ATOMIC_ACQ_REL) == 0) {
+    __atomic_store_n(&g_wd.op, (const char *)NULL, __ATOMIC_RELEASE);
+  }
 }
 
 void td_watchdog_step(int64_t step) {
@@ -126,14 +136,19 @@ static void *watch(void *arg) {
       continue;
     }
     const char *op = __atomic_load_n(&g_wd.op, __ATOMIC_ACQUIRE);
-    if (!op || __atomic_load_n(&g_wd.paused, __ATOMIC_ACQUIRE) > 0) continue;
+    if (!op) continue;
     int64_t step = __atomic_load_n(&g_wd.step, __ATOMIC_RELAXED);
     int first = __atomic_load_n(&g_wd.nsteps, __ATOMIC_RELAXED) <= 1;
-    double bound = g_wd.limit_s * (first ? FIRST_STEP_FACTOR : 1.0);
+    int io = __atomic_load_n(&g_wd.io, __ATOMIC_ACQUIRE) > 0;
+    double bound = g_wd.limit_s * (io ? IO_FACTOR : first ? FIRST_STEP_FACTOR : 1.0);
     double waited = (double)(now_ms() - __atomic_load_n(&g_wd.since_ms, __ATOMIC_RELAXED)) / 1e3;
     /* the op read above may have ended and another begun since: re-read */
     if (waited > bound && __atomic_load_n(&g_wd.op, __ATOMIC_ACQUIRE) == op) {
       report(op, __atomic_load_n(&g_wd.comm, __ATOMIC_RELAXED), waited, bound, step);
+      /* checkpoint I/O waits in blocking MPI, MPI-IO and HDF5 calls, where
+       * the main thread cannot see the flag: end the process now (the
+       * launcher ends the others) */
+      if (io) _exit(3);
       fired_at = td_now();
       __atomic_store_n(&g_wd.fired, 1, __ATOMIC_RELEASE);
     }
