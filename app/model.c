@@ -102,6 +102,22 @@ static td_status alloc_buffers(td_model *m) {
   }
   if (m->k) /* host memory, not counted: 12 bytes a row */
     TD_CHECK(td_alloc((void **)&m->rowstat_host, (size_t)3 * N * sizeof(float), "loss statistics"));
+  /* Staging (the back-end's memory is not host memory): the host copy the
+   * model's all-reduces go through — over tp the (N, C) partial sums and the
+   * cross-entropy statistics (2N), over embed_comm the tied wte's gradient
+   * (td_trainer_embed_sync) — one buffer for the largest, counted here. */
+  int64_t hs = 0;
+  if (m->staged && m->grid->tp > 1) hs = N * C > 2 * N ? N * C : 2 * N;
+  const td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);
+  if (m->staged && m->grid->pp > 1 && m->tied && wte->present &&
+      m->grid->embed_comm != MPI_COMM_NULL && wte->local_numel > hs)
+    hs = wte->local_numel;
+  if (hs > 0) {
+    m->act_bytes += (double)hs * sizeof(float);
+    if (m->k)
+      TD_CHECK(td_alloc((void **)&m->host_stage, (size_t)hs * sizeof(float),
+                        "host staging of the model's all-reduces"));
+  }
   return TD_OK;
 }
 
@@ -131,6 +147,7 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->last_stage = grid->pp_rank == grid->pp - 1;
   m->pt = m->at = strcmp(cfg->training_precision, "bf16") == 0 ? TD_DTYPE_BF16 : TD_DTYPE_F32;
   m->recompute = strcmp(cfg->training_recompute, "blocks") == 0;
+  m->staged = k ? !k->host_memory : !td_kernels_host_memory(cfg->run_device);
   TD_CHECK_GOTO(alloc_buffers(m));
   TD_CHECK_GOTO(units_create(m));
 done:
@@ -161,6 +178,7 @@ void td_model_destroy(td_model **mp) {
   }
   free(m->acts);
   td_free(m->rowstat_host);
+  td_free(m->host_stage);
   free(m->unit_begin);
   free(m->unit_end);
   free(m->unit_param);
@@ -279,7 +297,8 @@ static td_status mm_grad(td_model *m, const float *g, int64_t n, const void **ou
 static td_status tp_sum(td_model *m, float *x, int64_t n) {
   if (m->grid->tp == 1) return TD_OK;
   TD_CHECK(m->k->sync(m->k));
-  TD_CHECK(td_coll_allreduce_f32(m->grid->tp_comm, x, n, MPI_SUM, m->stats));
+  TD_CHECK(td_coll_allreduce_f32_staged(m->grid->tp_comm, m->k, x, m->host_stage, n, MPI_SUM,
+                                        m->stats));
   return TD_OK;
 }
 
@@ -440,7 +459,8 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
   TD_CHECK(k->xent_rowmax(k, a->rowmax, a->logits, N, m->Vs, vvalid));
   if (m->grid->tp > 1) {
     TD_CHECK(k->sync(k));
-    TD_CHECK(td_coll_allreduce_f32(m->grid->tp_comm, a->rowmax, N, MPI_MAX, m->stats));
+    TD_CHECK(td_coll_allreduce_f32_staged(m->grid->tp_comm, k, a->rowmax, m->host_stage, N,
+                                          MPI_MAX, m->stats));
   }
   TD_CHECK(k->xent_sumexp(k, a->sumexp, a->tlogit, a->logits, a->rowmax, a->targets, m->v0,
                           N, m->Vs, vvalid));

@@ -8,7 +8,13 @@
  * no micro-batch number is needed in the tag (MPI only guarantees tags up to
  * 32767). Sends are non-blocking and complete before their buffer is reused;
  * receives block, and the time spent in them is the stage's measured idle
- * time. */
+ * time.
+ *
+ * Staging: when the back-end's memory is not host memory, MPI sends from and
+ * receives into host copies allocated once (p->host): a send copies its
+ * buffer to the host copy of its slot and kind (kept until the send is
+ * waited, as the device buffer is without staging); a receive lands in one
+ * host buffer and is copied to the device once it has completed. */
 #include "app/td_pipeline.h"
 
 #include <stdlib.h>
@@ -28,6 +34,7 @@ struct td_pipe {
   float **grad_send;     /* per slot (N, C): gradient of the stage input, being sent */
   MPI_Request *req_act;  /* per slot: activation send in flight */
   MPI_Request *req_grad; /* per slot: gradient send in flight */
+  float *host;           /* staging only: host_copies (N, C) host copies, see host_of */
   double idle, t_start, t_end;
   int live, live_peak;
 };
@@ -39,9 +46,25 @@ int td_pipe_slots(int pp, int stage, int64_t micro, int gpipe) {
   return (int)(n > 0 ? n : 1);
 }
 
-int64_t td_pipe_bytes(int pp, int stage, int nslots, int64_t N, int64_t C) {
+/* Staging: the (N, C) host copies of a stage: one receive buffer, then one
+ * send buffer per slot for the activations (all stages but the last) and for
+ * the gradients (all stages but the first). */
+static int64_t host_copies(int pp, int stage, int nslots) {
+  return 1 + (stage < pp - 1 ? nslots : 0) + (stage > 0 ? nslots : 0);
+}
+
+int64_t td_pipe_bytes(int pp, int stage, int nslots, int64_t N, int64_t C, int staged) {
   if (pp <= 1) return 0;
-  return (int64_t)sizeof(float) * N * C * (1 + (stage > 0 ? nslots : 0));
+  int64_t host = staged ? host_copies(pp, stage, nslots) : 0; /* td_pipe_create's p->host */
+  return (int64_t)sizeof(float) * N * C * (1 + (stage > 0 ? nslots : 0) + host);
+}
+
+/* Staging: the host copy MPI uses for a receive (tag 0), or for the send of
+ * kind tag (TAG_ACT, TAG_GRAD) from slot `slot`. */
+static float *host_of(const td_pipe *p, int tag, int slot) {
+  int64_t nact = p->stage < p->pp - 1 ? p->nslots : 0;
+  int64_t i = tag == 0 ? 0 : 1 + (tag == TAG_ACT ? 0 : nact) + slot;
+  return p->host + i * p->N * p->C;
 }
 
 void td_pipe_destroy(td_pipe **pp) {
@@ -59,6 +82,7 @@ void td_pipe_destroy(td_pipe **pp) {
   for (int i = 0; p->grad_send && i < p->nslots; ++i)
     if (p->grad_send[i]) p->k->free(p->k, p->grad_send[i]);
   if (p->grad_in) p->k->free(p->k, p->grad_in);
+  td_free(p->host);
   free(p->grad_send);
   free(p->req_act);
   free(p->req_grad);
@@ -86,6 +110,10 @@ td_status td_pipe_create(struct td_trainer *t, td_pipe **out) {
     if (p->stage > 0)
       for (int i = 0; i < p->nslots; ++i)
         TD_CHECK_GOTO(t->k->alloc(t->k, (void **)&p->grad_send[i], bytes, "pipeline send buffer"));
+    if (!t->k->host_memory)
+      TD_CHECK_GOTO(td_alloc((void **)&p->host,
+                             (size_t)host_copies(p->pp, p->stage, p->nslots) * bytes,
+                             "host staging of pipeline messages"));
   }
 done:
   if (st != TD_OK) {
@@ -102,7 +130,8 @@ void td_pipe_stats(const td_pipe *p, double *idle_s, double *step_s, int *live_p
   *live_peak = p->live_peak;
 }
 
-/* Blocking receive of n floats from pipeline rank `src`, counted as idle time. */
+/* Blocking receive of n floats from pipeline rank `src`, counted as idle
+ * time (staging: into the host copy, then to buf). */
 static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src, int tag) {
   int n = 0;
   TD_CHECK(td_mpi_count(p->N * p->C, &n));
@@ -110,8 +139,10 @@ static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src
   const char *op = tag == TAG_ACT ? "MPI_Recv (activations from the previous pipeline stage)"
                                   : "MPI_Recv (gradients from the next pipeline stage)";
   MPI_Request r = MPI_REQUEST_NULL;
-  TD_MPI_CHECK(td_watched(MPI_Irecv(buf, n, MPI_FLOAT, src, tag, t->grid->pp_comm, &r), op,
+  float *into = p->host ? host_of(p, 0, 0) : buf;
+  TD_MPI_CHECK(td_watched(MPI_Irecv(into, n, MPI_FLOAT, src, tag, t->grid->pp_comm, &r), op,
                           t->grid->pp_comm, &r));
+  if (p->host) TD_CHECK(t->k->to_device(t->k, buf, into, (size_t)n * sizeof(float)));
   double dt = td_now() - t0;
   p->idle += dt;
   t->stats.bytes[TD_COLL_SENDRECV] += (double)n * 4.0;
@@ -120,11 +151,18 @@ static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src
   return TD_OK;
 }
 
-static td_status send_to(struct td_trainer *t, td_pipe *p, const float *buf, int dst, int tag,
-                         MPI_Request *req) {
+/* Non-blocking send of buf (N, C), the message of kind tag from `slot`;
+ * *req is waited by wait_send before buf (or its host copy) is reused. */
+static td_status send_to(struct td_trainer *t, td_pipe *p, const float *buf, int slot, int dst,
+                         int tag, MPI_Request *req) {
   int n = 0;
   TD_CHECK(td_mpi_count(p->N * p->C, &n));
   TD_CHECK(t->k->sync(t->k));
+  if (p->host) { /* staging: send the slot's host copy */
+    float *h = host_of(p, tag, slot);
+    TD_CHECK(t->k->to_host(t->k, h, buf, (size_t)n * sizeof(float)));
+    buf = h;
+  }
   TD_MPI_CHECK(MPI_Isend(buf, n, MPI_FLOAT, dst, tag, t->grid->pp_comm, req));
   t->stats.bytes[TD_COLL_SENDRECV] += (double)n * 4.0;
   t->stats.calls[TD_COLL_SENDRECV]++;
@@ -152,7 +190,7 @@ static td_status fwd(struct td_trainer *t, td_pipe *p, int64_t j, double *loss) 
   TD_CHECK(td_model_forward(m, slot, t->tok_in, t->tok_tgt, &ls));
   *loss += ls;
   if (p->stage < p->pp - 1) {
-    TD_CHECK(send_to(t, p, td_model_stage_output(m, slot), p->stage + 1, TAG_ACT,
+    TD_CHECK(send_to(t, p, td_model_stage_output(m, slot), slot, p->stage + 1, TAG_ACT,
                      &p->req_act[slot]));
     TD_CHECK(td_test_fail_point("pipe_send")); /* a send in flight */
   }
@@ -174,7 +212,7 @@ static td_status bwd(struct td_trainer *t, td_pipe *p, int64_t j, double global_
     size_t bytes = (size_t)(p->N * p->C) * sizeof(float);
     TD_CHECK(k->zero(k, p->grad_send[slot], bytes));
     TD_CHECK(k->add(k, p->grad_send[slot], p->grad_send[slot], td_model_input_grad(m), p->N * p->C));
-    TD_CHECK(send_to(t, p, p->grad_send[slot], p->stage - 1, TAG_GRAD, &p->req_grad[slot]));
+    TD_CHECK(send_to(t, p, p->grad_send[slot], slot, p->stage - 1, TAG_GRAD, &p->req_grad[slot]));
   }
   TD_CHECK(td_trainer_embed_sync(t));
   p->live--;
@@ -225,7 +263,7 @@ td_status td_pipe_forward(struct td_trainer *t, const int32_t *inputs, const int
   TD_CHECK(td_model_forward(m, 0, inputs, targets, loss_sum));
   if (p->stage < p->pp - 1) {
     MPI_Request r = MPI_REQUEST_NULL;
-    TD_CHECK(send_to(t, p, td_model_stage_output(m, 0), p->stage + 1, TAG_ACT, &r));
+    TD_CHECK(send_to(t, p, td_model_stage_output(m, 0), 0, p->stage + 1, TAG_ACT, &r));
     TD_CHECK(wait_send(t, p, &r));
   }
   p->idle = idle;

@@ -89,7 +89,12 @@ struct td_model {
   float *dres, *dtmp, *dln, *dqkv, *datty, *dfch, *datt_scratch;
   void *dmm;             /* bf16: a gradient rounded for the matmuls that read it */
   float *rowstat_host;   /* (3N) host staging for cross-entropy statistics */
-  double act_bytes;      /* back-end bytes of activations, scratch, tokens */
+  int staged;            /* the back-end's memory is not host memory: MPI gets host copies */
+  float *host_stage;     /* staged only: the host copy of the model's all-reduces (tp sums,
+                            cross-entropy statistics, the tied wte's gradient over
+                            embed_comm); NULL otherwise */
+  double act_bytes;      /* back-end bytes of activations, scratch, tokens (and, when
+                            staged, of host_stage) */
   int64_t valid_rows;    /* positions counted in the loss sum (default B·T;
                             evaluation of a partial micro-batch lowers it) */
   /* units (see above): flat ranges and where their elements live now */

@@ -19,8 +19,12 @@ typedef struct td_pipe td_pipe;
 int td_pipe_slots(int pp, int stage, int64_t micro, int gpipe);
 td_status td_pipe_create(struct td_trainer *t, td_pipe **out);
 /* Bytes td_pipe_create allocates on `stage` with `nslots` activation slots
- * of N·C floats: the received gradient and one send buffer per slot. */
-int64_t td_pipe_bytes(int pp, int stage, int nslots, int64_t N, int64_t C);
+ * of N·C floats: the received gradient and one send buffer per slot; when
+ * `staged` (the back-end's memory is not host memory) also the host copies
+ * MPI works on: a receive buffer and per slot a send buffer for the
+ * activations (stages but the last) and one for the gradients (stages but
+ * the first). */
+int64_t td_pipe_bytes(int pp, int stage, int nslots, int64_t N, int64_t C, int staged);
 void td_pipe_destroy(td_pipe **p);
 
 /* Run the forwards and backwards of the step's micro-batches (this dp

@@ -20,7 +20,10 @@
 
 /* Bytes one rank allocates in the compute back-end, by what they hold:
  * from the ZeRO engine (td_zero_bytes), and the model's activations,
- * backward scratch and tokens plus the pipeline's message buffers. */
+ * backward scratch and tokens plus the pipeline's message buffers. When the
+ * back-end's memory is not host memory, the host staging copies MPI works on
+ * are counted too: the engine's in work, the model's and the pipeline's in
+ * act. */
 typedef struct td_mem_plan {
   int64_t param, grad, optim, work, act;
   int64_t params_local; /* parameters of this rank's shard (td_trainer_plan) */

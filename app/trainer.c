@@ -11,6 +11,9 @@
 
 #include "io/td_h5.h"
 #include "io/td_model_file.h"
+#ifdef TD_HAVE_CUDA
+#include "kernels/cuda/td_cuda.h"
+#endif
 #include "parallel/td_mpi.h"
 #include "parallel/td_watchdog.h"
 
@@ -26,17 +29,50 @@ double td_lr_at(const td_config *cfg, int64_t s) {
   return lr; /* constant */
 }
 
-/* Threads per rank: run.threads, else OMP_NUM_THREADS, else cores / ranks on
- * this node. Collective on app->world: the node split is made on every rank,
- * whatever its own environment says (ranks may be launched with different
- * environments: an MPMD launch, a site wrapper), then each rank decides. */
-static td_status pick_threads(td_app *app, const td_config *cfg, int *out) {
+/* This rank's place on its node: its rank among the ranks sharing the node
+ * and their number. Collective on app->world: the node split is made on
+ * every rank, whatever its own environment or deck says (ranks may be
+ * launched with different environments: an MPMD launch, a site wrapper);
+ * what each rank does with the answer (pick_threads, pick_device) is local. */
+static td_status node_place(td_app *app, int *local_rank, int *local_size) {
   MPI_Comm node = MPI_COMM_NULL;
-  int local = 1;
+  *local_rank = 0, *local_size = 1;
   TD_MPI_CHECK(MPI_Comm_split_type(app->world, MPI_COMM_TYPE_SHARED, app->rank, MPI_INFO_NULL, &node));
-  int rc = MPI_Comm_size(node, &local);
+  int rc = MPI_Comm_size(node, local_size);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(node, local_rank);
   MPI_Comm_free(&node);
   TD_MPI_CHECK(rc);
+  return TD_OK;
+}
+
+/* run.device: cuda: this rank drives GPU local_rank mod (visible devices),
+ * made current before the back-end is created. When the node's ranks
+ * outnumber its GPUs several ranks share one; NCCL cannot place two ranks of
+ * a communicator on one GPU, so the collectives go through MPI on host
+ * staging copies — a warning says so (rank 0, for its node). Not
+ * collective: no collective depends on the choice. No device visible: the
+ * back-end's creation fails with the reason. The one place a build without
+ * CUDA differs (STYLE 12). */
+static td_status pick_device(const td_config *cfg, int local_rank, int local_size) {
+  if (strcmp(cfg->run_device, "cuda") != 0) return TD_OK;
+#ifdef TD_HAVE_CUDA
+  int n = td_kernels_cuda_devices();
+  if (n <= 0) return TD_OK;
+  int dev = local_rank % n;
+  if (local_size > n)
+    td_warn("%d ranks on this node share its %d GPU%s (GPU %d serves local ranks %d, %d, ...): "
+            "the collectives are staged through host memory (MPI), not NCCL",
+            local_size, n, n == 1 ? "" : "s", dev, dev, dev + n);
+  TD_CHECK(td_kernels_cuda_select(dev));
+#else
+  (void)local_rank, (void)local_size;
+#endif
+  return TD_OK;
+}
+
+/* Threads per rank: run.threads, else OMP_NUM_THREADS, else cores / ranks on
+ * this node (local: the node's rank count, from node_place). */
+static td_status pick_threads(const td_config *cfg, int local, int *out) {
   const char *env = getenv("OMP_NUM_THREADS");
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int n = cfg->run_threads > 0 ? (int)cfg->run_threads
@@ -96,7 +132,8 @@ td_status td_trainer_embed_sync(td_trainer *t) {
       (stage >= 2 || t->micro_j == t->accum - 1)) {
     float *g = m->unit_grad[0] + (wte->offset - m->unit_begin[0]);
     TD_CHECK(t->k->sync(t->k));
-    TD_CHECK(td_coll_allreduce_f32(t->grid->embed_comm, g, wte->local_numel, MPI_SUM, &t->stats));
+    TD_CHECK(td_coll_allreduce_f32_staged(t->grid->embed_comm, t->k, g, m->host_stage,
+                                          wte->local_numel, MPI_SUM, &t->stats));
   }
   TD_CHECK(td_zero_release(t->zero, 0, 1));
   return TD_OK;
@@ -135,6 +172,7 @@ static td_status zero_opts(const td_config *c, const td_grid *g, const td_model 
   o->persistent_units[0] = 0;             /* {wte, wpe}: used at both ends */
   o->persistent_units[1] = m->nunits - 1; /* {ln_f} */
   o->pt = m->pt;
+  o->staged = m->staged; /* for the size query; with a back-end the engine asks it */
   return TD_OK;
 }
 
@@ -147,8 +185,9 @@ static int model_slots(const td_config *c, const td_grid *g) {
 static void mem_of(const td_config *c, const td_grid *g, const td_model *m, const td_zero *z,
                    td_mem_plan *mem) {
   td_zero_bytes(z, &mem->param, &mem->grad, &mem->optim, &mem->work);
-  mem->act = (int64_t)m->act_bytes +
-             td_pipe_bytes(g->pp, g->pp_rank, m->nslots, m->B * c->model_seq_len, c->model_dim);
+  mem->act = (int64_t)m->act_bytes + td_pipe_bytes(g->pp, g->pp_rank, m->nslots,
+                                                   m->B * c->model_seq_len, c->model_dim,
+                                                   m->staged);
   mem->params_local = m->reg->total_local;
   mem->live_micro = m->nslots;
 }
@@ -262,8 +301,11 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   TD_CHECK_GOTO(td_grid_create(app->world, (int)c->parallel_dp, (int)c->parallel_tp,
                                (int)c->parallel_pp, &t->grid));
   TD_CHECK_GOTO(td_watchdog_start(app->world, (double)c->run_watchdog_s));
-  TD_CHECK_GOTO(pick_threads(app, c, &t->threads));
-  st = td_kernels_create(c->run_device, t->threads, &t->k);
+  int local_rank = 0, local_size = 1;
+  TD_CHECK_GOTO(node_place(app, &local_rank, &local_size));
+  TD_CHECK_GOTO(pick_threads(c, local_size, &t->threads));
+  st = pick_device(c, local_rank, local_size);
+  if (st == TD_OK) st = td_kernels_create(c->run_device, t->threads, &t->k);
   TD_CHECK_GOTO(td_agree(app->world, st));
   t->B = td_config_micro_batch(c);
   t->accum = td_config_accum_steps(c);

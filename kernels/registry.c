@@ -44,6 +44,12 @@ int td_kernels_precision_ok(const char *device, const char *precision, char *why
   return 1;
 }
 
+int td_kernels_host_memory(const char *device) {
+  if (device && strcmp(device, "cpu") == 0) return td_kernels_cpu_host_memory();
+  if (device && strcmp(device, "cuda") == 0) return 0;
+  return 1;
+}
+
 void td_kernels_destroy(td_kernels **k) {
   if (!k || !*k) return;
   if ((*k)->destroy) (*k)->destroy(*k);

@@ -194,6 +194,14 @@ struct td_kernels {
 td_status td_kernels_cpu_create(int threads, td_kernels **out);
 /* 1 if this build's CPU matmul engine takes bf16 operands (oneDNN), 0 if not (CBLAS). */
 int td_kernels_cpu_bf16(void);
+/* The CPU back-end's host_memory: 1, or 0 under the test-only switch
+ * TD_TEST_STAGED=1 (cpu_backend.c), which makes every MPI call on its
+ * buffers stage through host copies as a device back-end must. */
+int td_kernels_cpu_host_memory(void);
+/* The host_memory of the back-end named `device` ("cpu", "cuda") without
+ * creating it: size queries (`trident check`) count host staging buffers
+ * exactly when the run will allocate them. Unknown devices: 1. */
+int td_kernels_host_memory(const char *device);
 /* Whether the back-end `device` of this build computes `precision`
  * ("fp32", "bf16") without creating it; 0 with the reason in why. For
  * `trident check` and the trainer's set-up (every rank decides the same). */

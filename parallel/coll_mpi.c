@@ -1,4 +1,5 @@
-/* coll_mpi.c — the MPI implementation of the collectives (host memory). */
+/* coll_mpi.c — the MPI implementation of the collectives (host memory; the
+ * _staged calls copy a device back-end's buffers through host memory). */
 #include "parallel/td_coll.h"
 
 #include <limits.h>
@@ -56,6 +57,19 @@ td_status td_coll_allreduce_f32(MPI_Comm comm, float *buf, int64_t n, MPI_Op op,
 td_status td_coll_allreduce_f64(MPI_Comm comm, double *buf, int64_t n, MPI_Op op,
                                 td_coll_stats *stats) {
   return allreduce(comm, buf, n, MPI_DOUBLE, sizeof(double), op, stats);
+}
+
+td_status td_coll_allreduce_f32_staged(MPI_Comm comm, td_kernels *k, float *buf, float *stage,
+                                       int64_t n, MPI_Op op, td_coll_stats *stats) {
+  if (k->host_memory) return allreduce(comm, buf, n, MPI_FLOAT, sizeof(float), op, stats);
+  if (comm_size(comm) == 1 || n == 0) return TD_OK;
+  if (!stage) TD_FAIL(TD_ERR_INTERNAL, "staged all-reduce of %lld floats without a host buffer",
+                      (long long)n);
+  size_t bytes = (size_t)n * sizeof(float);
+  TD_CHECK(k->to_host(k, stage, buf, bytes));
+  TD_CHECK(allreduce(comm, stage, n, MPI_FLOAT, sizeof(float), op, stats));
+  TD_CHECK(k->to_device(k, buf, stage, bytes));
+  return TD_OK;
 }
 
 td_status td_coll_bcast_f32(MPI_Comm comm, float *buf, int64_t n, int root, td_coll_stats *stats) {

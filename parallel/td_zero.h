@@ -29,7 +29,9 @@
  * every use of a unit with td_zero_acquire / td_zero_release. Gradients are
  * SUMMED over dp (the caller scales the loss by the global token count). All
  * communication is on dp_comm; every rank makes the same calls in the same
- * order. Host memory (MPI back-end). */
+ * order. The buffers are the back-end's (k->alloc); MPI works on them
+ * directly when they are host memory, else on host copies the engine
+ * allocates once at creation (staging: zero.c), with the same results. */
 #ifndef TD_ZERO_H
 #define TD_ZERO_H
 
@@ -61,6 +63,9 @@ typedef struct td_zero_opts {
   const int64_t *unit_begin, *unit_end; /* ranges; begin ≥ end means empty */
   int persistent_units[2]; /* units kept gathered for the whole step (stage 3), -1: none */
   td_dtype pt;             /* type of the parameters handed out (TD_DTYPE_F32 or TD_DTYPE_BF16) */
+  int staged;              /* size query only (k == NULL): the back-end's memory is not host
+                              memory, so count the host staging buffers (with a back-end,
+                              !k->host_memory decides) */
 } td_zero_opts;
 
 typedef struct td_zero td_zero;
@@ -130,7 +135,9 @@ td_status td_zero_gather_params(td_zero *z);
  * working buffers (stages 2–3: per slot a unit's gradients and its
  * reduce-scatter share, at stage 3 also its gathered parameters; slots 0 and
  * 1 sized for the two persistent units, the block slots for the largest
- * other unit). */
+ * other unit; when staging, also the host copies MPI works on: per slot one
+ * of its buffer and one of this rank's part of a unit, and at dp > 1 one of
+ * the full buffer (stages 0–2) and of the gradient shard (stage 1)). */
 void td_zero_bytes(const td_zero *z, int64_t *param, int64_t *grad, int64_t *optim, int64_t *work);
 /* Stages 2–3: the smallest number of gradient reductions launched between a
  * block slot's launch and its reuse (INT64_MAX if none was reused). With the

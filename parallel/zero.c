@@ -1,4 +1,14 @@
-/* zero.c — ZeRO stages 0–3 over MPI (see td_zero.h for the contract). */
+/* zero.c — ZeRO stages 0–3 over MPI (see td_zero.h for the contract).
+ *
+ * Staging. When the back-end's buffers are not host memory (k->host_memory
+ * 0: a GPU; MPI is never handed device memory) every collective runs on host
+ * copies allocated once at creation (z->staged): the device data is copied
+ * to the host copy (k->to_host, which waits for the device) just before the
+ * non-blocking call is posted, the call works on the host copy, and where
+ * the collective writes, the result is copied back (k->to_device) where its
+ * request is waited — finish_grad_slot, finish_slot_gather, the request list
+ * of stages 0–1 in td_zero_finish_grads — never before. With host memory
+ * none of this runs and MPI works on the buffers themselves. */
 #include "parallel/td_zero.h"
 
 #include <limits.h>
@@ -24,9 +34,21 @@ typedef struct {
   MPI_Request req;
   float *buf;        /* the largest unit this slot serves (parameters: of type o.pt) */
   float *recv;       /* gradients: this rank's part of the reduce-scatter */
+  void *hbuf;        /* staging: host copy of buf (what MPI reads and writes) */
+  void *hpart;       /* staging: host copy of this rank's part: gradients the share
+                        received (of recv), parameters the part sent */
   int64_t recv_off;  /* where recv goes in the gradient shard */
   int recv_n;
 } slot;
+
+/* Stages 0–1: a reduction in flight and, when staging, the copy back to the
+ * device that its completion allows: n floats from host to dev (n 0: none). */
+typedef struct {
+  MPI_Request req;
+  float *dev;
+  const float *host;
+  int64_t n;
+} reduction;
 
 /* What the engine allocates, by kind (td_zero_bytes). */
 enum { ZB_PARAM, ZB_GRAD, ZB_OPTIM, ZB_WORK, ZB_KINDS };
@@ -45,8 +67,13 @@ struct td_zero {
   slot pslots[2 + TD_ZERO_BLOCK_SLOTS], gslots[2 + TD_ZERO_BLOCK_SLOTS];
   int nslots;
   /* stage 0/1: outstanding reductions */
-  MPI_Request reqs[MAX_REQ];
+  reduction reqs[MAX_REQ];
   int nreq;
+  /* staging (k->host_memory 0): host copies MPI works on, allocated once */
+  int staged;
+  float *hfull;   /* (npad) stages 0–2, dp > 1: the gradient buffer's reductions
+                     (stages 0–1), the parameter all-gather (stages 1–2) */
+  float *hgshard; /* (S) stage 1, dp > 1: the reduce-scatter's receive side */
   int64_t bucket_lo, bucket_hi; /* stage 0: released range not yet launched */
   int last_micro;
   int64_t micro;
@@ -107,6 +134,13 @@ static td_status zalloc(td_zero *z, float **p, size_t bytes, int kind, const cha
   return z->k->alloc(z->k, (void **)p, bytes, what);
 }
 
+/* A host staging buffer (z->staged only), counted as working memory. */
+static td_status halloc(td_zero *z, void **p, size_t bytes, const char *what) {
+  z->bytes[ZB_WORK] += (int64_t)bytes;
+  if (!z->k) return TD_OK;
+  return td_alloc(p, bytes, what);
+}
+
 static int is_persistent(const td_zero *z, int u) {
   return u == z->o.persistent_units[0] || u == z->o.persistent_units[1];
 }
@@ -129,7 +163,8 @@ static void slot_need(const td_zero *z, int i, int64_t *elems, int64_t *share) {
 static td_status progress(td_zero *z) {
   int flag = 0;
   for (int i = 0; i < z->nreq; ++i)
-    if (z->reqs[i] != MPI_REQUEST_NULL) TD_MPI_CHECK(MPI_Test(&z->reqs[i], &flag, MPI_STATUS_IGNORE));
+    if (z->reqs[i].req != MPI_REQUEST_NULL)
+      TD_MPI_CHECK(MPI_Test(&z->reqs[i].req, &flag, MPI_STATUS_IGNORE));
   for (int i = 0; i < z->nslots; ++i) {
     if (z->pslots[i].pending) TD_MPI_CHECK(MPI_Test(&z->pslots[i].req, &flag, MPI_STATUS_IGNORE));
     if (z->gslots[i].pending) TD_MPI_CHECK(MPI_Test(&z->gslots[i].req, &flag, MPI_STATUS_IGNORE));
@@ -144,6 +179,7 @@ td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *st
   if (!z) TD_FAIL(TD_ERR_NOMEM, "out of memory");
   z->o = *o;
   z->k = k, z->stats = stats;
+  z->staged = k ? !k->host_memory : o->staged;
   if (MPI_Comm_size(o->dp_comm, &z->dp) != MPI_SUCCESS ||
       MPI_Comm_rank(o->dp_comm, &z->rank) != MPI_SUCCESS)
     TD_FAIL_GOTO(TD_ERR_MPI, "ZeRO engine: the data-parallel communicator is not usable");
@@ -191,7 +227,20 @@ td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *st
                            "gathered unit parameters"));
     TD_CHECK_GOTO(zalloc(z, &gs->buf, ub, ZB_WORK, "unit gradients"));
     TD_CHECK_GOTO(zalloc(z, &gs->recv, rb, ZB_WORK, "gradient shard receive buffer"));
+    if (!z->staged) continue;
+    if (stage == 3) {
+      TD_CHECK_GOTO(halloc(z, &ps->hbuf, ub / sizeof(float) * z->psz,
+                           "host staging of gathered unit parameters"));
+      TD_CHECK_GOTO(halloc(z, &ps->hpart, rb / sizeof(float) * z->psz,
+                           "host staging of a unit's parameter shard"));
+    }
+    TD_CHECK_GOTO(halloc(z, &gs->hbuf, ub, "host staging of unit gradients"));
+    TD_CHECK_GOTO(halloc(z, &gs->hpart, rb, "host staging of a gradient shard"));
   }
+  if (z->staged && stage <= 2 && z->dp > 1)
+    TD_CHECK_GOTO(halloc(z, (void **)&z->hfull, full, "host staging of gradients and parameters"));
+  if (z->staged && stage == 1 && z->dp > 1)
+    TD_CHECK_GOTO(halloc(z, (void **)&z->hgshard, shard, "host staging of the gradient shard"));
   z->reuse_min = INT64_MAX;
   z->bucket_lo = z->bucket_hi = -1;
 done:
@@ -214,15 +263,19 @@ void td_zero_destroy(td_zero **zp) {
   for (int i = 0; i < z->nslots; ++i) inflight |= z->pslots[i].pending || z->gslots[i].pending;
   if (inflight && td_error_alone()) return;
   for (int i = 0; i < z->nreq; ++i)
-    if (z->reqs[i] != MPI_REQUEST_NULL) MPI_Wait(&z->reqs[i], MPI_STATUS_IGNORE);
+    if (z->reqs[i].req != MPI_REQUEST_NULL) MPI_Wait(&z->reqs[i].req, MPI_STATUS_IGNORE);
   for (int i = 0; i < z->nslots; ++i) {
     slot *ss[2] = {&z->pslots[i], &z->gslots[i]};
     for (int j = 0; j < 2; ++j) {
       if (ss[j]->pending) MPI_Wait(&ss[j]->req, MPI_STATUS_IGNORE);
       if (z->k && ss[j]->buf) z->k->free(z->k, ss[j]->buf);
       if (z->k && ss[j]->recv) z->k->free(z->k, ss[j]->recv);
+      td_free(ss[j]->hbuf);
+      td_free(ss[j]->hpart);
     }
   }
+  td_free(z->hfull);
+  td_free(z->hgshard);
   void *bufs[] = {z->params, z->grads, z->gshard, z->m, z->v, z->p16};
   for (int i = 0; i < 6; ++i)
     if (z->k && bufs[i]) z->k->free(z->k, bufs[i]);
@@ -287,7 +340,13 @@ static td_status start_gather(td_zero *z, int u, slot *s) {
   s->valid = 0;
   s->pending = 1;
   TD_CHECK(z->k->sync(z->k));
-  TD_MPI_CHECK(MPI_Iallgatherv(send, UCOUNTS(z, u)[z->rank], t, s->buf, UCOUNTS(z, u),
+  void *recv = s->buf;
+  if (z->staged) { /* gather host copies; finish_slot_gather copies the unit back */
+    int c = UCOUNTS(z, u)[z->rank];
+    if (c > 0) TD_CHECK(z->k->to_host(z->k, s->hpart, send, (size_t)c * z->psz));
+    send = s->hpart, recv = s->hbuf;
+  }
+  TD_MPI_CHECK(MPI_Iallgatherv(send, UCOUNTS(z, u)[z->rank], t, recv, UCOUNTS(z, u),
                               UDISPLS(z, u), t, z->o.dp_comm, &s->req));
   count_stats(z, TD_COLL_ALLGATHER,
               (double)(z->ue[u] - z->ub[u]) * (double)z->psz * (double)(z->dp - 1) / z->dp);
@@ -298,6 +357,9 @@ static td_status finish_slot_gather(td_zero *z, slot *s) {
   if (s->pending) {
     TD_CHECK(wait_req(z, &s->req, TD_COLL_ALLGATHER));
     s->pending = 0;
+    if (z->staged) /* the gathered unit back to the device */
+      TD_CHECK(z->k->to_device(z->k, s->buf, s->hbuf,
+                               (size_t)(z->ue[s->unit] - z->ub[s->unit]) * z->psz));
     s->valid = 1;
   }
   return TD_OK;
@@ -343,6 +405,8 @@ static td_status finish_grad_slot(td_zero *z, slot *s) {
   if (!s->pending) return TD_OK;
   TD_CHECK(wait_req(z, &s->req, TD_COLL_REDUCE_SCATTER));
   s->pending = 0;
+  if (s->recv_n > 0 && z->staged) /* the reduced share back to the device */
+    TD_CHECK(z->k->to_device(z->k, s->recv, s->hpart, (size_t)s->recv_n * sizeof(float)));
   if (s->recv_n > 0)
     TD_CHECK(z->k->add(z->k, z->gshard + s->recv_off, z->gshard + s->recv_off, s->recv, s->recv_n));
   return TD_OK;
@@ -379,7 +443,12 @@ static td_status launch_grad_slot(td_zero *z, int u, slot *s) {
   TD_CHECK(z->k->sync(z->k));
   s->pending = 1;
   s->seq = z->launches++;
-  TD_MPI_CHECK(MPI_Ireduce_scatter(s->buf, s->recv, UCOUNTS(z, u), MPI_FLOAT, MPI_SUM,
+  float *send = s->buf, *recv = s->recv;
+  if (z->staged) { /* reduce the host copy; finish_grad_slot copies the share back */
+    TD_CHECK(z->k->to_host(z->k, s->hbuf, s->buf, (size_t)(z->ue[u] - z->ub[u]) * sizeof(float)));
+    send = s->hbuf, recv = s->hpart;
+  }
+  TD_MPI_CHECK(MPI_Ireduce_scatter(send, recv, UCOUNTS(z, u), MPI_FLOAT, MPI_SUM,
                                    z->o.dp_comm, &s->req));
   count_stats(z, TD_COLL_REDUCE_SCATTER,
               (double)(z->ue[u] - z->ub[u]) * 4.0 * (double)(z->dp - 1) / z->dp);
@@ -388,9 +457,12 @@ static td_status launch_grad_slot(td_zero *z, int u, slot *s) {
 
 /* ---- stages 0–1: reductions of the full gradient buffer ---------------------------- */
 
-static td_status push_req(td_zero *z, MPI_Request r) {
+/* Record request r; when staging, td_zero_finish_grads copies n floats from
+ * host to dev once it is complete (n 0: nothing to copy). */
+static td_status push_req(td_zero *z, MPI_Request r, float *dev, const float *host, int64_t n) {
   if (z->nreq == MAX_REQ) TD_FAIL(TD_ERR_INTERNAL, "too many outstanding reductions");
-  z->reqs[z->nreq++] = r;
+  reduction *x = &z->reqs[z->nreq++];
+  x->req = r, x->dev = dev, x->host = host, x->n = z->staged ? n : 0;
   return TD_OK;
 }
 
@@ -399,12 +471,15 @@ static td_status launch_bucket(td_zero *z) {
   int64_t lo = z->bucket_lo, n = z->bucket_hi - z->bucket_lo;
   z->bucket_lo = z->bucket_hi = -1;
   TD_CHECK(z->k->sync(z->k));
+  /* staging: the bucket's range of the host copy, reduced there */
+  float *buf = z->staged ? z->hfull : z->grads;
+  if (z->staged) TD_CHECK(z->k->to_host(z->k, buf + lo, z->grads + lo, (size_t)n * sizeof(float)));
   for (int64_t off = 0; off < n; off += INT_MAX) {
     int c = (int)imin(n - off, INT_MAX);
     MPI_Request r;
-    TD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, z->grads + lo + off, c, MPI_FLOAT, MPI_SUM,
+    TD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf + lo + off, c, MPI_FLOAT, MPI_SUM,
                                 z->o.dp_comm, &r));
-    TD_CHECK(push_req(z, r));
+    TD_CHECK(push_req(z, r, z->grads + lo + off, buf + lo + off, c));
   }
   count_stats(z, TD_COLL_ALLREDUCE, 2.0 * (double)(z->dp - 1) / z->dp * (double)n * 4.0);
   return TD_OK;
@@ -414,12 +489,19 @@ static td_status launch_bucket(td_zero *z) {
 static td_status launch_unit_rs(td_zero *z, int u) {
   int64_t lo, hi;
   unit_part(z, u, z->rank, &lo, &hi);
-  float *recv = z->gshard + (hi > lo ? lo - (int64_t)z->rank * z->S : 0);
+  int64_t at = hi > lo ? lo - (int64_t)z->rank * z->S : 0;
   MPI_Request r = MPI_REQUEST_NULL;
   TD_CHECK(z->k->sync(z->k));
-  TD_MPI_CHECK(MPI_Ireduce_scatter(z->grads + z->ub[u], recv, UCOUNTS(z, u), MPI_FLOAT, MPI_SUM,
+  /* staging: the unit's range of the host copy into the host shard */
+  float *send = z->grads + z->ub[u], *recv = z->gshard + at;
+  if (z->staged) {
+    send = z->hfull + z->ub[u], recv = z->hgshard + at;
+    TD_CHECK(z->k->to_host(z->k, send, z->grads + z->ub[u],
+                           (size_t)(z->ue[u] - z->ub[u]) * sizeof(float)));
+  }
+  TD_MPI_CHECK(MPI_Ireduce_scatter(send, recv, UCOUNTS(z, u), MPI_FLOAT, MPI_SUM,
                                    z->o.dp_comm, &r));
-  TD_CHECK(push_req(z, r));
+  TD_CHECK(push_req(z, r, z->gshard + at, recv, UCOUNTS(z, u)[z->rank]));
   count_stats(z, TD_COLL_REDUCE_SCATTER,
               (double)(z->ue[u] - z->ub[u]) * 4.0 * (double)(z->dp - 1) / z->dp);
   return TD_OK;
@@ -517,9 +599,13 @@ td_status td_zero_finish_grads(td_zero *z) {
   if (stage <= 1) {
     TD_CHECK(launch_bucket(z));
     double t0 = td_now();
-    for (int i = 0; i < z->nreq; ++i)
+    for (int i = 0; i < z->nreq; ++i) {
+      reduction *x = &z->reqs[i];
       TD_MPI_CHECK(td_watchdog_wait("MPI_Wait (data-parallel gradient reduction)", z->o.dp_comm,
-                                    &z->reqs[i]));
+                                    &x->req));
+      if (x->n > 0) /* staging: the reduced host copy back to the device */
+        TD_CHECK(z->k->to_device(z->k, x->dev, x->host, (size_t)x->n * sizeof(float)));
+    }
     if (z->stats) z->stats->ms[stage == 0 ? TD_COLL_ALLREDUCE : TD_COLL_REDUCE_SCATTER] +=
         1e3 * (td_now() - t0);
     z->nreq = 0;
@@ -587,10 +673,17 @@ td_status td_zero_gather_params(td_zero *z) {
     int c = 0;
     TD_CHECK(td_mpi_count(z->S, &c));
     MPI_Request r = MPI_REQUEST_NULL;
-    TD_MPI_CHECK(td_watched(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, z->params, c,
+    /* staging: the owned shard into the host copy, gathered there, all copied back */
+    float *buf = z->staged ? z->hfull : z->params, *own = z->params + (int64_t)z->rank * z->S;
+    if (z->staged)
+      TD_CHECK(z->k->to_host(z->k, buf + (int64_t)z->rank * z->S, own,
+                             (size_t)z->S * sizeof(float)));
+    TD_MPI_CHECK(td_watched(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c,
                                            MPI_FLOAT, z->o.dp_comm, &r),
                             "MPI_Allgather (ZeRO parameters after the optimizer)", z->o.dp_comm,
                             &r));
+    if (z->staged)
+      TD_CHECK(z->k->to_device(z->k, z->params, buf, (size_t)z->npad * sizeof(float)));
     if (z->stats) {
       z->stats->ms[TD_COLL_ALLGATHER] += 1e3 * (td_now() - t0);
       count_stats(z, TD_COLL_ALLGATHER, (double)z->npad * 4.0 * (double)(z->dp - 1) / z->dp);

@@ -2,6 +2,7 @@
  * td_kernels_cpu_create. The CPU kernels are the reference every other
  * back-end is tested against. */
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
@@ -43,6 +44,17 @@ static void cpu_destroy(td_kernels *k) {
 
 int td_kernels_cpu_bf16(void) { return td_cpu_mm_engine_bf16; }
 
+/* Test-only (TD_TEST_STAGED=1; td_error.h lists the TD_TEST_* switches):
+ * the back-end says its memory is not host memory, so every MPI call on its
+ * buffers goes through the host staging a device back-end needs, testable
+ * without a GPU. to_host and to_device stay memcpy: the numbers are the
+ * same bits. Staging changes local copies only, never which collectives run,
+ * so it is safe when set on some ranks only. Never set it outside tests. */
+int td_kernels_cpu_host_memory(void) {
+  const char *e = getenv("TD_TEST_STAGED");
+  return !(e && strcmp(e, "1") == 0);
+}
+
 td_status td_kernels_cpu_create(int threads, td_kernels **out) {
   td_status st = TD_OK;
   td_kernels *k = NULL;
@@ -64,7 +76,7 @@ td_status td_kernels_cpu_create(int threads, td_kernels **out) {
   TD_CHECK_GOTO(td_cpu_mm_engine_create(s));
 
   k->name = "cpu";
-  k->host_memory = 1;
+  k->host_memory = td_kernels_cpu_host_memory(); /* 1 unless TD_TEST_STAGED=1 */
   k->matmul_name = td_cpu_mm_engine_name;
   k->bf16_matmul = s->bf16;
   k->alloc = cpu_alloc;

@@ -20,6 +20,8 @@
 #   --steps S          (default 20)
 #   --run-set k=v      a --set for the run under test only (not the reference),
 #                      e.g. parallel.stage_layers=[1,3]
+#   --run-env K=V      an environment variable for the run under test only
+#                      (every rank), e.g. TD_TEST_STAGED=1
 #   --deck FILE        train FILE instead of inputs/tiny.yaml (e.g.
 #                      inputs/llama-tiny.yaml)
 #   --bitwise          demand bit-identical losses, grad norms and final
@@ -38,11 +40,12 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
 twice=0 bitwise=0 loss_rtol=1e-4 param_rtol="" norm_rtol="" vocab="" steps=20 run_extra=() deck=""
+run_env=()
 while [ $# -gt 0 ]; do
   case $1 in
     --twice) twice=1; shift ;;
@@ -52,6 +55,7 @@ while [ $# -gt 0 ]; do
     --vocab) vocab=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --run-set) run_extra+=(--set "$2"); shift 2 ;;
+    --run-env) run_env+=("$2"); shift 2 ;;
     --deck) deck=$2; shift 2 ;;
     --bitwise) bitwise=1; shift ;;
     -h|--help) usage ;;
@@ -75,7 +79,7 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 deck=${deck:-$src/inputs/tiny.yaml}
 case $deck in /*) ;; *) deck=$(pwd)/$deck ;; esac
 compare=$src/tests/e2e/compare_runs.py
-py=/usr/bin/python3
+py=${TD_PYTHON:-/usr/bin/python3}
 mpiexec=${MPIEXEC:-mpiexec}
 run_timeout=${TD_RUN_TIMEOUT:-240}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -154,12 +158,14 @@ if [ -n "$vocab" ]; then common+=(--set "model.vocab_size=$vocab"); fi
 # train GRID DIR [run] — one run into DIR (emptied first); exits the script on
 # failure. "run" adds the --run-set arguments.
 train() {
-  local grid=$1 dir=$2 mine=()
+  local grid=$1 dir=$2 mine=() env=()
   [ "${3:-}" = run ] && mine=(${run_extra[@]+"${run_extra[@]}"})
+  [ "${3:-}" = run ] && env=(${run_env[@]+"${run_env[@]}"})
   parse_grid "$grid"
   rm -rf "$dir"
   mkdir -p "$dir"
-  local cmd=("$mpiexec" -n "$g_np" "$trident" train "$deck" "${common[@]}" "${g_args[@]}"
+  local cmd=(env ${env[@]+"${env[@]}"}
+             "$mpiexec" -n "$g_np" "$trident" train "$deck" "${common[@]}" "${g_args[@]}"
              --set "run.out_dir=$dir" --set "checkpoint.dir=$dir/ckpt"
              ${extra[@]+"${extra[@]}"} ${mine[@]+"${mine[@]}"})
   echo "+ ${cmd[*]}" >"$dir/command"

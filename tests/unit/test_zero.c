@@ -6,7 +6,8 @@
  * the last rank, on the world and on a split communicator, zero-length
  * buffers, MPI_COMM_NULL, a NULL stats pointer, and the byte/call counters
  * (ring volume 2(p−1)/p·bytes for all-reduce, bytes for broadcast, nothing on
- * one rank or for zero elements).
+ * one rank or for zero elements); the staged all-reduce on a buffer of the
+ * CPU back-end (td_coll_allreduce_f32_staged).
  *
  * Engine: for every space below and every stage 0–3, an engine over a
  * synthetic local space with uneven tensors and units (sizes not divisible
@@ -47,6 +48,13 @@
  * final parameters are bitwise identical across stages; and parameters set
  * again (td_zero_set_params, or written into the owned/full buffer followed by
  * td_zero_gather_params) are what a later td_zero_acquire gives out.
+ *
+ * Staging: under TD_TEST_STAGED=1 the CPU back-end reports host_memory 0 and
+ * the engine hands MPI only its host staging copies (parallel/zero.c); every
+ * check above must hold unchanged, bit for bit, the working bytes counting
+ * the copies (at dp > 1 one of the full buffer at stages 0–2 and one of the
+ * gradient shard at stage 1; at stages 2–3 those of the slots) exactly as a
+ * size query with opts.staged does. CTest zero_staged_np2.
  *
  * Every check is agreed over all ranks (in batches); rank 0 prints one line per check and
  * "N passed, M failed"; the exit status is non-zero on any failure. */
@@ -551,10 +559,37 @@ static void run_engine(const space *sp, int stage, td_kernels *k, float *final) 
   td_zero_bytes(z, &bp, &bg, &bo, &bw);
   int64_t wp = 4 * (stage < 3 ? npad : S), wg = 4 * ((stage < 2 ? npad : 0) + (stage >= 1 ? S : 0));
   int64_t wo = 8 * (stage == 0 ? npad : S);
-  snprintf(d, sizeof d, "param %lld grad %lld optim %lld work %lld, expected %lld %lld %lld (work %s)",
-           (long long)bp, (long long)bg, (long long)bo, (long long)bw, (long long)wp, (long long)wg,
-           (long long)wo, stage >= 2 ? "> 0" : "0");
-  check(bp == wp && bg == wg && bo == wo && (stage >= 2 ? bw > 0 : bw == 0), d,
+  /* staging adds host copies to the work bytes: bw_dev, the back-end's
+   * share, from a size query without staging; a size query with
+   * opts.staged must count exactly what the staged engine allocated */
+  int staged = !k->host_memory;
+  int64_t bw_dev = bw;
+  if (staged) {
+    td_zero_opts qo = o;
+    int64_t q[2][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
+    for (int i = 0; i < 2; ++i) {
+      td_zero *qz = NULL;
+      qo.staged = i;
+      if (td_zero_create(&qo, NULL, NULL, &qz) == TD_OK)
+        td_zero_bytes(qz, &q[i][0], &q[i][1], &q[i][2], &q[i][3]);
+      td_error_clear();
+      td_zero_destroy(&qz);
+    }
+    bw_dev = q[0][3];
+    /* the copies of the full buffer (stages 0–2) and the gradient shard (stage 1), at dp > 1 */
+    int64_t ws = 4 * ((stage <= 2 && p > 1 ? npad : 0) + (stage == 1 && p > 1 ? S : 0));
+    snprintf(d, sizeof d, "work %lld, size query with staging %lld, without %lld (+%lld expected%s)",
+             (long long)bw, (long long)q[1][3], (long long)bw_dev, (long long)ws,
+             stage >= 2 ? " + the slots' copies" : "");
+    check(q[1][3] == bw && (stage >= 2 ? bw - bw_dev > ws : bw - bw_dev == ws) &&
+              q[1][0] == bp && q[1][1] == bg && q[1][2] == bo,
+          d, "%s: staging copies counted as work, as the size query counts them", label);
+  }
+  snprintf(d, sizeof d,
+           "param %lld grad %lld optim %lld work %lld, expected %lld %lld %lld (work %s)",
+           (long long)bp, (long long)bg, (long long)bo, (long long)bw_dev, (long long)wp,
+           (long long)wg, (long long)wo, stage >= 2 ? "> 0" : "0");
+  check(bp == wp && bg == wg && bo == wo && (stage >= 2 ? bw_dev > 0 : bw_dev == 0), d,
         "%s: td_zero_bytes follows the shard rule", label);
   check((td_zero_params_full(z) != NULL) == (stage < 3) && (td_zero_grads_full(z) != NULL) == (stage < 2),
         "", "%s: full buffers exist exactly where the stage keeps them", label);
@@ -709,14 +744,47 @@ static void run_engine(const space *sp, int stage, td_kernels *k, float *final) 
      * unit (gathered copy, gradient, reduce-scatter share: the embedding's
      * size counts three times, never more) and 16 block-sized ones */
     int64_t bound = 3 * 4 * pmax + 16 * 4 * bmax;
-    snprintf(d, sizeof d, "work %lld bytes, bound 3·4·%lld (persistent units) + 16·4·%lld = %lld", (long long)bw,
-             (long long)pmax, (long long)bmax, (long long)bound);
-    check(bw <= bound, d, "%s: working buffers within 3 persistent + 16 block units", label);
+    snprintf(d, sizeof d, "work %lld bytes, bound 3·4·%lld (persistent units) + 16·4·%lld = %lld",
+             (long long)bw_dev, (long long)pmax, (long long)bmax, (long long)bound);
+    check(bw_dev <= bound, d, "%s: working buffers within 3 persistent + 16 block units", label);
   }
   td_zero_destroy(&z);
   check(z == NULL, "", "%s: td_zero_destroy", label);
   free(pref), free(mref), free(vref), free(gref), free(host);
   flush_checks();
+}
+
+/* td_coll_allreduce_f32_staged on a buffer of back-end k: the sum of the
+ * f32 all-reduce above, whether k's memory is host memory or (under
+ * TD_TEST_STAGED=1) goes through the host copy. */
+static void test_coll_staged(td_kernels *k) {
+  int p = g_size, r = g_rank;
+  const int64_t n = 1003;
+  float *dev = NULL, *h = malloc(n * sizeof *h), *stage = malloc(n * sizeof *stage);
+  td_coll_stats s;
+  memset(&s, 0, sizeof s);
+  for (int64_t i = 0; i < n; ++i) h[i] = (float)r + 0.5f * (float)i;
+  td_status st = k->alloc(k, (void **)&dev, n * sizeof(float), "staged all-reduce test");
+  if (st == TD_OK) st = k->to_device(k, dev, h, n * sizeof(float));
+  if (st == TD_OK) st = td_coll_allreduce_f32_staged(MPI_COMM_WORLD, k, dev, stage, n, MPI_SUM, &s);
+  if (st == TD_OK) st = k->to_host(k, h, dev, n * sizeof(float));
+  char d[512] = "";
+  int ok = st == TD_OK;
+  if (!ok) snprintf(d, sizeof d, "%s", td_error_message());
+  for (int64_t i = 0; ok && i < n; ++i) {
+    float want = (float)(p * (p - 1) / 2) + (float)p * 0.5f * (float)i;
+    if (h[i] != want) {
+      ok = 0;
+      snprintf(d, sizeof d, "element %lld: %g, expected %g", (long long)i, h[i], want);
+    }
+  }
+  ok = ok && s.calls[TD_COLL_ALLREDUCE] == (p > 1 ? 1 : 0);
+  check(ok, d, "coll: allreduce f32 staged (%s memory) sum of %lld",
+        k->host_memory ? "host" : "staged", (long long)n);
+  td_error_clear();
+  if (dev) k->free(k, dev);
+  free(h);
+  free(stage);
 }
 
 static void test_engine(const space *sp, td_kernels *k) {
@@ -758,6 +826,7 @@ int main(int argc, char **argv) {
   space spaces[] = {space_uneven(0, 0), space_uneven(1, 1), space_uneven(1, 0),
                     space_tiny(0, 0),   space_tiny(1, 1),   space_blocks(),
                     space_embed_heavy()};
+  test_coll_staged(k);
   for (size_t i = 0; i < sizeof spaces / sizeof spaces[0]; ++i) test_engine(&spaces[i], k);
   td_kernels_destroy(&k);
 
