@@ -26,7 +26,7 @@ status=0
 t0=$(date +%s)
 if has main; then
   echo "== tests/run.sh: build (build/, warnings are errors)"
-  td_build build -DTD_WERROR=ON
+  td_build build -DTD_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=90 # CUDA: the test GPU's (H200)
   echo "== tests/run.sh: ctest"
   ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900 "$@" || status=1
   echo "== tests/run.sh: main suite done at $(( $(date +%s) - t0 )) s"

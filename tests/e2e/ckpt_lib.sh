@@ -40,7 +40,7 @@ ck_init() {
   deck=${TD_DECK:-$ck_src/inputs/tiny.yaml} # TD_DECK: another deck (its own WORKDIR)
   compare=$ck_src/tests/e2e/compare_runs.py
   ckdiff=$ck_src/tests/e2e/ckpt_diff.py
-  py=/usr/bin/python3
+  py=${TD_PYTHON:-/usr/bin/python3}
   mpiexec=${MPIEXEC:-mpiexec}
   run_timeout=${TD_RUN_TIMEOUT:-300}
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
