@@ -187,8 +187,22 @@ struct td_kernels {
                      int64_t n, float lr, float beta1, float beta2, float eps,
                      float weight_decay, int64_t t);
 
+  /* Peak bytes of device memory the back-end has held (allocations and
+   * workspaces); NULL for a back-end in host memory (the metrics then report
+   * the process's RSS alone). */
+  size_t (*device_peak)(td_kernels *k);
+
   void (*destroy)(td_kernels *k);
 };
+
+/* The size checks of the ops whose arguments relate (kernels/args.c), made
+ * by every back-end, with one wording: gqa_fwd/gqa_bwd (and attention_*),
+ * rope, the three xent ops. TD_ERR_USAGE naming the op and the values. */
+td_status td_kernels_gqa_args(int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t NH,
+                              int64_t KV, int64_t HS);
+td_status td_kernels_rope_args(int64_t B, int64_t T, int64_t H, int64_t HS, int64_t ld,
+                               float theta);
+td_status td_kernels_xent_args(int64_t N, int64_t Vs, int64_t Vvalid);
 
 /* Create the CPU back-end with `threads` OpenMP threads (0: leave as is). */
 td_status td_kernels_cpu_create(int threads, td_kernels **out);

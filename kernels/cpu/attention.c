@@ -112,22 +112,6 @@ TD_CPU_CLONES static void softmax_row(float *row, int64_t t, int64_t T) {
   for (int64_t j = n; j < T; j++) row[j] = 0.0f;
 }
 
-/* Sizes and strides of a GQA call: bad ones are the caller's error. */
-static td_status gqa_check(int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t NH,
-                           int64_t KV, int64_t HS) {
-  TD_REQUIRE(B >= 0 && T >= 0 && NH >= 0 && HS > 0, TD_ERR_USAGE,
-             "attention: expected B, T, NH >= 0 and HS > 0, got B=%lld T=%lld NH=%lld HS=%lld",
-             (long long)B, (long long)T, (long long)NH, (long long)HS);
-  TD_REQUIRE(KV > 0 && NH % KV == 0, TD_ERR_USAGE,
-             "attention: the query heads (%lld) must be a multiple of the key/value heads (%lld)",
-             (long long)NH, (long long)KV);
-  TD_REQUIRE(ldq >= NH * HS && ldkv >= KV * HS, TD_ERR_USAGE,
-             "attention: row strides ldq=%lld, ldkv=%lld below the widths NH·HS=%lld, "
-             "KV·HS=%lld",
-             (long long)ldq, (long long)ldkv, (long long)(NH * HS), (long long)(KV * HS));
-  return TD_OK;
-}
-
 /* q (B, T, NH·HS) rows of stride ldq; kk, v (B, T, KV·HS) rows of stride
  * ldkv; att (B, NH, T, T); out (B, T, NH·HS) dense. With G = NH/KV and query
  * head h = kv·G + g: att[b,h] = softmax_causal(Q[b,h]·K[b,kv]ᵀ/√HS),
@@ -136,7 +120,7 @@ td_status td_cpu_gqa_fwd(td_kernels *k, float *out, float *att, const float *q,
                          const float *kk, const float *v, int64_t ldq, int64_t ldkv,
                          int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS) {
   td_cpu_mm d;
-  TD_CHECK(gqa_check(ldq, ldkv, B, T, NH, KV, HS));
+  TD_CHECK(td_kernels_gqa_args(ldq, ldkv, B, T, NH, KV, HS));
   if (B == 0 || T == 0 || NH == 0) return TD_OK;
   int64_t C = NH * HS, G = NH / KV, TT = T * T;
   float scale = 1.0f / sqrtf((float)HS);
@@ -197,7 +181,7 @@ td_status td_cpu_gqa_bwd(td_kernels *k, float *dq, float *dk, float *dv, float *
                          const float *att, int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
                          int64_t NH, int64_t KV, int64_t HS) {
   td_cpu_mm d;
-  TD_CHECK(gqa_check(ldq, ldkv, B, T, NH, KV, HS));
+  TD_CHECK(td_kernels_gqa_args(ldq, ldkv, B, T, NH, KV, HS));
   if (B == 0 || T == 0 || NH == 0) return TD_OK;
   int64_t C = NH * HS, G = NH / KV, TT = T * T;
   float scale = 1.0f / sqrtf((float)HS);

@@ -51,12 +51,7 @@ static td_status rope_table(td_cpu_state *s, int64_t T, int64_t half, float thet
  * row b·T + t is position t. In place. */
 td_status td_cpu_rope(td_kernels *k, float *x, int64_t B, int64_t T, int64_t H, int64_t HS,
                       int64_t ld, float theta, int inverse) {
-  TD_REQUIRE(B >= 0 && T >= 0 && H >= 0 && HS >= 0 && HS % 2 == 0, TD_ERR_USAGE,
-             "rope: expected sizes >= 0 and an even head size, got B=%lld T=%lld H=%lld HS=%lld",
-             (long long)B, (long long)T, (long long)H, (long long)HS);
-  TD_REQUIRE(ld >= H * HS, TD_ERR_USAGE, "rope: row stride %lld < H·HS = %lld", (long long)ld,
-             (long long)(H * HS));
-  TD_REQUIRE(theta > 0.0f, TD_ERR_USAGE, "rope: theta must be > 0, got %g", (double)theta);
+  TD_CHECK(td_kernels_rope_args(B, T, H, HS, ld, theta));
   int64_t half = HS / 2, rows = B * T;
   if (rows == 0 || H == 0 || half == 0) return TD_OK;
   const float *cs = NULL, *sn = NULL;

@@ -17,9 +17,7 @@ TD_CPU_CLONES static float row_max(const float *l, int64_t V) {
 
 td_status td_cpu_xent_rowmax(td_kernels *k, float *rowmax, const float *logits,
                              int64_t N, int64_t Vs, int64_t Vvalid) {
-  TD_REQUIRE(Vvalid >= 0 && Vvalid <= Vs, TD_ERR_USAGE,
-             "xent: Vvalid must be in [0, Vs=%lld], got %lld", (long long)Vs,
-             (long long)Vvalid);
+  TD_CHECK(td_kernels_xent_args(N, Vs, Vvalid));
 #pragma omp parallel for schedule(static) if (N * Vvalid > 32768)
   for (int64_t n = 0; n < N; n++) rowmax[n] = row_max(logits + n * Vs, Vvalid);
   return TD_OK;
@@ -39,9 +37,7 @@ td_status td_cpu_xent_sumexp(td_kernels *k, float *sumexp, float *tlogit,
                              const float *logits, const float *rowmax,
                              const int32_t *targets, int64_t v0, int64_t N,
                              int64_t Vs, int64_t Vvalid) {
-  TD_REQUIRE(Vvalid >= 0 && Vvalid <= Vs, TD_ERR_USAGE,
-             "xent: Vvalid must be in [0, Vs=%lld], got %lld", (long long)Vs,
-             (long long)Vvalid);
+  TD_CHECK(td_kernels_xent_args(N, Vs, Vvalid));
 #pragma omp parallel for schedule(static) if (N * Vvalid > 32768)
   for (int64_t n = 0; n < N; n++) {
     const float *l = logits + n * Vs;
@@ -73,9 +69,7 @@ td_status td_cpu_xent_bwd(td_kernels *k, float *dlogits, const float *logits,
                           const float *rowmax, const float *sumexp,
                           const int32_t *targets, int64_t v0, float scale, int64_t N,
                           int64_t Vs, int64_t Vvalid) {
-  TD_REQUIRE(Vvalid >= 0 && Vvalid <= Vs, TD_ERR_USAGE,
-             "xent: Vvalid must be in [0, Vs=%lld], got %lld", (long long)Vs,
-             (long long)Vvalid);
+  TD_CHECK(td_kernels_xent_args(N, Vs, Vvalid));
 #pragma omp parallel for schedule(static) if (N * Vs > 32768)
   for (int64_t n = 0; n < N; n++) {
     float mx = rowmax[n], se = sumexp[n];

@@ -67,18 +67,11 @@ __global__ void softmax_causal_bwd_kernel(float *__restrict__ d,
   }
 }
 
+/* The shared checks (kernels/args.c) and the grid limit of the softmax
+ * kernels' one block per score row. */
 static td_status gqa_check(int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t NH,
                            int64_t KV, int64_t HS) {
-  TD_REQUIRE(B >= 0 && T >= 0 && NH >= 0 && HS > 0, TD_ERR_USAGE,
-             "attention: expected B, T, NH >= 0 and HS > 0, got B=%lld T=%lld NH=%lld HS=%lld",
-             (long long)B, (long long)T, (long long)NH, (long long)HS);
-  TD_REQUIRE(KV > 0 && NH % KV == 0, TD_ERR_USAGE,
-             "attention: the query heads (%lld) must be a multiple of the key/value heads (%lld)",
-             (long long)NH, (long long)KV);
-  TD_REQUIRE(ldq >= NH * HS && ldkv >= KV * HS, TD_ERR_USAGE,
-             "attention: row strides ldq=%lld, ldkv=%lld below the widths NH·HS=%lld, "
-             "KV·HS=%lld",
-             (long long)ldq, (long long)ldkv, (long long)(NH * HS), (long long)(KV * HS));
+  TD_CHECK(td_kernels_gqa_args(ldq, ldkv, B, T, NH, KV, HS));
   TD_REQUIRE(B * NH * T <= TD_CUDA_MAX_GRID, TD_ERR_UNSUPPORTED,
              "attention: B·NH·T = %lld score rows exceed the grid limit %lld",
              (long long)(B * NH * T), (long long)TD_CUDA_MAX_GRID);

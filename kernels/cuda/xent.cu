@@ -82,10 +82,7 @@ static __global__ void xent_bwd_kernel(float *dlogits, const float *logits,
 /* rowmax (N), logits (N, Vs). */
 td_status td_cuda_xent_rowmax(td_kernels *k, float *rowmax, const float *logits, int64_t N,
                               int64_t Vs, int64_t Vvalid) {
-  TD_REQUIRE(Vvalid >= 0 && Vvalid <= Vs, TD_ERR_USAGE,
-             "xent: Vvalid must be in [0, Vs=%lld], got %lld", (long long)Vs,
-             (long long)Vvalid);
-  TD_REQUIRE(N >= 0, TD_ERR_USAGE, "xent: row count %lld < 0", (long long)N);
+  TD_CHECK(td_kernels_xent_args(N, Vs, Vvalid));
   TD_REQUIRE(N <= TD_CUDA_MAX_GRID, TD_ERR_UNSUPPORTED, "xent: %lld rows exceed the grid limit",
              (long long)N);
   if (N == 0) return TD_OK;
@@ -100,10 +97,7 @@ td_status td_cuda_xent_sumexp(td_kernels *k, float *sumexp, float *tlogit,
                               const float *logits, const float *rowmax,
                               const int32_t *targets, int64_t v0, int64_t N, int64_t Vs,
                               int64_t Vvalid) {
-  TD_REQUIRE(Vvalid >= 0 && Vvalid <= Vs, TD_ERR_USAGE,
-             "xent: Vvalid must be in [0, Vs=%lld], got %lld", (long long)Vs,
-             (long long)Vvalid);
-  TD_REQUIRE(N >= 0, TD_ERR_USAGE, "xent: row count %lld < 0", (long long)N);
+  TD_CHECK(td_kernels_xent_args(N, Vs, Vvalid));
   TD_REQUIRE(N <= TD_CUDA_MAX_GRID, TD_ERR_UNSUPPORTED, "xent: %lld rows exceed the grid limit",
              (long long)N);
   if (N == 0) return TD_OK;
@@ -117,10 +111,7 @@ td_status td_cuda_xent_sumexp(td_kernels *k, float *sumexp, float *tlogit,
 td_status td_cuda_xent_bwd(td_kernels *k, float *dlogits, const float *logits,
                            const float *rowmax, const float *sumexp, const int32_t *targets,
                            int64_t v0, float scale, int64_t N, int64_t Vs, int64_t Vvalid) {
-  TD_REQUIRE(Vvalid >= 0 && Vvalid <= Vs, TD_ERR_USAGE,
-             "xent: Vvalid must be in [0, Vs=%lld], got %lld", (long long)Vs,
-             (long long)Vvalid);
-  TD_REQUIRE(N >= 0, TD_ERR_USAGE, "xent: row count %lld < 0", (long long)N);
+  TD_CHECK(td_kernels_xent_args(N, Vs, Vvalid));
   TD_REQUIRE(N <= TD_CUDA_MAX_GRID, TD_ERR_UNSUPPORTED, "xent: %lld rows exceed the grid limit",
              (long long)N);
   if (N == 0 || Vs == 0) return TD_OK;

@@ -1,0 +1,39 @@
+/* args.c — the argument checks every back-end makes before an op whose
+ * sizes relate to each other (attention's strides and head counts, RoPE's
+ * layout, the cross-entropy's vocabulary shard): one wording, one place
+ * (td_kernels.h). A failed check is the caller's error (TD_ERR_USAGE). */
+#include "kernels/td_kernels.h"
+
+td_status td_kernels_gqa_args(int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t NH,
+                              int64_t KV, int64_t HS) {
+  TD_REQUIRE(B >= 0 && T >= 0 && NH >= 0 && HS > 0, TD_ERR_USAGE,
+             "attention: expected B, T, NH >= 0 and HS > 0, got B=%lld T=%lld NH=%lld HS=%lld",
+             (long long)B, (long long)T, (long long)NH, (long long)HS);
+  TD_REQUIRE(KV > 0 && NH % KV == 0, TD_ERR_USAGE,
+             "attention: the query heads (%lld) must be a multiple of the key/value heads (%lld)",
+             (long long)NH, (long long)KV);
+  TD_REQUIRE(ldq >= NH * HS && ldkv >= KV * HS, TD_ERR_USAGE,
+             "attention: row strides ldq=%lld, ldkv=%lld below the widths NH·HS=%lld, "
+             "KV·HS=%lld",
+             (long long)ldq, (long long)ldkv, (long long)(NH * HS), (long long)(KV * HS));
+  return TD_OK;
+}
+
+td_status td_kernels_rope_args(int64_t B, int64_t T, int64_t H, int64_t HS, int64_t ld,
+                               float theta) {
+  TD_REQUIRE(B >= 0 && T >= 0 && H >= 0 && HS >= 0 && HS % 2 == 0, TD_ERR_USAGE,
+             "rope: expected sizes >= 0 and an even head size, got B=%lld T=%lld H=%lld HS=%lld",
+             (long long)B, (long long)T, (long long)H, (long long)HS);
+  TD_REQUIRE(ld >= H * HS, TD_ERR_USAGE, "rope: row stride %lld < H·HS = %lld", (long long)ld,
+             (long long)(H * HS));
+  TD_REQUIRE(theta > 0.0f, TD_ERR_USAGE, "rope: theta must be > 0, got %g", (double)theta);
+  return TD_OK;
+}
+
+td_status td_kernels_xent_args(int64_t N, int64_t Vs, int64_t Vvalid) {
+  TD_REQUIRE(N >= 0, TD_ERR_USAGE, "xent: row count %lld < 0", (long long)N);
+  TD_REQUIRE(Vvalid >= 0 && Vvalid <= Vs, TD_ERR_USAGE,
+             "xent: Vvalid must be in [0, Vs=%lld], got %lld", (long long)Vs,
+             (long long)Vvalid);
+  return TD_OK;
+}
