@@ -30,6 +30,7 @@ static void human_count(double x, char *buf, size_t cap) {
 /* One rank's line of the grid map, gathered to rank 0. */
 typedef struct {
   int rank, dp, tp, pp;
+  int gpu, gpus; /* run.device: cuda: the GPU this rank drives (-1: none), of the node's visible */
   char host[64];
   td_mem_plan mem;
   int tp_size, dp_size, pp_size, embed_size;
@@ -90,6 +91,9 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   char host[MPI_MAX_PROCESSOR_NAME];
   MPI_Get_processor_name(host, &len);
   snprintf(me.host, sizeof me.host, "%s", host);
+  int local_rank = 0, local_size = 1;
+  TD_CHECK_GOTO(td_trainer_node_place(app, &local_rank, &local_size));
+  me.gpu = td_trainer_gpu_of(cfg, local_rank, &me.gpus);
   TD_MPI_CHECK(MPI_Comm_size(g->tp_comm, &me.tp_size));
   TD_MPI_CHECK(MPI_Comm_size(g->dp_comm, &me.dp_size));
   TD_MPI_CHECK(MPI_Comm_size(g->pp_comm, &me.pp_size));
@@ -114,8 +118,10 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   printf("\n# grid: dp %lld × tp %lld × pp %lld = %d ranks (rank = tp + tp·(dp + dp·pp))\n",
          (long long)cfg->parallel_dp, (long long)cfg->parallel_tp, (long long)cfg->parallel_pp,
          app->size);
-  printf("%5s %4s %4s %4s  %-16s %10s %10s %10s %10s %10s %10s %10s\n", "rank", "dp", "tp", "pp",
-         "host", "params", "param mem", "grad mem", "optim mem", "work mem", "activ mem", "total");
+  int cuda = strcmp(cfg->run_device, "cuda") == 0;
+  printf("%5s %4s %4s %4s  %-16s%s %10s %10s %10s %10s %10s %10s %10s\n", "rank", "dp", "tp", "pp",
+         "host", cuda ? "  gpu" : "", "params", "param mem", "grad mem", "optim mem", "work mem",
+         "activ mem", "total");
   int64_t worst = 0;
   for (int i = 0; i < app->size; ++i) {
     rank_info *x = &all[i];
@@ -128,9 +134,19 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
     human_bytes((double)x->mem.work, w, sizeof w);
     human_bytes((double)x->mem.act, f, sizeof f);
     human_bytes((double)tot, h, sizeof h);
-    printf("%5d %4d %4d %4d  %-16.16s %10s %10s %10s %10s %10s %10s %10s\n", x->rank, x->dp, x->tp,
-           x->pp, x->host, a, b, c, d, w, f, h);
+    char gpu[16] = "";
+    if (cuda && x->gpu >= 0) snprintf(gpu, sizeof gpu, " %4d", x->gpu);
+    else if (cuda) snprintf(gpu, sizeof gpu, " %4s", "none");
+    printf("%5d %4d %4d %4d  %-16.16s%s %10s %10s %10s %10s %10s %10s %10s\n", x->rank, x->dp,
+           x->tp, x->pp, x->host, gpu, a, b, c, d, w, f, h);
   }
+  if (cuda && all[0].gpus == 0)
+    printf("gpu: none visible where check ran (each rank drives GPU local rank mod the node's "
+           "GPUs; without one, training stops with a CUDA error)\n");
+  else if (cuda)
+    printf("gpu: each rank drives GPU (local rank mod %d) of its node; collectives in MPI on "
+           "host copies\n",
+           all[0].gpus);
   printf("communicators: tp %d, dp %d, pp %d ranks each; embedding group %d (first/last stage)\n",
          all[0].tp_size, all[0].dp_size, all[0].pp_size, all[0].embed_size);
   td_model_dims dm;

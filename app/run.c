@@ -272,10 +272,11 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
   /* the largest rank's peak RSS, communication bytes and allocations (what
    * trident check prints, from the same code: t->mem), in one reduction */
   const td_mem_plan *mem = &t->mem;
-  int64_t mine[7] = {peak_rss_bytes(), (int64_t)cb, mem->param, mem->grad, mem->optim,
-                     mem->work, mem->act}, mx[7];
+  int64_t dev = t->k->device_peak ? (int64_t)t->k->device_peak(t->k) : 0;
+  int64_t mine[8] = {peak_rss_bytes(), (int64_t)cb, mem->param, mem->grad, mem->optim,
+                     mem->work, mem->act, dev}, mx[8];
   MPI_Request r = MPI_REQUEST_NULL;
-  TD_MPI_CHECK(td_watched(MPI_Iallreduce(mine, mx, 7, MPI_INT64_T, MPI_MAX, t->app->world, &r),
+  TD_MPI_CHECK(td_watched(MPI_Iallreduce(mine, mx, 8, MPI_INT64_T, MPI_MAX, t->app->world, &r),
                           "MPI_Allreduce (metrics)", t->app->world, &r));
   int64_t rss_max = mx[0], *zmax = mx + 2;
   double cbmax = (double)mx[1];
@@ -313,6 +314,7 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
             "\"work_bytes\": %lld, \"act_bytes\": %lld",
             (long long)zmax[0], (long long)zmax[1], (long long)zmax[2], (long long)zmax[3],
             (long long)zmax[4]);
+    if (mx[7] > 0) fprintf(t->metrics, ", \"device_mem_bytes\": %lld", (long long)mx[7]);
     if (pp > 1 && pp <= 256) {
       double m = (double)t->accum;
       fprintf(t->metrics, ", \"pp_idle\": [");
@@ -374,6 +376,10 @@ td_status td_trainer_run(td_trainer *t) {
                                              : " (bf16 operands widened to fp32: no bf16 matmul "
                                                "on this CPU)",
          (long long)c->training_steps, (long long)(c->training_global_batch * c->model_seq_len));
+  if (!t->k->host_memory && t->app->size > 1)
+    td_log("trident: the collectives run in MPI on host copies of the %s back-end's buffers "
+           "(staged; NCCL is not used yet)\n",
+           t->k->name);
   double val = 0.0;
   if (c->eval_every > 0 && t->step == 0) TD_CHECK_GOTO(eval_and_log(t, &val));
   if (t->step > 0) td_log("trident: resuming at step %lld\n", (long long)t->step);

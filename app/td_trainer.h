@@ -71,6 +71,14 @@ void td_trainer_destroy(td_trainer **t);
  * by the same code without allocating (a size query of the model and the
  * ZeRO engine). Not collective. For `trident check`. */
 td_status td_trainer_plan(const td_config *cfg, const td_grid *grid, td_mem_plan *out);
+/* This rank's place on its node: its rank among the ranks sharing the node
+ * (MPI_COMM_TYPE_SHARED) and their number. Collective on app->world. */
+td_status td_trainer_node_place(td_app *app, int *local_rank, int *local_size);
+/* The GPU a rank with this local rank drives under run.device: cuda (local
+ * rank mod the visible devices, counted into *visible when not NULL); -1
+ * for another device, a build without CUDA or no visible GPU. Not
+ * collective. */
+int td_trainer_gpu_of(const td_config *cfg, int local_rank, int *visible);
 /* Learning rate of optimizer step s (0-based). */
 double td_lr_at(const td_config *cfg, int64_t s);
 /* One optimizer step: forward/backward over the micro-batches, gradient

@@ -29,12 +29,11 @@ double td_lr_at(const td_config *cfg, int64_t s) {
   return lr; /* constant */
 }
 
-/* This rank's place on its node: its rank among the ranks sharing the node
- * and their number. Collective on app->world: the node split is made on
- * every rank, whatever its own environment or deck says (ranks may be
- * launched with different environments: an MPMD launch, a site wrapper);
- * what each rank does with the answer (pick_threads, pick_device) is local. */
-static td_status node_place(td_app *app, int *local_rank, int *local_size) {
+/* (td_trainer.h) The node split is made on every rank, whatever its own
+ * environment or deck says (ranks may be launched with different
+ * environments: an MPMD launch, a site wrapper); what each rank does with
+ * the answer (pick_threads, pick_device) is local. */
+td_status td_trainer_node_place(td_app *app, int *local_rank, int *local_size) {
   MPI_Comm node = MPI_COMM_NULL;
   *local_rank = 0, *local_size = 1;
   TD_MPI_CHECK(MPI_Comm_split_type(app->world, MPI_COMM_TYPE_SHARED, app->rank, MPI_INFO_NULL, &node));
@@ -45,28 +44,40 @@ static td_status node_place(td_app *app, int *local_rank, int *local_size) {
   return TD_OK;
 }
 
+/* The GPUs this process sees and making one current: the one place a build
+ * without CUDA differs (STYLE 12). */
+#ifdef TD_HAVE_CUDA
+static int gpu_count(void) { return td_kernels_cuda_devices(); }
+static td_status gpu_select(int dev) { return td_kernels_cuda_select(dev); }
+#else
+static int gpu_count(void) { return 0; }
+static td_status gpu_select(int dev) {
+  (void)dev;
+  return TD_OK;
+}
+#endif
+
+int td_trainer_gpu_of(const td_config *cfg, int local_rank, int *visible) {
+  int n = strcmp(cfg->run_device, "cuda") == 0 ? gpu_count() : 0;
+  if (visible) *visible = n;
+  return n > 0 ? local_rank % n : -1;
+}
+
 /* run.device: cuda: this rank drives GPU local_rank mod (visible devices),
  * made current before the back-end is created. When the node's ranks
- * outnumber its GPUs several ranks share one; NCCL cannot place two ranks of
- * a communicator on one GPU, so the collectives go through MPI on host
- * staging copies — a warning says so (rank 0, for its node). Not
+ * outnumber its GPUs several ranks share one (a warning says so, rank 0 for
+ * its node; NCCL could not place two ranks of one communicator on one GPU,
+ * the host-staged MPI collectives can). Not
  * collective: no collective depends on the choice. No device visible: the
- * back-end's creation fails with the reason. The one place a build without
- * CUDA differs (STYLE 12). */
+ * back-end's creation fails with the reason. */
 static td_status pick_device(const td_config *cfg, int local_rank, int local_size) {
-  if (strcmp(cfg->run_device, "cuda") != 0) return TD_OK;
-#ifdef TD_HAVE_CUDA
-  int n = td_kernels_cuda_devices();
-  if (n <= 0) return TD_OK;
-  int dev = local_rank % n;
+  int n = 0, dev = td_trainer_gpu_of(cfg, local_rank, &n);
+  if (dev < 0) return TD_OK;
   if (local_size > n)
     td_warn("%d ranks on this node share its %d GPU%s (GPU %d serves local ranks %d, %d, ...): "
-            "the collectives are staged through host memory (MPI), not NCCL",
+            "they take turns on it",
             local_size, n, n == 1 ? "" : "s", dev, dev, dev + n);
-  TD_CHECK(td_kernels_cuda_select(dev));
-#else
-  (void)local_rank, (void)local_size;
-#endif
+  TD_CHECK(gpu_select(dev));
   return TD_OK;
 }
 
@@ -302,7 +313,7 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
                                (int)c->parallel_pp, &t->grid));
   TD_CHECK_GOTO(td_watchdog_start(app->world, (double)c->run_watchdog_s));
   int local_rank = 0, local_size = 1;
-  TD_CHECK_GOTO(node_place(app, &local_rank, &local_size));
+  TD_CHECK_GOTO(td_trainer_node_place(app, &local_rank, &local_size));
   TD_CHECK_GOTO(pick_threads(c, local_size, &t->threads));
   st = pick_device(c, local_rank, local_size);
   if (st == TD_OK) st = td_kernels_create(c->run_device, t->threads, &t->k);

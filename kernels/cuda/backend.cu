@@ -189,6 +189,8 @@ size_t td_kernels_cuda_peak_bytes(const td_kernels *k) {
   return k && k->state ? ((const cuda_backend *)k->state)->s.bytes_peak : 0;
 }
 
+static size_t cuda_device_peak(td_kernels *k) { return td_kernels_cuda_peak_bytes(k); }
+
 td_status td_kernels_cuda_create(int threads, td_kernels **out) {
   td_status st = TD_OK;
   td_kernels *k = NULL;
@@ -283,6 +285,7 @@ td_status td_kernels_cuda_create(int threads, td_kernels **out) {
   k->xent_sumexp = td_cuda_xent_sumexp;
   k->xent_bwd = td_cuda_xent_bwd;
   k->adamw = td_cuda_adamw;
+  k->device_peak = cuda_device_peak;
   k->destroy = cuda_destroy;
   *out = k;
   k = NULL;
