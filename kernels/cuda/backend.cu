@@ -176,6 +176,7 @@ static void cuda_destroy(td_kernels *k) {
     if (s->lt) cublasLtDestroy(s->lt);
     if (s->lt_ws) cudaFree(s->lt_ws);
     if (s->scratch) cudaFree(s->scratch);
+    if (s->rope) cudaFree(s->rope);
     if (s->host_f64) cudaFreeHost(s->host_f64);
     for (int64_t i = 0; i < be->blocks.n; i++) cudaFree(be->blocks.v[i].p);
     free(be->blocks.v);

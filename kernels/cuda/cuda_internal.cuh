@@ -35,6 +35,9 @@ typedef struct {
   void *scratch;               /* td_cuda_scratch: one grow-only workspace */
   size_t scratch_bytes;
   double *host_f64;            /* pinned host double for sumsq's result */
+  float *rope;                 /* rope.cu: cos then sin, (rope_T, rope_half) each, */
+  int64_t rope_T, rope_half;   /* for rope_theta: made once, read by every call */
+  float rope_theta;
   size_t bytes_now, bytes_peak; /* device bytes allocated through the table */
 } td_cuda_state;
 

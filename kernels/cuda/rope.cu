@@ -2,8 +2,9 @@
  * layout), in place, forward and inverse, on the CUDA back-end. As in
  * kernels/cpu/rope.c, the angles a = t·theta^(−2i/HS) are formed and their
  * cosines and sines evaluated in double, then rounded to float, into a
- * (T, HS/2) table — here made per call in the workspace by one kernel and
- * read by the rotation kernel. */
+ * (T, HS/2) table made once per (T, HS, theta) and kept in the back-end's
+ * state (every call of a run asks for the same one); the rotation kernel
+ * reads it. */
 #include "kernels/cuda/cuda_internal.cuh"
 
 /* cs[t, i] = (float)cos(a), sn[t, i] = (float)sin(a), a = t·theta^(−2i/(2·hh))
@@ -48,12 +49,27 @@ td_status td_cuda_rope(td_kernels *k, float *x, int64_t B, int64_t T, int64_t H,
   unsigned nb_table, nb;
   TD_CHECK(td_cuda_blocks(T * hh, TD_CUDA_THREADS, "rope table", &nb_table));
   TD_CHECK(td_cuda_blocks(rows * H * hh, TD_CUDA_THREADS, "rope", &nb));
-  void *ws = NULL;
-  TD_CHECK(td_cuda_scratch(k, (size_t)(2 * T * hh) * sizeof(float), &ws));
-  float *cs = (float *)ws, *sn = cs + T * hh;
-  cudaStream_t st = td_cuda_st(k)->stream;
-  rope_table_kernel<<<nb_table, TD_CUDA_THREADS, 0, st>>>(cs, sn, T, hh, theta);
-  TD_CUDA_LAUNCHED("rope_table");
+  td_cuda_state *s = td_cuda_st(k);
+  cudaStream_t st = s->stream;
+  if (!s->rope || s->rope_T != T || s->rope_half != hh || s->rope_theta != theta) {
+    size_t bytes = (size_t)(2 * T * hh) * sizeof(float);
+    if (s->rope) {
+      TD_CUDA_CHECK(cudaStreamSynchronize(st)); /* queued rotations may read it */
+      TD_CUDA_CHECK(cudaFree(s->rope));
+      s->bytes_now -= (size_t)(2 * s->rope_T * s->rope_half) * sizeof(float);
+      s->rope = NULL;
+    }
+    float *table = NULL;
+    TD_CUDA_CHECK(cudaMalloc((void **)&table, bytes));
+    s->rope = table;
+    s->bytes_now += bytes;
+    if (s->bytes_now > s->bytes_peak) s->bytes_peak = s->bytes_now;
+    s->rope_T = T, s->rope_half = hh, s->rope_theta = theta;
+    rope_table_kernel<<<nb_table, TD_CUDA_THREADS, 0, st>>>(s->rope, s->rope + T * hh, T, hh,
+                                                             theta);
+    TD_CUDA_LAUNCHED("rope_table");
+  }
+  const float *cs = s->rope, *sn = s->rope + T * hh;
   rope_kernel<<<nb, TD_CUDA_THREADS, 0, st>>>(x, cs, sn, rows, T, H, hh, ld,
                                               inverse ? -1.0f : 1.0f);
   TD_CUDA_LAUNCHED("rope");
