@@ -87,7 +87,7 @@ static void print_version(void) {
   printf("trident %s (%s, %s build)\n", TD_VERSION, TD_GIT_DESCRIBE, TD_BUILD_TYPE);
   printf("  cpu matmul: %s\n", TD_MATMUL_LIB);
 #ifdef TD_HAVE_CUDA
-  printf("  cuda: enabled (cuBLAS, NCCL)\n");
+  printf("  cuda: built (module libtrident_cuda.so: cuBLASLt; loaded for run.device: cuda)\n");
 #else
   printf("  cuda: disabled\n");
 #endif

@@ -11,9 +11,6 @@
 
 #include "io/td_h5.h"
 #include "io/td_model_file.h"
-#ifdef TD_HAVE_CUDA
-#include "kernels/cuda/td_cuda.h"
-#endif
 #include "parallel/td_mpi.h"
 #include "parallel/td_watchdog.h"
 
@@ -44,21 +41,8 @@ td_status td_trainer_node_place(td_app *app, int *local_rank, int *local_size) {
   return TD_OK;
 }
 
-/* The GPUs this process sees and making one current: the one place a build
- * without CUDA differs (STYLE 12). */
-#ifdef TD_HAVE_CUDA
-static int gpu_count(void) { return td_kernels_cuda_devices(); }
-static td_status gpu_select(int dev) { return td_kernels_cuda_select(dev); }
-#else
-static int gpu_count(void) { return 0; }
-static td_status gpu_select(int dev) {
-  (void)dev;
-  return TD_OK;
-}
-#endif
-
 int td_trainer_gpu_of(const td_config *cfg, int local_rank, int *visible) {
-  int n = strcmp(cfg->run_device, "cuda") == 0 ? gpu_count() : 0;
+  int n = strcmp(cfg->run_device, "cuda") == 0 ? td_kernels_gpu_count() : 0;
   if (visible) *visible = n;
   return n > 0 ? local_rank % n : -1;
 }
@@ -77,7 +61,7 @@ static td_status pick_device(const td_config *cfg, int local_rank, int local_siz
     td_warn("%d ranks on this node share its %d GPU%s (GPU %d serves local ranks %d, %d, ...): "
             "they take turns on it",
             local_size, n, n == 1 ? "" : "s", dev, dev, dev + n);
-  TD_CHECK(gpu_select(dev));
+  TD_CHECK(td_kernels_gpu_select(dev));
   return TD_OK;
 }
 

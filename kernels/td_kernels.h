@@ -220,6 +220,11 @@ int td_kernels_host_memory(const char *device);
  * ("fp32", "bf16") without creating it; 0 with the reason in why. For
  * `trident check` and the trainer's set-up (every rank decides the same). */
 int td_kernels_precision_ok(const char *device, const char *precision, char *why, size_t n);
+/* GPUs this process sees (0 without the CUDA back-end, its module or a
+ * device), and making one current before td_kernels_create("cuda"): the
+ * CUDA module (libtrident_cuda.so) is loaded on first use. */
+int td_kernels_gpu_count(void);
+td_status td_kernels_gpu_select(int ordinal);
 /* Create the back-end named `device` ("cpu" or "cuda"). */
 td_status td_kernels_create(const char *device, int threads, td_kernels **out);
 /* Destroy a back-end; accepts NULL and sets *k = NULL. */

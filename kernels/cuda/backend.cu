@@ -5,7 +5,6 @@
  * and sync wait for the device. The CPU back-end is the reference these
  * kernels are tested against (tests/unit/test_kernels_cuda.c). */
 #include <cuda_runtime.h>
-#include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -309,7 +308,3 @@ td_status td_kernels_cuda_select(int ordinal) {
   return TD_OK;
 }
 
-int td_kernels_cuda_nccl_version(void) {
-  int v = 0;
-  return ncclGetVersion(&v) == ncclSuccess ? v : 0;
-}

@@ -1,5 +1,6 @@
-/* td_cuda.h — entry point of the CUDA back-end (compiled only with
- * TD_HAVE_CUDA; registered in kernels/registry.c). Usable from C and from
+/* td_cuda.h — the entry points of the CUDA back-end's module
+ * (libtrident_cuda.so, built with TD_ENABLE_CUDA), which kernels/registry.c
+ * loads on first use and looks up by these names. Usable from C and from
  * the back-end's C++/CUDA files: the C headers it pulls in carry no
  * extern "C" of their own, so it wraps them. */
 #ifndef TD_CUDA_H
@@ -20,8 +21,6 @@ int td_kernels_cuda_devices(void);
 td_status td_kernels_cuda_select(int ordinal);
 /* Peak device bytes the back-end has held (its allocations and workspaces). */
 size_t td_kernels_cuda_peak_bytes(const td_kernels *k);
-/* NCCL's version code (e.g. 22803), 0 if it cannot say. */
-int td_kernels_cuda_nccl_version(void);
 
 #ifdef __cplusplus
 }

@@ -1043,7 +1043,8 @@ static void test_registry(void) {
   s = td_kernels_create("cuda", 0, &k);
   ok &= s == TD_ERR_UNSUPPORTED && strstr(td_error_message(), "without CUDA") != NULL;
 #else
-  /* The placeholder declines: no device (TD_ERR_CUDA) or no kernels yet. */
+  /* Without a GPU the CUDA back-end declines: no device (TD_ERR_CUDA), or
+   * its module cannot load (TD_ERR_UNSUPPORTED). */
   s = td_kernels_create("cuda", 0, &k);
   printf("     cuda: %s\n", td_error_message());
   ok &= (s == TD_ERR_CUDA || s == TD_ERR_UNSUPPORTED) && k == NULL;

@@ -21,9 +21,6 @@
 
 #include "kernels/td_bf16.h"
 #include "kernels/td_kernels.h"
-#ifdef TD_HAVE_CUDA
-#include "kernels/cuda/td_cuda.h"
-#endif
 
 static int g_pass, g_fail;
 static const double U = 1.0 / 256.0;
@@ -471,8 +468,8 @@ int main(void) {
   printf("SKIP: this build has no CUDA back-end (configure with -DTD_ENABLE_CUDA=ON)\n");
   return 77;
 #else
-  if (td_kernels_cuda_devices() == 0) {
-    printf("SKIP: no CUDA device visible\n");
+  if (td_kernels_gpu_count() == 0) {
+    printf("SKIP: no CUDA device visible (or the CUDA module did not load)\n");
     return 77;
   }
   if (td_kernels_create("cpu", 0, &g_cpu) != TD_OK || td_kernels_create("cuda", 0, &g_gpu) != TD_OK) {
@@ -490,7 +487,7 @@ int main(void) {
   test_xent();
   test_adamw();
   printf("CUDA back-end peak device memory %.1f MiB\n",
-         (double)td_kernels_cuda_peak_bytes(g_gpu) / 1048576.0);
+         (double)g_gpu->device_peak(g_gpu) / 1048576.0);
   td_kernels_destroy(&g_gpu);
   td_kernels_destroy(&g_cpu);
   printf("%d passed, %d failed\n", g_pass, g_fail);
