@@ -157,7 +157,11 @@ check() {
     detail=$(grep -m1 -E 'error:|^FAIL|FAIL ' "$chk/$name.txt" || tail -1 "$chk/$name.txt")
   case $rc in
     0) row "$name" ok $(($(date +%s) - t1)) "${detail:-exit 0}" ;;
-    77) row "$name" skipped $(($(date +%s) - t1)) "${detail:-exit 77}" ;;
+    77) if [ $gpu = 1 ]; then # nvidia-smi sees a GPU: a skip is a failure to use it
+          row "$name" FAIL $(($(date +%s) - t1)) "skipped on a GPU machine: ${detail:-exit 77}"
+        else
+          row "$name" skipped $(($(date +%s) - t1)) "${detail:-exit 77}"
+        fi ;;
     124) row "$name" TIMEOUT $(($(date +%s) - t1)) "over ${limit} s" ;;
     *) row "$name" FAIL $(($(date +%s) - t1)) "exit $rc: ${detail:-$(tail -1 "$chk/$name.txt")}" ;;
   esac
