@@ -101,25 +101,11 @@ export LD_LIBRARY_PATH=$lib:$lib/hdf5/mpich:$lib/openblas-pthread${LD_LIBRARY_PA
 export PKG_CONFIG_PATH=$lib/pkgconfig
 export HWLOC_PLUGINS_BLACKLIST=hwloc_pci
 
-# NCCL: the toolkit's, else the one PyTorch's wheels bring (nvidia-nccl-cu13)
-nccl_home=""
-if [ ! -f /usr/local/cuda/include/nccl.h ]; then
-  d=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null ||
-      python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "nccl"))' 2>/dev/null)
-  if [ -n "$d" ] && [ -f "$d/include/nccl.h" ]; then
-    nccl_home=$prefix/nccl
-    mkdir -p "$nccl_home/lib"
-    ln -sfn "$d/include" "$nccl_home/include"
-    ln -sf "$(ls "$d"/lib/libnccl.so.* | head -1)" "$nccl_home/lib/libnccl.so"
-    export NCCL_HOME=$nccl_home LD_LIBRARY_PATH=$nccl_home/lib:$LD_LIBRARY_PATH
-  fi
-fi
-
 # ---- 2. build ---------------------------------------------------------------------
 t0=$(date +%s)
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
-say "configuring (prefix $prefix${nccl_home:+, NCCL from $nccl_home})"
+say "configuring (prefix $prefix)"
 if cmake -S . -B build-device "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DTD_ENABLE_CUDA=ON \
   -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DCMAKE_PREFIX_PATH="$prefix/usr" -DMPI_C_COMPILER="$prefix/usr/bin/mpicc.mpich" \
