@@ -55,6 +55,14 @@ td_status td_cuda_blocks(int64_t n, int threads, const char *what, unsigned *out
   return TD_OK;
 }
 
+td_status td_cuda_rows_args(const char *op, int64_t N, int64_t C) {
+  TD_REQUIRE(N >= 0 && C > 0, TD_ERR_USAGE, "%s: expected N >= 0, C > 0, got N=%lld C=%lld", op,
+             (long long)N, (long long)C);
+  TD_REQUIRE(N <= TD_CUDA_MAX_GRID, TD_ERR_UNSUPPORTED, "%s: %lld rows exceed the grid limit",
+             op, (long long)N);
+  return TD_OK;
+}
+
 static cuda_backend *cuda_be(td_kernels *k) { return (cuda_backend *)k->state; }
 
 /* Device memory, zeroed; the bytes are counted for the metrics' peak. */

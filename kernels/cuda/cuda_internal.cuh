@@ -79,6 +79,10 @@ static inline td_cuda_state *td_cuda_st(td_kernels *k) { return (td_cuda_state *
 td_status td_cuda_scratch(td_kernels *k, size_t bytes, void **out);
 
 /* ---- launch sizes ------------------------------------------------------------ */
+/* The checks of a row-wise op (one block per row of N rows of C): N >= 0,
+ * C > 0 (TD_ERR_USAGE) and N within gridDim.x (TD_ERR_UNSUPPORTED); `op`
+ * names it in the message. */
+td_status td_cuda_rows_args(const char *op, int64_t N, int64_t C);
 #define TD_CUDA_THREADS 256      /* threads per block of the element-wise kernels */
 #define TD_CUDA_MAX_GRID 2147483647LL /* gridDim.x limit */
 /* Blocks for n elements at `threads` per block, each thread taking one

@@ -96,11 +96,7 @@ static void ln_fwd_launch(cudaStream_t st, unsigned rows, void *out, float *mean
 td_status td_cuda_layernorm_fwd(td_kernels *k, void *out, td_dtype ot, float *mean,
                                 float *rstd, const float *x, const void *w, const void *b,
                                 td_dtype pt, int64_t N, int64_t C) {
-  TD_REQUIRE(N >= 0 && C > 0, TD_ERR_USAGE,
-             "layernorm: expected N >= 0, C > 0, got N=%lld C=%lld", (long long)N,
-             (long long)C);
-  TD_REQUIRE(N <= TD_CUDA_MAX_GRID, TD_ERR_UNSUPPORTED,
-             "layernorm: %lld rows exceed the grid limit", (long long)N);
+  TD_CHECK(td_cuda_rows_args("layernorm", N, C));
   if (N == 0) return TD_OK;
   cudaStream_t st = td_cuda_st(k)->stream;
   unsigned rows = (unsigned)N;
@@ -121,11 +117,7 @@ td_status td_cuda_layernorm_bwd(td_kernels *k, float *dx, float *dw, float *db,
                                 const float *dout, const float *x, const void *w,
                                 td_dtype pt, const float *mean, const float *rstd, int64_t N,
                                 int64_t C) {
-  TD_REQUIRE(N >= 0 && C > 0, TD_ERR_USAGE,
-             "layernorm: expected N >= 0, C > 0, got N=%lld C=%lld", (long long)N,
-             (long long)C);
-  TD_REQUIRE(N <= TD_CUDA_MAX_GRID, TD_ERR_UNSUPPORTED,
-             "layernorm: %lld rows exceed the grid limit", (long long)N);
+  TD_CHECK(td_cuda_rows_args("layernorm", N, C));
   if (N == 0) return TD_OK;
   cudaStream_t st = td_cuda_st(k)->stream;
   if (pt == TD_DTYPE_BF16)

@@ -91,11 +91,7 @@ td_status td_cuda_rmsnorm_fwd(td_kernels *k, void *out, td_dtype ot, float *rstd
 td_status td_cuda_rmsnorm_bwd(td_kernels *k, float *dx, float *dw, const float *dout,
                               const float *x, const void *w, td_dtype pt, const float *rstd,
                               int64_t N, int64_t C) {
-  TD_REQUIRE(N >= 0 && C > 0, TD_ERR_USAGE,
-             "rmsnorm: expected N >= 0, C > 0, got N=%lld C=%lld", (long long)N,
-             (long long)C);
-  TD_REQUIRE(N <= TD_CUDA_MAX_GRID, TD_ERR_UNSUPPORTED,
-             "rmsnorm: %lld rows exceed the grid limit", (long long)N);
+  TD_CHECK(td_cuda_rows_args("rmsnorm", N, C));
   if (N == 0) return TD_OK;
   cudaStream_t st = td_cuda_st(k)->stream;
   if (pt == TD_DTYPE_BF16)
