@@ -84,15 +84,17 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   memset(&me, 0, sizeof me);
   /* what training would allocate here: the model's and the ZeRO engine's own
    * size queries, not a second formula */
-  if (st == TD_OK) st = td_trainer_plan(cfg, g, &me.mem);
+  int local_rank = 0, local_size = 1;
+  td_dcomm_kind dcomm = TD_DCOMM_OFF;
+  TD_CHECK_GOTO(td_trainer_node_place(app, &local_rank, &local_size));
+  TD_CHECK_GOTO(td_trainer_dcomm_kind(app, cfg, local_size, &dcomm, why, sizeof why));
+  if (st == TD_OK) st = td_trainer_plan(cfg, g, dcomm, &me.mem);
   TD_CHECK_GOTO(td_agree(app->world, st));
   me.rank = g->rank, me.dp = g->dp_rank, me.tp = g->tp_rank, me.pp = g->pp_rank;
   int len = 0;
   char host[MPI_MAX_PROCESSOR_NAME];
   MPI_Get_processor_name(host, &len);
   snprintf(me.host, sizeof me.host, "%s", host);
-  int local_rank = 0, local_size = 1;
-  TD_CHECK_GOTO(td_trainer_node_place(app, &local_rank, &local_size));
   me.gpu = td_trainer_gpu_of(cfg, local_rank, &me.gpus);
   TD_MPI_CHECK(MPI_Comm_size(g->tp_comm, &me.tp_size));
   TD_MPI_CHECK(MPI_Comm_size(g->dp_comm, &me.dp_size));

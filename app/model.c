@@ -107,9 +107,10 @@ static td_status alloc_buffers(td_model *m) {
    * cross-entropy statistics (2N), over embed_comm the tied wte's gradient
    * (td_trainer_embed_sync) — one buffer for the largest, counted here. */
   int64_t hs = 0;
-  if (m->staged && m->grid->tp > 1) hs = N * C > 2 * N ? N * C : 2 * N;
+  int staged = m->staged && !m->dcomm;
+  if (staged && m->grid->tp > 1) hs = N * C > 2 * N ? N * C : 2 * N;
   const td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);
-  if (m->staged && m->grid->pp > 1 && m->tied && wte->present &&
+  if (staged && m->grid->pp > 1 && m->tied && wte->present &&
       m->grid->embed_comm != MPI_COMM_NULL && wte->local_numel > hs)
     hs = wte->local_numel;
   if (hs > 0) {
@@ -122,7 +123,7 @@ static td_status alloc_buffers(td_model *m) {
 }
 
 td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td_coll_stats *stats,
-                          int64_t B, int nslots, td_model **out) {
+                          int64_t B, int nslots, int dcomm, td_model **out) {
   td_status st = TD_OK;
   *out = NULL;
   td_model *m = calloc(1, sizeof *m);
@@ -148,6 +149,7 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->pt = m->at = strcmp(cfg->training_precision, "bf16") == 0 ? TD_DTYPE_BF16 : TD_DTYPE_F32;
   m->recompute = strcmp(cfg->training_recompute, "blocks") == 0;
   m->staged = k ? !k->host_memory : !td_kernels_host_memory(cfg->run_device);
+  m->dcomm = dcomm;
   TD_CHECK_GOTO(alloc_buffers(m));
   TD_CHECK_GOTO(units_create(m));
 done:
@@ -296,6 +298,7 @@ static td_status mm_grad(td_model *m, const float *g, int64_t n, const void **ou
 /* Sum a (N, C) partial result over the tensor-parallel group. */
 static td_status tp_sum(td_model *m, float *x, int64_t n) {
   if (m->grid->tp == 1) return TD_OK;
+  if (m->dc_tp) return td_dcomm_sum_joined(m->dc_tp, x, n, 0, m->stats);
   TD_CHECK(m->k->sync(m->k));
   TD_CHECK(td_coll_allreduce_f32_staged(m->grid->tp_comm, m->k, x, m->host_stage, n, MPI_SUM,
                                         m->stats));
@@ -457,7 +460,9 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
   /* Vocabulary-parallel cross-entropy: max, then Σexp and the target logit. */
   int64_t vvalid = m->V - m->v0 < m->Vs ? (m->V - m->v0 > 0 ? m->V - m->v0 : 0) : m->Vs;
   TD_CHECK(k->xent_rowmax(k, a->rowmax, a->logits, N, m->Vs, vvalid));
-  if (m->grid->tp > 1) {
+  if (m->grid->tp > 1 && m->dc_tp) {
+    TD_CHECK(td_dcomm_sum_joined(m->dc_tp, a->rowmax, N, 1, m->stats));
+  } else if (m->grid->tp > 1) {
     TD_CHECK(k->sync(k));
     TD_CHECK(td_coll_allreduce_f32_staged(m->grid->tp_comm, k, a->rowmax, m->host_stage, N,
                                           MPI_MAX, m->stats));

@@ -376,9 +376,14 @@ td_status td_trainer_run(td_trainer *t) {
                                              : " (bf16 operands widened to fp32: no bf16 matmul "
                                                "on this CPU)",
          (long long)c->training_steps, (long long)(c->training_global_batch * c->model_seq_len));
-  if (!t->k->host_memory && t->app->size > 1)
+  if (t->dcomm != TD_DCOMM_OFF && t->app->size > 1)
+    td_log("trident: collectives on the %s back-end's buffers: %s device communicators "
+           "(data-parallel, tensor-parallel, tied embedding)%s\n",
+           t->k->name, td_dcomm_kind_name(t->dcomm),
+           t->grid->pp > 1 ? "; pipeline sends through MPI on host copies" : "");
+  else if (!t->k->host_memory && t->app->size > 1)
     td_log("trident: the collectives run in MPI on host copies of the %s back-end's buffers "
-           "(staged; NCCL is not used yet)\n",
+           "(staged)\n",
            t->k->name);
   double val = 0.0;
   if (c->eval_every > 0 && t->step == 0) TD_CHECK_GOTO(eval_and_log(t, &val));

@@ -90,6 +90,9 @@ struct td_model {
   void *dmm;             /* bf16: a gradient rounded for the matmuls that read it */
   float *rowstat_host;   /* (3N) host staging for cross-entropy statistics */
   int staged;            /* the back-end's memory is not host memory: MPI gets host copies */
+  struct td_dcomm *dc_tp, *dc_embed; /* device collectives over tp_comm and embed_comm
+                            (set by the trainer when it uses them), else NULL: MPI */
+  int dcomm;             /* they will be used (td_model_create's argument): no host_stage */
   float *host_stage;     /* staged only: the host copy of the model's all-reduces (tp sums,
                             cross-entropy statistics, the tied wte's gradient over
                             embed_comm); NULL otherwise */
@@ -115,9 +118,12 @@ void td_model_units_flat(td_model *m, void *params, float *grads);
  * micro-batches of B sequences. Parameters, gradients and optimizer state
  * live elsewhere (td_zero); the hooks place each unit before use. With
  * k == NULL, a size query: act_bytes, the registry and the units are set,
- * nothing is allocated, and only td_model_destroy may be called. */
+ * nothing is allocated, and only td_model_destroy may be called. `dcomm`:
+ * the trainer will hand the model device communicators (dc_tp, dc_embed), so
+ * its all-reduces need no host copy. */
 td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k,
-                          td_coll_stats *stats, int64_t B, int nslots, td_model **out);
+                          td_coll_stats *stats, int64_t B, int nslots, int dcomm,
+                          td_model **out);
 void td_model_destroy(td_model **m);
 /* Pointer to tensor p inside a flat buffer over the rank's local space. */
 static inline float *td_view(float *flat, const td_param *p) { return flat + p->offset; }

@@ -38,6 +38,8 @@ typedef struct td_trainer {
   td_model *model;
   td_zero *zero;       /* parameters, gradients, moments (ZeRO stage 0–3) */
   td_pipe *pipe;       /* micro-batch schedule over the pipeline stages */
+  td_dcomm_kind dcomm; /* device collectives (td_trainer_dcomm_kind) */
+  struct td_dcomm *dc_dp, *dc_tp, *dc_embed; /* when dcomm is not TD_DCOMM_OFF */
   int64_t micro_j;     /* micro-batch whose backward runs now */
   int embed_pending;   /* unit 0's backward release waits for td_trainer_embed_sync */
   td_dataset *train, *val;
@@ -70,7 +72,17 @@ void td_trainer_destroy(td_trainer **t);
 /* The memory td_trainer_create would allocate on this rank of grid, computed
  * by the same code without allocating (a size query of the model and the
  * ZeRO engine). Not collective. For `trident check`. */
-td_status td_trainer_plan(const td_config *cfg, const td_grid *grid, td_mem_plan *out);
+td_status td_trainer_plan(const td_config *cfg, const td_grid *grid, td_dcomm_kind dcomm,
+                          td_mem_plan *out);
+/* Whether this job's collectives on back-end buffers use device
+ * communicators (parallel/td_coll.h): NCCL when run.device is cuda, this
+ * build's CUDA module has NCCL and no two ranks of a node share a GPU;
+ * the test implementation on the CPU under TD_TEST_DCOMM=1; else
+ * TD_DCOMM_OFF (MPI, on host copies for a GPU). Every rank's own answer is
+ * agreed over the world: all use them or none does. `why` (n bytes) says
+ * why not, for the log, when a GPU run goes without. Collective. */
+td_status td_trainer_dcomm_kind(td_app *app, const td_config *cfg, int local_size,
+                                td_dcomm_kind *out, char *why, size_t n);
 /* This rank's place on its node: its rank among the ranks sharing the node
  * (MPI_COMM_TYPE_SHARED) and their number. Collective on app->world. */
 td_status td_trainer_node_place(td_app *app, int *local_rank, int *local_size);

@@ -65,6 +65,32 @@ static td_status pick_device(const td_config *cfg, int local_rank, int local_siz
   return TD_OK;
 }
 
+td_status td_trainer_dcomm_kind(td_app *app, const td_config *cfg, int local_size,
+                                td_dcomm_kind *out, char *why, size_t n) {
+  td_dcomm_kind mine = TD_DCOMM_OFF;
+  why[0] = '\0';
+  if (strcmp(cfg->run_device, "cuda") == 0) {
+    int gpus = td_kernels_gpu_count();
+    if (!td_kernels_gpu_nccl())
+      snprintf(why, n, "this build's CUDA module has no NCCL");
+    else if (gpus < local_size)
+      snprintf(why, n, "%d ranks share %d GPU%s on a node (NCCL takes one rank per GPU)",
+               local_size, gpus, gpus == 1 ? "" : "s");
+    else
+      mine = TD_DCOMM_NCCL;
+  } else {
+    /* test-only: the CPU runs the code written for NCCL on MPI */
+    const char *e = getenv("TD_TEST_DCOMM");
+    if (e && strcmp(e, "1") == 0) mine = TD_DCOMM_TEST_MPI;
+  }
+  int all = mine != TD_DCOMM_OFF, any = all;
+  TD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, app->world));
+  TD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, app->world));
+  if (any && !all && !why[0]) snprintf(why, n, "another node cannot use them");
+  *out = all ? mine : TD_DCOMM_OFF;
+  return TD_OK;
+}
+
 /* Threads per rank: run.threads, else OMP_NUM_THREADS, else cores / ranks on
  * this node (local: the node's rank count, from node_place). */
 static td_status pick_threads(const td_config *cfg, int local, int *out) {
@@ -126,6 +152,10 @@ td_status td_trainer_embed_sync(td_trainer *t) {
   if (wte->present && t->grid->embed_comm != MPI_COMM_NULL &&
       (stage >= 2 || t->micro_j == t->accum - 1)) {
     float *g = m->unit_grad[0] + (wte->offset - m->unit_begin[0]);
+    if (t->dc_embed) {
+      TD_CHECK(td_dcomm_sum_joined(t->dc_embed, g, wte->local_numel, 0, &t->stats));
+      return td_zero_release(t->zero, 0, 1);
+    }
     TD_CHECK(t->k->sync(t->k));
     TD_CHECK(td_coll_allreduce_f32_staged(t->grid->embed_comm, t->k, g, m->host_stage,
                                           wte->local_numel, MPI_SUM, &t->stats));
@@ -140,7 +170,7 @@ td_status td_trainer_embed_sync(td_trainer *t) {
  * the model's units. *tens (the table o->tensors points at) is the caller's
  * to free. */
 static td_status zero_opts(const td_config *c, const td_grid *g, const td_model *m,
-                           td_zero_opts *o, td_zero_tensor **tens) {
+                           td_dcomm_kind dcomm, td_zero_opts *o, td_zero_tensor **tens) {
   const td_registry *r = m->reg;
   *tens = calloc((size_t)r->n + 1, sizeof **tens);
   if (!*tens) TD_FAIL(TD_ERR_NOMEM, "out of memory");
@@ -167,7 +197,8 @@ static td_status zero_opts(const td_config *c, const td_grid *g, const td_model 
   o->persistent_units[0] = 0;             /* {wte, wpe}: used at both ends */
   o->persistent_units[1] = m->nunits - 1; /* {ln_f} */
   o->pt = m->pt;
-  o->staged = m->staged; /* for the size query; with a back-end the engine asks it */
+  /* for the size query (with a back-end the engine decides from k and o->dcomm) */
+  o->staged = m->staged && dcomm == TD_DCOMM_OFF;
   return TD_OK;
 }
 
@@ -187,7 +218,8 @@ static void mem_of(const td_config *c, const td_grid *g, const td_model *m, cons
   mem->live_micro = m->nslots;
 }
 
-td_status td_trainer_plan(const td_config *cfg, const td_grid *grid, td_mem_plan *out) {
+td_status td_trainer_plan(const td_config *cfg, const td_grid *grid, td_dcomm_kind dcomm,
+                          td_mem_plan *out) {
   td_status st = TD_OK;
   td_model *m = NULL;
   td_zero *z = NULL;
@@ -195,8 +227,8 @@ td_status td_trainer_plan(const td_config *cfg, const td_grid *grid, td_mem_plan
   td_zero_opts o;
   memset(out, 0, sizeof *out);
   TD_CHECK_GOTO(td_model_create(cfg, (td_grid *)grid, NULL, NULL, td_config_micro_batch(cfg),
-                                model_slots(cfg, grid), &m));
-  TD_CHECK_GOTO(zero_opts(cfg, grid, m, &o, &tens));
+                                model_slots(cfg, grid), dcomm != TD_DCOMM_OFF, &m));
+  TD_CHECK_GOTO(zero_opts(cfg, grid, m, dcomm, &o, &tens));
   TD_CHECK_GOTO(td_zero_create(&o, NULL, NULL, &z));
   mem_of(cfg, grid, m, z, out);
 done:
@@ -261,7 +293,8 @@ static td_status create_zero(td_trainer *t) {
   float *host = NULL;
   td_zero_tensor *tens = NULL;
   td_zero_opts o;
-  TD_CHECK_GOTO(zero_opts(c, t->grid, m, &o, &tens));
+  TD_CHECK_GOTO(zero_opts(c, t->grid, m, t->dcomm, &o, &tens));
+  o.dcomm = t->dc_dp;
   TD_CHECK_GOTO(td_zero_create(&o, t->k, &t->stats, &t->zero));
   TD_CHECK_GOTO(td_alloc((void **)&host, (size_t)r->total_local * sizeof(float), "initial parameters"));
   td_registry_init_params(r, c, host);
@@ -310,7 +343,20 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
             "(raise training.global_batch or lower parallel.micro_batch)",
             (long long)t->accum, t->accum == 1 ? "" : "es", t->grid->pp,
             100.0 * (t->grid->pp - 1) / (double)(t->accum + t->grid->pp - 1));
-  st = td_model_create(c, t->grid, t->k, &t->stats, t->B, nslots, &t->model);
+  /* device communicators (collective: made on every rank, whatever failed
+   * before, and agreed) for the groups that exchange back-end buffers */
+  TD_CHECK_GOTO(td_trainer_dcomm_kind(app, c, local_size, &t->dcomm, why, sizeof why));
+  if (t->dcomm == TD_DCOMM_OFF && why[0] && app->rank == 0 && app->size > 1)
+    td_warn("collectives run in MPI on host copies of the GPU buffers: %s", why);
+  TD_CHECK_GOTO(td_dcomm_create(t->grid->dp_comm, t->k, t->dcomm, "data-parallel", &t->dc_dp));
+  if (t->grid->tp > 1)
+    TD_CHECK_GOTO(td_dcomm_create(t->grid->tp_comm, t->k, t->dcomm, "tensor-parallel",
+                                  &t->dc_tp));
+  TD_CHECK_GOTO(td_dcomm_create(t->grid->embed_comm, t->k, t->dcomm, "tied-embedding",
+                                &t->dc_embed));
+  st = td_model_create(c, t->grid, t->k, &t->stats, t->B, nslots, t->dcomm != TD_DCOMM_OFF,
+                       &t->model);
+  if (st == TD_OK) t->model->dc_tp = t->dc_tp, t->model->dc_embed = t->dc_embed;
   if (st == TD_OK) st = create_zero(t);
   if (st == TD_OK) st = td_pipe_create(t, &t->pipe);
   if (st == TD_OK) mem_of(c, t->grid, t->model, t->zero, &t->mem);
@@ -348,6 +394,9 @@ void td_trainer_destroy(td_trainer **tp) {
   td_pipe_destroy(&t->pipe);
   td_zero_destroy(&t->zero);
   td_model_destroy(&t->model);
+  td_dcomm_destroy(&t->dc_dp);
+  td_dcomm_destroy(&t->dc_tp);
+  td_dcomm_destroy(&t->dc_embed);
   td_kernels_destroy(&t->k);
   td_dataset_close(&t->train);
   td_dataset_close(&t->val);

@@ -22,6 +22,7 @@ static struct {
   td_status (*create)(int, td_kernels **);
   int (*devices)(void);
   td_status (*select)(int);
+  int (*nccl)(void); /* optional: a module without it has no NCCL */
 } g_cuda;
 
 /* Load the module once: $TD_CUDA_MODULE, else libtrident_cuda.so beside the
@@ -56,6 +57,7 @@ static int cuda_module(void) {
   *(void **)&g_cuda.create = dlsym(g_cuda.handle, "td_kernels_cuda_create");
   *(void **)&g_cuda.devices = dlsym(g_cuda.handle, "td_kernels_cuda_devices");
   *(void **)&g_cuda.select = dlsym(g_cuda.handle, "td_kernels_cuda_select");
+  *(void **)&g_cuda.nccl = dlsym(g_cuda.handle, "td_kernels_cuda_nccl");
   if (!g_cuda.create || !g_cuda.devices || !g_cuda.select) {
     snprintf(g_cuda.why, sizeof g_cuda.why, "%s lacks an entry point (a module of another "
              "trident version?)", TD_CUDA_MODULE_PATH);
@@ -70,6 +72,14 @@ static int cuda_module(void) {
 int td_kernels_gpu_count(void) {
 #ifdef TD_HAVE_CUDA
   return cuda_module() ? g_cuda.devices() : 0;
+#else
+  return 0;
+#endif
+}
+
+int td_kernels_gpu_nccl(void) {
+#ifdef TD_HAVE_CUDA
+  return cuda_module() && g_cuda.nccl ? g_cuda.nccl() : 0;
 #else
   return 0;
 #endif

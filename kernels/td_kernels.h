@@ -24,6 +24,7 @@ extern "C" {
 #endif
 
 typedef struct td_kernels td_kernels;
+struct td_dcomm; /* kernels/td_dcomm.h */
 
 /* Element type of a tensor argument. */
 typedef enum { TD_DTYPE_F32 = 0, TD_DTYPE_BF16 = 1 } td_dtype;
@@ -187,6 +188,15 @@ struct td_kernels {
                      int64_t n, float lr, float beta1, float beta2, float eps,
                      float weight_decay, int64_t t);
 
+  /* ---- device collectives (kernels/td_dcomm.h) -------------------------------
+   * NULL when the back-end has none (the CPU; a CUDA build without NCCL):
+   * MPI then works on host copies of its buffers. dcomm_id fills
+   * TD_DCOMM_ID_BYTES naming a new communicator (one member makes it, the
+   * others receive it); dcomm_init joins it as c->rank of c->size (every
+   * member calls it at once) and sets c->ops, c->name and c->state. */
+  td_status (*dcomm_id)(td_kernels *k, void *id);
+  td_status (*dcomm_init)(td_kernels *k, const void *id, struct td_dcomm *c);
+
   /* Peak bytes of device memory the back-end has held (allocations and
    * workspaces); NULL for a back-end in host memory (the metrics then report
    * the process's RSS alone). */
@@ -225,6 +235,9 @@ int td_kernels_precision_ok(const char *device, const char *precision, char *why
  * CUDA module (libtrident_cuda.so) is loaded on first use. */
 int td_kernels_gpu_count(void);
 td_status td_kernels_gpu_select(int ordinal);
+/* 1 if the CUDA module was built with NCCL (its back-end then has the
+ * device collectives, dcomm_id and dcomm_init), else 0. */
+int td_kernels_gpu_nccl(void);
 /* Create the back-end named `device` ("cpu" or "cuda"). */
 td_status td_kernels_create(const char *device, int threads, td_kernels **out);
 /* Destroy a back-end; accepts NULL and sets *k = NULL. */

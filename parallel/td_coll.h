@@ -48,4 +48,46 @@ td_status td_coll_allreduce_f32_staged(MPI_Comm comm, td_kernels *k, float *buf,
 /* Broadcast n floats from root. Collective on comm. */
 td_status td_coll_bcast_f32(MPI_Comm comm, float *buf, int64_t n, int root, td_coll_stats *stats);
 
+/* ---- device collectives (kernels/td_dcomm.h) ------------------------------------
+ * Where every rank has a GPU of its own, collectives on device buffers go
+ * through NCCL communicators made from the MPI ones (no host copies, no host
+ * waits); where not, MPI works on host copies (the _staged calls above, the
+ * ZeRO engine's staging). TD_DCOMM_TEST_MPI is the test implementation
+ * (parallel/dcomm_mpi.c) on the CPU back-end. */
+typedef enum { TD_DCOMM_OFF, TD_DCOMM_NCCL, TD_DCOMM_TEST_MPI } td_dcomm_kind;
+struct td_dcomm;
+
+const char *td_dcomm_kind_name(td_dcomm_kind kind);
+/* The device communicator of comm's members on back-end k (*out NULL for
+ * TD_DCOMM_OFF or MPI_COMM_NULL; a group of one is a communicator too).
+ * `group` names it in messages (a literal). Collective on comm; a failure
+ * on any member is agreed (every member returns it). */
+td_status td_dcomm_create(MPI_Comm comm, td_kernels *k, td_dcomm_kind kind, const char *group,
+                          struct td_dcomm **out);
+/* Release (ends with an abort when this rank fails alone); accepts NULL. */
+void td_dcomm_destroy(struct td_dcomm **c);
+/* The calls of kernels/td_dcomm.h on float32 buffers (allgatherv: type t),
+ * counting their bytes in stats as the MPI calls do (ring volume). */
+td_status td_dcomm_allreduce(struct td_dcomm *c, float *buf, int64_t n, int max,
+                             td_coll_stats *stats, uint64_t *ticket);
+td_status td_dcomm_reduce_scatterv(struct td_dcomm *c, const float *send, float *recv,
+                                   const int *counts, const int *displs, td_coll_stats *stats,
+                                   uint64_t *ticket);
+td_status td_dcomm_allgatherv(struct td_dcomm *c, const void *send, void *recv, const int *counts,
+                              const int *displs, td_dtype t, td_coll_stats *stats,
+                              uint64_t *ticket);
+td_status td_dcomm_join(struct td_dcomm *c, uint64_t ticket);
+td_status td_dcomm_test(struct td_dcomm *c, uint64_t ticket, int *done);
+/* All-reduce (sum, or max when `max`) in place and join it: what follows on
+ * the back-end's queue sees the result; the host does not wait. */
+td_status td_dcomm_sum_joined(struct td_dcomm *c, float *buf, int64_t n, int max,
+                              td_coll_stats *stats);
+/* The host waits until call `ticket` has completed, under the watchdog
+ * (op, comm: what and where, for its message); the time is charged to
+ * stats->ms[kind]. */
+td_status td_dcomm_wait(struct td_dcomm *c, uint64_t ticket, const char *op, MPI_Comm comm,
+                        td_coll_stats *stats, td_coll_kind kind);
+/* The test implementation's set-up (parallel/dcomm_mpi.c). */
+td_status td_dcomm_mpi_init(MPI_Comm comm, struct td_dcomm *c);
+
 #endif

@@ -54,6 +54,14 @@ void td_watchdog_name(MPI_Comm comm, const char *name);
  * MPI_Abort, outside the MPI library (a second thread calling into MPI while
  * this one is inside it crashes MPICH/UCX). Returns the MPI code. */
 int td_watchdog_wait(const char *op, MPI_Comm comm, MPI_Request *req);
+/* The same for a wait that is not an MPI request (a device collective's
+ * completion, polled by the caller): begin returns a token (0 when the
+ * watchdog does not run), the caller polls its own test and calls check
+ * between two polls (it ends the job, exit 3, once the bound is passed),
+ * then end(token). */
+int td_watchdog_begin(const char *op, MPI_Comm comm);
+void td_watchdog_check(void);
+void td_watchdog_end(int token);
 /* td_watchdog_wait after the non-blocking call that returned rc (a failed
  * call's code is returned as is), so that a blocking collective is written
  * TD_MPI_CHECK(td_watched(MPI_Iallreduce(..., comm, &r), "what", comm, &r)). */

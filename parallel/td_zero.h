@@ -63,6 +63,8 @@ typedef struct td_zero_opts {
   const int64_t *unit_begin, *unit_end; /* ranges; begin ≥ end means empty */
   int persistent_units[2]; /* units kept gathered for the whole step (stage 3), -1: none */
   td_dtype pt;             /* type of the parameters handed out (TD_DTYPE_F32 or TD_DTYPE_BF16) */
+  struct td_dcomm *dcomm;  /* device collectives over dp_comm (kernels/td_dcomm.h), or NULL:
+                              MPI (on host copies when the memory is not host memory) */
   int staged;              /* size query only (k == NULL): the back-end's memory is not host
                               memory, so count the host staging buffers (with a back-end,
                               !k->host_memory decides) */

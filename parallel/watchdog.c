@@ -62,24 +62,36 @@ static const char *comm_name(MPI_Comm comm) {
   return comm == MPI_COMM_NULL ? "?" : "a communicator";
 }
 
-int td_watchdog_wait(const char *op, MPI_Comm comm, MPI_Request *req) {
-  if (!__atomic_load_n(&g_wd.running, __ATOMIC_ACQUIRE)) return MPI_Wait(req, MPI_STATUS_IGNORE);
+int td_watchdog_begin(const char *op, MPI_Comm comm) {
+  if (!__atomic_load_n(&g_wd.running, __ATOMIC_ACQUIRE)) return 0;
   /* inside checkpoint I/O the whole phase is the wait (td_watchdog_io) */
-  int io = __atomic_load_n(&g_wd.io, __ATOMIC_ACQUIRE) > 0;
-  if (!io) {
-    __atomic_store_n(&g_wd.comm, comm, __ATOMIC_RELAXED);
-    __atomic_store_n(&g_wd.since_ms, now_ms(), __ATOMIC_RELAXED);
-    __atomic_store_n(&g_wd.op, op, __ATOMIC_RELEASE);
+  if (__atomic_load_n(&g_wd.io, __ATOMIC_ACQUIRE) > 0) return 1;
+  __atomic_store_n(&g_wd.comm, comm, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_wd.since_ms, now_ms(), __ATOMIC_RELAXED);
+  __atomic_store_n(&g_wd.op, op, __ATOMIC_RELEASE);
+  return 2;
+}
+
+void td_watchdog_check(void) {
+  if (__atomic_load_n(&g_wd.fired, __ATOMIC_ACQUIRE)) {
+    MPI_Abort(g_wd.world, 3); /* the message is out (the watchdog thread) */
+    _exit(3);
   }
+}
+
+void td_watchdog_end(int begun) {
+  if (begun == 2) __atomic_store_n(&g_wd.op, (const char *)NULL, __ATOMIC_RELEASE);
+}
+
+int td_watchdog_wait(const char *op, MPI_Comm comm, MPI_Request *req) {
+  int begun = td_watchdog_begin(op, comm);
+  if (!begun) return MPI_Wait(req, MPI_STATUS_IGNORE);
   int rc = MPI_SUCCESS, done = 0;
   while (rc == MPI_SUCCESS && !done) {
     rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (__atomic_load_n(&g_wd.fired, __ATOMIC_ACQUIRE)) {
-      MPI_Abort(g_wd.world, 3); /* the message is out (the watchdog thread) */
-      _exit(3);
-    }
+    td_watchdog_check();
   }
-  if (!io) __atomic_store_n(&g_wd.op, (const char *)NULL, __ATOMIC_RELEASE);
+  td_watchdog_end(begun);
   return rc;
 }
 

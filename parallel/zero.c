@@ -8,7 +8,14 @@
  * the collective writes, the result is copied back (k->to_device) where its
  * request is waited — finish_grad_slot, finish_slot_gather, the request list
  * of stages 0–1 in td_zero_finish_grads — never before. With host memory
- * none of this runs and MPI works on the buffers themselves. */
+ * none of this runs and MPI works on the buffers themselves.
+ *
+ * Device collectives. With opts.dcomm (NCCL where every rank has a GPU of its
+ * own) the same calls go to the device communicator instead: no host copies
+ * and no host waits. Each call returns a ticket; the place that waits for an
+ * MPI request joins the ticket instead (the back-end's queue waits for the
+ * call), so the kernels that read a result, or overwrite a buffer a call
+ * reads, are queued behind it. */
 #include "parallel/td_zero.h"
 
 #include <limits.h>
@@ -32,6 +39,7 @@ typedef struct {
   int valid;         /* parameters: gathered and current */
   int64_t seq;       /* gradients: when its reduction was launched (launch count) */
   MPI_Request req;
+  uint64_t ticket;   /* device collectives: the call in flight */
   float *buf;        /* the largest unit this slot serves (parameters: of type o.pt) */
   float *recv;       /* gradients: this rank's part of the reduce-scatter */
   void *hbuf;        /* staging: host copy of buf (what MPI reads and writes) */
@@ -45,6 +53,7 @@ typedef struct {
  * device that its completion allows: n floats from host to dev (n 0: none). */
 typedef struct {
   MPI_Request req;
+  uint64_t ticket; /* device collectives: the call (req unused) */
   float *dev;
   const float *host;
   int64_t n;
@@ -59,6 +68,9 @@ struct td_zero {
   int64_t *ub, *ue;
   td_kernels *k;
   td_coll_stats *stats;
+  struct td_dcomm *dc;  /* device collectives over dp_comm, or NULL (MPI) */
+  uint64_t last_ticket; /* the newest device call (0: none) */
+  int *scounts, *sdispls; /* (dp) S and r·S: the parameter all-gather of stages 1–2 */
   int dp, rank;
   int64_t S, npad, own_b, own_e;
   float *params, *grads, *gshard, *m, *v;
@@ -162,6 +174,7 @@ static void slot_need(const td_zero *z, int i, int64_t *elems, int64_t *share) {
 /* Let outstanding non-blocking collectives progress. */
 static td_status progress(td_zero *z) {
   int flag = 0;
+  if (z->dc) return z->last_ticket ? td_dcomm_test(z->dc, z->last_ticket, &flag) : TD_OK;
   for (int i = 0; i < z->nreq; ++i)
     if (z->reqs[i].req != MPI_REQUEST_NULL)
       TD_MPI_CHECK(MPI_Test(&z->reqs[i].req, &flag, MPI_STATUS_IGNORE));
@@ -179,7 +192,8 @@ td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *st
   if (!z) TD_FAIL(TD_ERR_NOMEM, "out of memory");
   z->o = *o;
   z->k = k, z->stats = stats;
-  z->staged = k ? !k->host_memory : o->staged;
+  z->dc = o->dcomm;
+  z->staged = o->dcomm ? 0 : k ? !k->host_memory : o->staged;
   if (MPI_Comm_size(o->dp_comm, &z->dp) != MPI_SUCCESS ||
       MPI_Comm_rank(o->dp_comm, &z->rank) != MPI_SUCCESS)
     TD_FAIL_GOTO(TD_ERR_MPI, "ZeRO engine: the data-parallel communicator is not usable");
@@ -202,6 +216,13 @@ td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *st
   if (!z->ucounts || !z->udispls) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
   for (int u = 0; u < o->nunits; ++u)
     if (!unit_empty(z, u)) TD_CHECK_GOTO(unit_counts(z, u));
+  z->scounts = calloc((size_t)z->dp, sizeof(int));
+  z->sdispls = calloc((size_t)z->dp, sizeof(int));
+  if (!z->scounts || !z->sdispls) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
+  for (int r = 0; r < z->dp; ++r) {
+    TD_CHECK_GOTO(td_mpi_count(z->S, &z->scounts[r]));
+    TD_CHECK_GOTO(td_mpi_count((int64_t)r * z->S, &z->sdispls[r]));
+  }
   int stage = o->stage;
   size_t full = (size_t)z->npad * sizeof(float), shard = (size_t)z->S * sizeof(float);
   z->psz = td_dtype_size(o->pt);
@@ -262,12 +283,16 @@ void td_zero_destroy(td_zero **zp) {
   int inflight = z->nreq > 0;
   for (int i = 0; i < z->nslots; ++i) inflight |= z->pslots[i].pending || z->gslots[i].pending;
   if (inflight && td_error_alone()) return;
+  /* device calls may still read or write the buffers about to be freed */
+  if (z->dc && z->last_ticket)
+    (void)td_dcomm_wait(z->dc, z->last_ticket, "device collectives (ZeRO engine's end)",
+                        z->o.dp_comm, NULL, TD_COLL_ALLREDUCE);
   for (int i = 0; i < z->nreq; ++i)
-    if (z->reqs[i].req != MPI_REQUEST_NULL) MPI_Wait(&z->reqs[i].req, MPI_STATUS_IGNORE);
+    if (!z->dc && z->reqs[i].req != MPI_REQUEST_NULL) MPI_Wait(&z->reqs[i].req, MPI_STATUS_IGNORE);
   for (int i = 0; i < z->nslots; ++i) {
     slot *ss[2] = {&z->pslots[i], &z->gslots[i]};
     for (int j = 0; j < 2; ++j) {
-      if (ss[j]->pending) MPI_Wait(&ss[j]->req, MPI_STATUS_IGNORE);
+      if (ss[j]->pending && !z->dc) MPI_Wait(&ss[j]->req, MPI_STATUS_IGNORE);
       if (z->k && ss[j]->buf) z->k->free(z->k, ss[j]->buf);
       if (z->k && ss[j]->recv) z->k->free(z->k, ss[j]->recv);
       td_free(ss[j]->hbuf);
@@ -281,6 +306,8 @@ void td_zero_destroy(td_zero **zp) {
     if (z->k && bufs[i]) z->k->free(z->k, bufs[i]);
   free(z->ucounts);
   free(z->udispls);
+  free(z->scounts);
+  free(z->sdispls);
   free(z->tensors);
   free(z->ub);
   free(z->ue);
@@ -339,6 +366,12 @@ static td_status start_gather(td_zero *z, int u, slot *s) {
   s->unit = u;
   s->valid = 0;
   s->pending = 1;
+  if (z->dc) {
+    TD_CHECK(td_dcomm_allgatherv(z->dc, send, s->buf, UCOUNTS(z, u), UDISPLS(z, u), z->o.pt,
+                                 z->stats, &s->ticket));
+    z->last_ticket = s->ticket;
+    return TD_OK;
+  }
   TD_CHECK(z->k->sync(z->k));
   void *recv = s->buf;
   if (z->staged) { /* gather host copies; finish_slot_gather copies the unit back */
@@ -355,7 +388,10 @@ static td_status start_gather(td_zero *z, int u, slot *s) {
 
 static td_status finish_slot_gather(td_zero *z, slot *s) {
   if (s->pending) {
-    TD_CHECK(wait_req(z, &s->req, TD_COLL_ALLGATHER));
+    if (z->dc)
+      TD_CHECK(td_dcomm_join(z->dc, s->ticket));
+    else
+      TD_CHECK(wait_req(z, &s->req, TD_COLL_ALLGATHER));
     s->pending = 0;
     if (z->staged) /* the gathered unit back to the device */
       TD_CHECK(z->k->to_device(z->k, s->buf, s->hbuf,
@@ -403,7 +439,10 @@ static int next_unit(const td_zero *z, int u, int backward) {
 
 static td_status finish_grad_slot(td_zero *z, slot *s) {
   if (!s->pending) return TD_OK;
-  TD_CHECK(wait_req(z, &s->req, TD_COLL_REDUCE_SCATTER));
+  if (z->dc)
+    TD_CHECK(td_dcomm_join(z->dc, s->ticket));
+  else
+    TD_CHECK(wait_req(z, &s->req, TD_COLL_REDUCE_SCATTER));
   s->pending = 0;
   if (s->recv_n > 0 && z->staged) /* the reduced share back to the device */
     TD_CHECK(z->k->to_device(z->k, s->recv, s->hpart, (size_t)s->recv_n * sizeof(float)));
@@ -440,9 +479,15 @@ static td_status launch_grad_slot(td_zero *z, int u, slot *s) {
   unit_part(z, u, z->rank, &lo, &hi);
   s->recv_n = hi > lo ? (int)(hi - lo) : 0;
   s->recv_off = hi > lo ? lo - (int64_t)z->rank * z->S : 0;
-  TD_CHECK(z->k->sync(z->k));
   s->pending = 1;
   s->seq = z->launches++;
+  if (z->dc) {
+    TD_CHECK(td_dcomm_reduce_scatterv(z->dc, s->buf, s->recv, UCOUNTS(z, u), UDISPLS(z, u),
+                                      z->stats, &s->ticket));
+    z->last_ticket = s->ticket;
+    return TD_OK;
+  }
+  TD_CHECK(z->k->sync(z->k));
   float *send = s->buf, *recv = s->recv;
   if (z->staged) { /* reduce the host copy; finish_grad_slot copies the share back */
     TD_CHECK(z->k->to_host(z->k, s->hbuf, s->buf, (size_t)(z->ue[u] - z->ub[u]) * sizeof(float)));
@@ -463,6 +508,16 @@ static td_status push_req(td_zero *z, MPI_Request r, float *dev, const float *ho
   if (z->nreq == MAX_REQ) TD_FAIL(TD_ERR_INTERNAL, "too many outstanding reductions");
   reduction *x = &z->reqs[z->nreq++];
   x->req = r, x->dev = dev, x->host = host, x->n = z->staged ? n : 0;
+  x->ticket = 0;
+  return TD_OK;
+}
+
+/* Record device call `ticket` (stages 0–1), joined by td_zero_finish_grads. */
+static td_status push_ticket(td_zero *z, uint64_t ticket) {
+  if (z->nreq == MAX_REQ) TD_FAIL(TD_ERR_INTERNAL, "too many outstanding reductions");
+  reduction *x = &z->reqs[z->nreq++];
+  x->req = MPI_REQUEST_NULL, x->ticket = ticket, x->n = 0;
+  z->last_ticket = ticket;
   return TD_OK;
 }
 
@@ -470,6 +525,15 @@ static td_status launch_bucket(td_zero *z) {
   if (z->bucket_lo < 0 || z->bucket_hi <= z->bucket_lo) return TD_OK;
   int64_t lo = z->bucket_lo, n = z->bucket_hi - z->bucket_lo;
   z->bucket_lo = z->bucket_hi = -1;
+  if (z->dc) {
+    for (int64_t off = 0; off < n; off += INT_MAX) {
+      uint64_t t = 0;
+      TD_CHECK(td_dcomm_allreduce(z->dc, z->grads + lo + off, imin(n - off, INT_MAX), 0, z->stats,
+                                  &t));
+      TD_CHECK(push_ticket(z, t));
+    }
+    return TD_OK;
+  }
   TD_CHECK(z->k->sync(z->k));
   /* staging: the bucket's range of the host copy, reduced there */
   float *buf = z->staged ? z->hfull : z->grads;
@@ -491,6 +555,12 @@ static td_status launch_unit_rs(td_zero *z, int u) {
   unit_part(z, u, z->rank, &lo, &hi);
   int64_t at = hi > lo ? lo - (int64_t)z->rank * z->S : 0;
   MPI_Request r = MPI_REQUEST_NULL;
+  if (z->dc) {
+    uint64_t t = 0;
+    TD_CHECK(td_dcomm_reduce_scatterv(z->dc, z->grads + z->ub[u], z->gshard + at, UCOUNTS(z, u),
+                                      UDISPLS(z, u), z->stats, &t));
+    return push_ticket(z, t);
+  }
   TD_CHECK(z->k->sync(z->k));
   /* staging: the unit's range of the host copy into the host shard */
   float *send = z->grads + z->ub[u], *recv = z->gshard + at;
@@ -601,6 +671,10 @@ td_status td_zero_finish_grads(td_zero *z) {
     double t0 = td_now();
     for (int i = 0; i < z->nreq; ++i) {
       reduction *x = &z->reqs[i];
+      if (z->dc) {
+        TD_CHECK(td_dcomm_join(z->dc, x->ticket));
+        continue;
+      }
       TD_MPI_CHECK(td_watchdog_wait("MPI_Wait (data-parallel gradient reduction)", z->o.dp_comm,
                                     &x->req));
       if (x->n > 0) /* staging: the reduced host copy back to the device */
@@ -667,7 +741,14 @@ td_status td_zero_gather_params(td_zero *z) {
   int stage = z->o.stage;
   for (int i = 0; i < z->nslots; ++i) z->pslots[i].valid = 0; /* gathered copies are stale */
   if (z->dp == 1) return refresh16(z);
-  if (stage == 1 || stage == 2) {
+  if ((stage == 1 || stage == 2) && z->dc) {
+    uint64_t t = 0;
+    float *own = z->params + (int64_t)z->rank * z->S;
+    TD_CHECK(td_dcomm_allgatherv(z->dc, own, z->params, z->scounts, z->sdispls, TD_DTYPE_F32,
+                                 z->stats, &t));
+    z->last_ticket = t;
+    TD_CHECK(td_dcomm_join(z->dc, t));
+  } else if (stage == 1 || stage == 2) {
     TD_CHECK(z->k->sync(z->k));
     double t0 = td_now();
     int c = 0;

@@ -294,6 +294,7 @@ td_status td_kernels_cuda_create(int threads, td_kernels **out) {
   k->xent_bwd = td_cuda_xent_bwd;
   k->adamw = td_cuda_adamw;
   k->device_peak = cuda_device_peak;
+  td_cuda_dcomm_fill(k);
   k->destroy = cuda_destroy;
   *out = k;
   k = NULL;

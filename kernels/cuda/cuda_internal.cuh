@@ -144,6 +144,10 @@ __device__ __forceinline__ float td_block_reduce(float v) {
 __device__ __forceinline__ float td_block_sum(float v) { return td_block_reduce<0>(v); }
 __device__ __forceinline__ float td_block_max(float v) { return td_block_reduce<1>(v); }
 
+/* nccl.cu: the device collectives' entries of the ops table (dcomm_id,
+ * dcomm_init), left NULL in a build without NCCL. */
+void td_cuda_dcomm_fill(td_kernels *k);
+
 /* ---- the ops (signatures of td_kernels.h), one file each ------------------------ */
 extern "C" {
 td_status td_cuda_cast(td_kernels *k, void *dst, td_dtype dt, const void *src, td_dtype st,

@@ -19,6 +19,8 @@ td_status td_kernels_cuda_create(int threads, td_kernels **out);
 int td_kernels_cuda_devices(void);
 /* Make device `ordinal` current for this process (before create). */
 td_status td_kernels_cuda_select(int ordinal);
+/* 1 when the module was built with NCCL (device collectives), else 0. */
+int td_kernels_cuda_nccl(void);
 /* Peak device bytes the back-end has held (its allocations and workspaces). */
 size_t td_kernels_cuda_peak_bytes(const td_kernels *k);
 

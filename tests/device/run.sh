@@ -13,10 +13,14 @@
 # $OUT/log.txt). Each check has its own time limit; the whole run is meant to
 # stay under 8 minutes. Checks:
 #   kernels_cuda   every CUDA op against the CPU back-end (fp32 1e-5, bf16 per op)
+#   dcomm_nccl     an NCCL communicator of 1 rank through every device collective
+#                  (tests/unit/test_dcomm.c; NCCL from the toolkit or the
+#                  nvidia-nccl wheel of the machine's Python)
 #   cuda_vs_cpu    the tiny deck, 20 steps, on cuda against cpu, fp32 (1e-4)
 #   cuda_bf16      the same in bf16, both sides bf16 (the bf16 grid bounds)
 #   staged_dp2z1   2 ranks on the one GPU, dp 2 ZeRO-1 (collectives staged
-#   staged_tp2     through host memory), tp 2, against 1 CPU rank (1e-4)
+#   staged_tp2     through host memory: NCCL takes one rank per GPU), tp 2,
+#                  against 1 CPU rank (1e-4)
 #   ckpt_gpu_cpu   a checkpoint saved on the GPU resumed on the CPU, and the
 #   ckpt_cpu_gpu   reverse (1e-4 against the uninterrupted CPU run)
 #   bench_124m     GPT-2 124M bf16, T 1024, batch 16: tok/s, MFU and GPU memory
@@ -101,6 +105,16 @@ export LD_LIBRARY_PATH=$lib:$lib/hdf5/mpich:$lib/openblas-pthread${LD_LIBRARY_PA
 export PKG_CONFIG_PATH=$lib/pkgconfig
 export HWLOC_PLUGINS_BLACKLIST=hwloc_pci
 
+# NCCL: the toolkit's, else the nvidia-nccl wheel's (include/, lib/libnccl.so.2)
+nccl=()
+if [ ! -f /usr/local/cuda/include/nccl.h ]; then
+  nccl_root=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
+  if [ -n "$nccl_root" ] && [ -f "$nccl_root/include/nccl.h" ]; then
+    nccl=(-DNCCL_ROOT="$nccl_root")
+    export LD_LIBRARY_PATH=$nccl_root/lib:$LD_LIBRARY_PATH
+  fi
+fi
+
 # ---- 2. build ---------------------------------------------------------------------
 t0=$(date +%s)
 gen=()
@@ -112,7 +126,7 @@ if cmake -S . -B build-device "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DTD_ENABLE
   -DMPIEXEC_EXECUTABLE="$prefix/usr/bin/mpiexec.hydra" \
   -DHDF5_C_COMPILER_EXECUTABLE="$prefix/usr/bin/h5pcc.mpich" \
   -DBLAS_LIBRARIES="$lib/openblas-pthread/libopenblas.so" \
-  -Ddnnl_DIR="$lib/cmake/dnnl" >>"$log" 2>&1 &&
+  -Ddnnl_DIR="$lib/cmake/dnnl" "${nccl[@]}" >>"$log" 2>&1 &&
   cmake --build build-device -j "$(nproc)" >>"$log" 2>&1; then
   row build ok $(($(date +%s) - t0)) "$(grep -m1 'trident: matmul' "$log" | sed 's/.*trident: //')"
 else
@@ -163,6 +177,7 @@ work=build-device/work
 cuda=(--run-set run.device=cuda)
 bf16=(--set training.precision=bf16)
 check kernels_cuda 120 build-device/tests/test_kernels_cuda
+check dcomm_nccl 60 "$MPIEXEC" -n 1 build-device/tests/test_dcomm cuda
 check cuda_vs_cpu 120 $gi "${cuda[@]}" build-device/trident $work cuda_fp32 1,1,1,0 1,1,1,0
 check cuda_bf16 120 $gi "${cuda[@]}" --norm-rtol 3e-3 --param-rtol 1.5e-2 \
   build-device/trident $work cuda_bf16 1,1,1,0 1,1,1,0 "${bf16[@]}"

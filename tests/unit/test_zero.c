@@ -49,6 +49,11 @@
  * again (td_zero_set_params, or written into the owned/full buffer followed by
  * td_zero_gather_params) are what a later td_zero_acquire gives out.
  *
+ * Under TD_TEST_DCOMM=1 every engine gets a device communicator over the
+ * world (kernels/td_dcomm.h; here its test implementation, MPI's
+ * non-blocking collectives completed only when joined): the code written for
+ * NCCL, every check above the same, bit for bit.
+ *
  * Staging: under TD_TEST_STAGED=1 the CPU back-end reports host_memory 0 and
  * the engine hands MPI only its host staging copies (parallel/zero.c); every
  * check above must hold unchanged, bit for bit, the working bytes counting
@@ -72,6 +77,7 @@
 #include "td_error.h"
 
 static int g_pass, g_fail, g_rank, g_size;
+static struct td_dcomm *g_dc; /* TD_TEST_DCOMM=1: the engines' device communicator */
 
 /* Checks are agreed over all ranks in batches (one all-reduce per batch, not
  * per check: at 8 ranks on 2 cores every collective is slow); rank 0 prints
@@ -515,6 +521,7 @@ static void run_engine(const space *sp, int stage, td_kernels *k, float *final) 
   o.unit_end = sp->ue;
   o.persistent_units[0] = sp->persistent ? 0 : -1;
   o.persistent_units[1] = sp->persistent ? sp->nu - 1 : -1;
+  o.dcomm = g_dc;
   td_coll_stats stats;
   memset(&stats, 0, sizeof stats);
   td_zero *z = NULL;
@@ -827,7 +834,14 @@ int main(int argc, char **argv) {
                     space_tiny(0, 0),   space_tiny(1, 1),   space_blocks(),
                     space_embed_heavy()};
   test_coll_staged(k);
+  const char *dc = getenv("TD_TEST_DCOMM");
+  if (dc && strcmp(dc, "1") == 0) {
+    td_status st = td_dcomm_create(MPI_COMM_WORLD, k, TD_DCOMM_TEST_MPI, "data-parallel", &g_dc);
+    check_now(st == TD_OK && g_dc, td_error_message(), "device communicator (test implementation)");
+    if (g_rank == 0) printf("test_zero: engines on device collectives (%s)\n", g_dc ? "mpi" : "none");
+  }
   for (size_t i = 0; i < sizeof spaces / sizeof spaces[0]; ++i) test_engine(&spaces[i], k);
+  td_dcomm_destroy(&g_dc);
   td_kernels_destroy(&k);
 
   flush_checks();
