@@ -479,12 +479,14 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
     TD_CHECK(k->to_host(k, t->grad_snapshot, td_zero_owned_grads(t->zero),
                         (size_t)(e - b) * sizeof(float)));
   }
+  /* clipping: AdamW takes the coefficient (one pass over the gradients, not two) */
+  float gscale = 1.0f;
   if (c->training_grad_clip > 0.0) {
     double coef = c->training_grad_clip / (*norm + 1e-6);
-    if (coef < 1.0) TD_CHECK(td_zero_scale_grads(t->zero, (float)coef));
+    if (coef < 1.0) gscale = (float)coef;
   }
   *lr = td_lr_at(c, t->step);
-  TD_CHECK(td_zero_adamw(t->zero, (float)*lr, (float)c->optimizer_betas[0],
+  TD_CHECK(td_zero_adamw(t->zero, gscale, (float)*lr, (float)c->optimizer_betas[0],
                          (float)c->optimizer_betas[1], (float)c->optimizer_eps,
                          (float)c->optimizer_weight_decay, t->step + 1));
   TD_CHECK(k->sync(k));

@@ -181,11 +181,13 @@ struct td_kernels {
                         int64_t Vs, int64_t Vvalid);
 
   /* ---- optimizer ------------------------------------------------------------ */
-  /* AdamW exactly as torch.optim.AdamW (step t ≥ 1, n elements):
+  /* AdamW exactly as torch.optim.AdamW (step t ≥ 1, n elements) on the
+   * gradient g·gscale (the clipping coefficient, 1 for none; the product
+   * rounded to float as a separate scaling pass would store it):
    * p *= 1 − lr·wd; m = b1·m + (1−b1)·g; v = b2·v + (1−b2)·g²;
-   * p −= lr/(1−b1ᵗ) · m / (√v / √(1−b2ᵗ) + eps). */
+   * p −= lr/(1−b1ᵗ) · m / (√v / √(1−b2ᵗ) + eps). g is not written. */
   td_status (*adamw)(td_kernels *k, float *p, const float *g, float *m, float *v,
-                     int64_t n, float lr, float beta1, float beta2, float eps,
+                     int64_t n, float gscale, float lr, float beta1, float beta2, float eps,
                      float weight_decay, int64_t t);
 
   /* ---- device collectives (kernels/td_dcomm.h) -------------------------------

@@ -124,9 +124,10 @@ td_status td_zero_finish_grads(td_zero *z);
 td_status td_zero_grad_sumsq(td_zero *z, double *out);
 /* Scale the owned gradients. */
 td_status td_zero_scale_grads(td_zero *z, float s);
-/* AdamW (td_kernels.h semantics) on the owned shard, then re-assemble the
- * full parameters where the stage keeps them. */
-td_status td_zero_adamw(td_zero *z, float lr, float beta1, float beta2, float eps,
+/* AdamW (td_kernels.h semantics) on the owned shard with the gradients
+ * times gscale (gradient clipping in the same pass; 1: none), then
+ * re-assemble the full parameters where the stage keeps them. */
+td_status td_zero_adamw(td_zero *z, float gscale, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int64_t t);
 /* After loading owned parameters into td_zero_owned_params: re-assemble the
  * full parameters (stages 1–2; stage 0 loads them whole). Collective. */

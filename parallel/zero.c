@@ -714,8 +714,8 @@ td_status td_zero_scale_grads(td_zero *z, float s) {
   return z->k->scale(z->k, z->gshard, s, z->S);
 }
 
-td_status td_zero_adamw(td_zero *z, float lr, float beta1, float beta2, float eps, float wd,
-                        int64_t t) {
+td_status td_zero_adamw(td_zero *z, float gscale, float lr, float beta1, float beta2, float eps,
+                        float wd, int64_t t) {
   int stage = z->o.stage;
   td_kernels *k = z->k;
   for (int i = 0; i < z->o.ntensors; ++i) {
@@ -726,8 +726,8 @@ td_status td_zero_adamw(td_zero *z, float lr, float beta1, float beta2, float ep
     int64_t base = stage == 0 ? 0 : z->own_b;
     float *p = stage < 3 ? z->params + lo : z->params + (lo - z->own_b);
     const float *g = stage == 0 ? z->grads + lo : z->gshard + (lo - base);
-    TD_CHECK(k->adamw(k, p, g, z->m + (lo - base), z->v + (lo - base), hi - lo, lr, beta1, beta2,
-                      eps, x->decay ? wd : 0.0f, t));
+    TD_CHECK(k->adamw(k, p, g, z->m + (lo - base), z->v + (lo - base), hi - lo, gscale, lr, beta1,
+                      beta2, eps, x->decay ? wd : 0.0f, t));
   }
   if (stage == 1 || stage == 2)
     TD_CHECK(td_zero_gather_params(z)); /* refreshes the working copy */

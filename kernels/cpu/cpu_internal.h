@@ -145,7 +145,7 @@ td_status td_cpu_xent_bwd(td_kernels *k, float *dlogits, const float *logits,
                           const int32_t *targets, int64_t v0, float scale, int64_t N,
                           int64_t Vs, int64_t Vvalid);
 td_status td_cpu_adamw(td_kernels *k, float *p, const float *g, float *m, float *v,
-                       int64_t n, float lr, float beta1, float beta2, float eps,
+                       int64_t n, float gscale, float lr, float beta1, float beta2, float eps,
                        float weight_decay, int64_t t);
 
 #endif

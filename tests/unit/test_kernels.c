@@ -994,9 +994,11 @@ static void test_adamw(td_kernels *k, int64_t n) {
   fill(p, pd, n, 1.0);
   for (int64_t t = 1; t <= 5; t++) {
     fill(g, gd, n, t == 3 ? 1e-6 : 1.0);
-    CK(k->adamw(k, p, g, m, v, n, lr, b1, b2, eps, wd, t));
+    float gs = t == 4 ? 0.375f : 1.0f; /* a clipping coefficient on step 4 */
+    CK(k->adamw(k, p, g, m, v, n, gs, lr, b1, b2, eps, wd, t));
     double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
     for (int64_t i = 0; i < n; i++) {
+      gd[i] *= gs;
       pd[i] *= 1.0 - (double)lr * wd;
       md[i] = b1 * md[i] + (1.0 - b1) * gd[i];
       vd[i] = b2 * vd[i] + (1.0 - b2) * gd[i] * gd[i];
@@ -1007,6 +1009,35 @@ static void test_adamw(td_kernels *k, int64_t n) {
   check_close(name, p, pd, n, 1e-6);
   snprintf(name, sizeof name, "adamw m after 5 steps n=%lld", (long long)n);
   check_close(name, m, md, n, 1e-6);
+  /* the fused clip scale is the separate scaling pass bit for bit, with p, m,
+   * v equally aligned and m one float off */
+  for (int shift = 0; shift < 2; shift++) {
+    float *buf[2][3], *x[2][3], *gg = NEWF(n), *gsc = NEWF(n);
+    for (int j = 0; j < 2; j++)
+      for (int a = 0; a < 3; a++) {
+        buf[j][a] = NEWF(n + 1);
+        x[j][a] = buf[j][a] + (a == 1 ? shift : 0);
+      }
+    for (int64_t i = 0; i < n; i++) {
+      gg[i] = gsc[i] = (float)sin(0.37 * (double)i) * 2.0f;
+      for (int j = 0; j < 2; j++) {
+        x[j][0][i] = (float)cos(0.11 * (double)i);
+        x[j][1][i] = 0.01f * gg[i];
+        x[j][2][i] = 0.001f * gg[i] * gg[i];
+      }
+    }
+    CK(k->scale(k, gsc, 0.6180339f, n));
+    CK(k->adamw(k, x[0][0], gsc, x[0][1], x[0][2], n, 1.0f, lr, b1, b2, eps, wd, 2));
+    CK(k->adamw(k, x[1][0], gg, x[1][1], x[1][2], n, 0.6180339f, lr, b1, b2, eps, wd, 2));
+    int same = 1;
+    for (int a = 0; a < 3; a++) same &= memcmp(x[0][a], x[1][a], (size_t)n * sizeof(float)) == 0;
+    snprintf(name, sizeof name, "adamw gscale = scale pass, bitwise (n=%lld, %s)", (long long)n,
+             shift ? "m misaligned" : "aligned");
+    report(same, name, 0.0, 0.0);
+    free(gg), free(gsc);
+    for (int j = 0; j < 2; j++)
+      for (int a = 0; a < 3; a++) free(buf[j][a]);
+  }
   snprintf(name, sizeof name, "adamw v after 5 steps n=%lld", (long long)n);
   check_close(name, v, vd, n, 1e-6);
   free(p), free(g), free(m), free(v), free(pd), free(gd), free(md), free(vd);
@@ -1120,9 +1151,10 @@ static void bench(td_kernels *k) {
   printf("bench xent N=256 V=50304: %.2f ms (3 calls)\n", (t1 - t0) / 5 * 1e3);
   const int64_t np = 124 * 1000 * 1000 / 8;
   float *p = NEWF(np), *g = NEWF(np), *m = NEWF(np), *v = NEWF(np);
-  CK(k->adamw(k, p, g, m, v, np, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1));
+  CK(k->adamw(k, p, g, m, v, np, 1.0f, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1));
   t0 = now_s();
-  for (int r = 0; r < 5; r++) CK(k->adamw(k, p, g, m, v, np, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 2));
+  for (int r = 0; r < 5; r++)
+    CK(k->adamw(k, p, g, m, v, np, 0.5f, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 2));
   t1 = now_s();
   printf("bench adamw n=%lld: %.2f ms (%.2f ns/param)\n", (long long)np, (t1 - t0) / 5 * 1e3,
          (t1 - t0) / 5 / (double)np * 1e9);

@@ -651,13 +651,13 @@ static void run_engine(const space *sp, int stage, td_kernels *k, float *final) 
     for (int64_t i = 0; i < n; ++i) gref[i] *= gscale;
     check_owned(st == TD_OK ? td_zero_owned_grads(z) : NULL, gref, ob, oe, "scale_grads", sl);
 
-    st = td_zero_adamw(z, lr, b1, b2, eps, wd, step);
+    st = td_zero_adamw(z, 0.5f, lr, b1, b2, eps, wd, step); /* and a clip coefficient */
     check(st == TD_OK, td_error_message(), "%s: td_zero_adamw", sl);
     td_error_clear();
     for (int t = 0; t < sp->nt; ++t) {
       const td_zero_tensor *x = &sp->t[t];
-      k->adamw(k, pref + x->offset, gref + x->offset, mref + x->offset, vref + x->offset, x->numel, lr,
-               b1, b2, eps, x->decay ? wd : 0.0f, step);
+      k->adamw(k, pref + x->offset, gref + x->offset, mref + x->offset, vref + x->offset, x->numel,
+               0.5f, lr, b1, b2, eps, x->decay ? wd : 0.0f, step);
     }
     check_owned(td_zero_owned_params(z), pref, ob, oe, "owned parameters after AdamW = host reference", sl);
     check_owned(td_zero_owned_exp_avg(z), mref, ob, oe, "owned exp_avg = host reference", sl);
