@@ -146,9 +146,12 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
     printf("gpu: none visible where check ran (each rank drives GPU local rank mod the node's "
            "GPUs; without one, training stops with a CUDA error)\n");
   else if (cuda)
-    printf("gpu: each rank drives GPU (local rank mod %d) of its node; collectives in MPI on "
-           "host copies\n",
-           all[0].gpus);
+    printf("gpu: each rank drives GPU (local rank mod %d) of its node; collectives %s%s%s\n",
+           all[0].gpus,
+           dcomm == TD_DCOMM_NCCL ? "through NCCL (dp, tp, tied embedding; pipeline sends in "
+                                    "MPI on host copies)"
+                                  : "in MPI on host copies",
+           dcomm == TD_DCOMM_OFF && why[0] ? ": " : "", dcomm == TD_DCOMM_OFF ? why : "");
   printf("communicators: tp %d, dp %d, pp %d ranks each; embedding group %d (first/last stage)\n",
          all[0].tp_size, all[0].dp_size, all[0].pp_size, all[0].embed_size);
   td_model_dims dm;

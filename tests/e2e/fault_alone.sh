@@ -5,7 +5,9 @@
 # With TD_TEST_FAIL_RANK / TD_TEST_FAIL_AT (common/td_error.h) one rank of a
 # 2-rank training fails alone at a fail point where requests are in flight or
 # the other rank is inside a collective sequence:
-#   zero_release  ZeRO-2, right after a unit's reduce-scatter was launched
+#   zero_release  ZeRO-2, right after a unit's reduce-scatter was launched;
+#                 again at ZeRO-3 on the device collectives (TD_TEST_DCOMM=1:
+#                 the call in flight on the communicator's own MPI duplicate)
 #   pipe_send     pp 2, stage 0, right after an activation send was posted
 #   ckpt_save     in the middle of the second checkpoint save (the other rank
 #                 is writing tensors: collective metadata)
@@ -65,6 +67,8 @@ expect() {
 
 run zero_release 1 zero_release 0 --set parallel.dp=2 --set parallel.zero=2
 expect zero_release 1 zero_release
+TD_TEST_DCOMM=1 run zero_release_dcomm 1 zero_release 0 --set parallel.dp=2 --set parallel.zero=3
+expect zero_release_dcomm 1 zero_release
 run pipe_send 0 pipe_send 0 --set parallel.pp=2 --set parallel.micro_batch=2
 expect pipe_send 0 pipe_send
 run ckpt_save 1 ckpt_save 1 --set parallel.dp=2 --set parallel.zero=3
