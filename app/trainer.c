@@ -71,7 +71,9 @@ td_status td_trainer_dcomm_kind(td_app *app, const td_config *cfg, int local_siz
   why[0] = '\0';
   if (strcmp(cfg->run_device, "cuda") == 0) {
     int gpus = td_kernels_gpu_count();
-    if (!td_kernels_gpu_nccl())
+    if (gpus == 0)
+      snprintf(why, n, "no GPU visible");
+    else if (!td_kernels_gpu_nccl())
       snprintf(why, n, "this build's CUDA module has no NCCL");
     else if (gpus < local_size)
       snprintf(why, n, "%d ranks share %d GPU%s on a node (NCCL takes one rank per GPU)",

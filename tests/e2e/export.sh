@@ -13,7 +13,7 @@
 #  5. model.init_from: the fp32 export and an llm.c model file written from
 #     the same checkpoint (nn.Linear layouts, padded vocabulary) start a tp 2
 #     run with lr 0 whose checkpoint equals the source bit for bit and whose
-#     step-0 validation loss equals trident eval's; a tensor missing, extra
+#     step-0 validation loss equals trident eval's (1e-7: tp 2 against 1); a tensor missing, extra
 #     or misshapen is exit 2 naming it.
 # Environment: MPIEXEC (default mpiexec).
 set -u
@@ -80,7 +80,7 @@ expect2 dtype "--dtype must be fp32 or bf16" --checkpoint "$ck" --out x --dtype 
 
 # model.init_from: the export, an llm.c file made from the same checkpoint,
 # and broken files. lr 0 keeps the weights: the first checkpoint must equal
-# the source bit for bit, and so must its validation loss.
+# the source bit for bit, and its validation loss the source's (1e-7).
 PYTHONPATH=$src/tests/reference /usr/bin/python3 - "$ck" <<'EOF' || exit 1
 import json, sys
 import numpy as np
@@ -135,8 +135,12 @@ sys.exit("tensors differ: %s" % bad[:3] if bad else 0)
 EOF
     fail "model.init_from=$src_file (tp 2, lr 0): the checkpoint differs from the source"
   v0=$(grep '"val_loss"' "init_$tag/metrics.jsonl" | head -1 | /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["val_loss"])')
-  [ "$v0" = "$val" ] || fail "model.init_from=$src_file: step-0 val_loss $v0, the source's $val"
-  echo "export.sh: model.init_from=$src_file at tp 2: weights bit-identical, val_loss $v0"
+  # the loss within 1e-7, not to the bit: at tp 2 each rank sums exp over its
+  # half of the vocabulary and the halves are added, which rounds differently
+  # from one rank's vectorised sum over all of it (the weights are bitwise)
+  /usr/bin/python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-7 * abs(b))' \
+    "$v0" "$val" || fail "model.init_from=$src_file: step-0 val_loss $v0, the source's $val"
+  echo "export.sh: model.init_from=$src_file at tp 2: weights bit-identical, val_loss $v0 ($val at tp 1)"
 done
 for bad in missing:"no tensor h.2.mlp.c_fc.bias" extra:"tensor h.9.ln_1.weight is not part" \
            shape:"tensor ln_f.bias is \[64, 2\]"; do
