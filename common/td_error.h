@@ -124,7 +124,9 @@ int td_error_alone(void);
  * (io/td_ckpt.h), TD_TEST_STEP_SLEEP_MS (app/run.c) and TD_TEST_STAGED=1
  * (kernels/cpu/cpu_backend.c: the CPU back-end reports host_memory = 0, so
  * every MPI call on its buffers goes through host staging copies; the
- * numbers stay bit-identical). */
+ * numbers stay bit-identical) and TD_TEST_DCOMM=1 (app/trainer.c, agreed over
+ * the job: the device collectives of kernels/td_dcomm.h run on the CPU
+ * back-end through their MPI test implementation, parallel/dcomm_mpi.c). */
 td_status td_test_fail_point(const char *site);
 
 /* Allocation that fails with TD_ERR_NOMEM naming what it was for. Buffers of
