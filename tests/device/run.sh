@@ -108,7 +108,19 @@ export HWLOC_PLUGINS_BLACKLIST=hwloc_pci
 # NCCL: the toolkit's, else the nvidia-nccl wheel's (include/, lib/libnccl.so.2)
 nccl=()
 if [ ! -f /usr/local/cuda/include/nccl.h ]; then
-  nccl_root=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
+  # the wheel's folder (nvidia/nccl/ or, in CUDA 13 layouts, under nvidia/cu13/): the
+  # first include/nccl.h below site-packages/nvidia with a lib/libnccl.so* beside it
+  nccl_root=$(python3 - 2>/dev/null <<'NCCLPY'
+import glob, os, site
+dirs = list(site.getsitepackages()) + [site.getusersitepackages()]
+for d in dirs:
+    for h in sorted(glob.glob(os.path.join(d, "nvidia", "**", "include", "nccl.h"), recursive=True)):
+        root = os.path.dirname(os.path.dirname(h))
+        if glob.glob(os.path.join(root, "lib", "libnccl.so*")):
+            print(root)
+            raise SystemExit
+NCCLPY
+)
   if [ -n "$nccl_root" ] && [ -f "$nccl_root/include/nccl.h" ]; then
     nccl=(-DNCCL_ROOT="$nccl_root")
     export LD_LIBRARY_PATH=$nccl_root/lib:$LD_LIBRARY_PATH
