@@ -298,7 +298,7 @@ static td_status mm_grad(td_model *m, const float *g, int64_t n, const void **ou
 /* Sum a (N, C) partial result over the tensor-parallel group. */
 static td_status tp_sum(td_model *m, float *x, int64_t n) {
   if (m->grid->tp == 1) return TD_OK;
-  if (m->dc_tp) return td_dcomm_sum_joined(m->dc_tp, x, n, 0, m->stats);
+  if (m->dc_tp) return td_dcomm_allreduce_joined(m->dc_tp, x, n, 0, m->stats);
   TD_CHECK(m->k->sync(m->k));
   TD_CHECK(td_coll_allreduce_f32_staged(m->grid->tp_comm, m->k, x, m->host_stage, n, MPI_SUM,
                                         m->stats));
@@ -461,7 +461,7 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
   int64_t vvalid = m->V - m->v0 < m->Vs ? (m->V - m->v0 > 0 ? m->V - m->v0 : 0) : m->Vs;
   TD_CHECK(k->xent_rowmax(k, a->rowmax, a->logits, N, m->Vs, vvalid));
   if (m->grid->tp > 1 && m->dc_tp) {
-    TD_CHECK(td_dcomm_sum_joined(m->dc_tp, a->rowmax, N, 1, m->stats));
+    TD_CHECK(td_dcomm_allreduce_joined(m->dc_tp, a->rowmax, N, 1, m->stats));
   } else if (m->grid->tp > 1) {
     TD_CHECK(k->sync(k));
     TD_CHECK(td_coll_allreduce_f32_staged(m->grid->tp_comm, k, a->rowmax, m->host_stage, N,

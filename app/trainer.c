@@ -155,7 +155,8 @@ td_status td_trainer_embed_sync(td_trainer *t) {
       (stage >= 2 || t->micro_j == t->accum - 1)) {
     float *g = m->unit_grad[0] + (wte->offset - m->unit_begin[0]);
     if (t->dc_embed) {
-      TD_CHECK(td_dcomm_sum_joined(t->dc_embed, g, wte->local_numel, 0, &t->stats));
+      TD_CHECK(
+          td_dcomm_allreduce_joined(t->dc_embed, g, wte->local_numel, 0, &t->stats));
       return td_zero_release(t->zero, 0, 1);
     }
     TD_CHECK(t->k->sync(t->k));

@@ -77,7 +77,8 @@ td_status td_dcomm_allreduce(td_dcomm *c, float *buf, int64_t n, int max, td_col
   return TD_OK;
 }
 
-td_status td_dcomm_sum_joined(td_dcomm *c, float *buf, int64_t n, int max, td_coll_stats *stats) {
+td_status td_dcomm_allreduce_joined(td_dcomm *c, float *buf, int64_t n, int max,
+                                    td_coll_stats *stats) {
   uint64_t t = 0;
   TD_CHECK(td_dcomm_allreduce(c, buf, n, max, stats, &t));
   return c->ops->join(c, t);

@@ -80,8 +80,8 @@ td_status td_dcomm_join(struct td_dcomm *c, uint64_t ticket);
 td_status td_dcomm_test(struct td_dcomm *c, uint64_t ticket, int *done);
 /* All-reduce (sum, or max when `max`) in place and join it: what follows on
  * the back-end's queue sees the result; the host does not wait. */
-td_status td_dcomm_sum_joined(struct td_dcomm *c, float *buf, int64_t n, int max,
-                              td_coll_stats *stats);
+td_status td_dcomm_allreduce_joined(struct td_dcomm *c, float *buf, int64_t n, int max,
+                                    td_coll_stats *stats);
 /* The host waits until call `ticket` has completed, under the watchdog
  * (op, comm: what and where, for its message); the time is charged to
  * stats->ms[kind]. */
