@@ -688,6 +688,12 @@ static void derive_paths(td_config *cfg) {
     snprintf(buf, sizeof buf, "%s/metrics.jsonl", cfg->run_out_dir);
     snprintf(cfg->logging_metrics, TD_STR_MAX, "%.*s", TD_STR_MAX - 1, buf);
   }
+  if (strcmp(cfg->logging_tensorboard, "true") == 0) {
+    snprintf(buf, sizeof buf, "%s/tb", cfg->run_out_dir);
+    snprintf(cfg->logging_tensorboard, TD_STR_MAX, "%.*s", TD_STR_MAX - 1, buf);
+  } else if (strcmp(cfg->logging_tensorboard, "false") == 0) {
+    cfg->logging_tensorboard[0] = '\0';
+  }
   if (cfg->data_val[0] == '\0') snprintf(cfg->data_val, TD_STR_MAX, "%s", cfg->data_train);
 }
 

@@ -14,6 +14,7 @@
 #include "app/td_trainer.h"
 #include "io/td_ckpt.h"
 #include "io/td_h5.h"
+#include "io/td_tb.h"
 #include "parallel/td_mpi.h"
 #include "parallel/td_watchdog.h"
 
@@ -328,6 +329,41 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
     fprintf(t->metrics, "}\n");
     fflush(t->metrics);
   }
+  if (t->tb) {
+    /* the JSONL's numbers under TensorBoard's usual names (docs/monitoring.md) */
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    const char *tags[24];
+    double v[24];
+    int n = 0;
+#define TB(tag, value) (tags[n] = (tag), v[n++] = (value))
+    TB("loss_metrics/global_avg_loss", loss);
+    TB("lr", lr);
+    TB("grad_norm", norm);
+    TB("tokens_seen", (double)t->tokens_seen);
+    TB("time_metrics/step(ms)", step_s * 1e3);
+    TB("throughput(tps)", tps);
+    TB("memory/max_rss(GiB)", (double)rss_max / gib);
+    TB("memory/params(GiB)", (double)zmax[0] / gib);
+    TB("memory/grads(GiB)", (double)zmax[1] / gib);
+    TB("memory/optimizer(GiB)", (double)zmax[2] / gib);
+    TB("memory/workspace(GiB)", (double)zmax[3] / gib);
+    TB("memory/activations(GiB)", (double)zmax[4] / gib);
+    if (mx[7] > 0) TB("memory/device_peak(GiB)", (double)mx[7] / gib);
+    TB("comm/MiB", cbmax / (1024.0 * 1024.0));
+    TB("comm/ms", cms);
+    if (pp > 1 && pp <= 256) {
+      double worst = 0;
+      for (int i = 0; i < pp; ++i) worst = fr[i] > worst ? fr[i] : worst;
+      TB("pipeline/bubble", worst);
+      TB("pipeline/bubble_predicted", (pp - 1) / ((double)t->accum + pp - 1));
+      int most = 0;
+      for (int i = 0; i < pp; ++i) most = lives[i] > most ? lives[i] : most;
+      TB("pipeline/live_peak", (double)most);
+    }
+    if (has_val) TB("loss_metrics/val_loss", val_loss);
+#undef TB
+    TD_CHECK(td_tb_scalars(t->tb, t->step, n, tags, v));
+  }
   return TD_OK;
 }
 
@@ -340,6 +376,8 @@ static td_status eval_and_log(td_trainer *t, double *val) {
     if (t->metrics)
       fprintf(t->metrics, "{\"step\": 0, \"val_loss\": %.9g, \"val_tokens\": %lld}\n", *val,
               (long long)n);
+    const char *tag = "loss_metrics/val_loss";
+    if (t->tb) TD_CHECK(td_tb_scalars(t->tb, 0, 1, &tag, val));
   }
   return TD_OK;
 }
@@ -358,6 +396,10 @@ td_status td_trainer_run(td_trainer *t) {
       if (!t->metrics)
         st = td_error_set(TD_ERR_IO, __FILE__, __LINE__, __func__, "cannot open %s for writing",
                           c->logging_metrics);
+    }
+    if (st == TD_OK && c->logging_tensorboard[0]) {
+      st = td_tb_open(c->logging_tensorboard, t->step, &t->tb);
+      if (st == TD_OK) td_log("trident: TensorBoard events in %s\n", td_tb_path(t->tb));
     }
   }
   /* what every checkpoint needs, made before the first one (collective) */

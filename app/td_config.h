@@ -89,6 +89,8 @@
   X(checkpoint, verify, BOOL, "true", 0, 0, NULL, 0, "verify checksums on load")              \
   X(logging, every, INT, "1", 1, TD_BIG, NULL, 0, "log every N steps")                        \
   X(logging, metrics, STR, "", 0, 0, NULL, 0, "JSON Lines metrics file (default <out_dir>/metrics.jsonl)") \
+  X(logging, tensorboard, STR, "", 0, 0, NULL, 0,                                           \
+    "TensorBoard event folder, written by rank 0 (true: <out_dir>/tb; empty or false: off)") \
   X(eval, every, INT, "0", 0, TD_BIG, NULL, 0, "evaluate every N steps (0: only at the end)")  \
   X(eval, batches, INT, "8", 1, TD_BIG, NULL, 0, "evaluation windows = batches × global_batch")
 

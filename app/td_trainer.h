@@ -54,6 +54,7 @@ typedef struct td_trainer {
   int64_t *windows;    /* (global_batch) window indices of the current step */
   int32_t *tok_in, *tok_tgt, *tok_win; /* host (B·T), (B·T), (G/dp)·(T+1) */
   FILE *metrics;       /* rank 0 */
+  struct td_tb *tb;    /* rank 0, when logging.tensorboard is set */
   int threads;
   float *ckpt_stage;    /* host staging for checkpoints (device back-ends), kept */
   int quiet;           /* no progress lines on stdout (generate prints text there) */

@@ -11,6 +11,7 @@
 
 #include "io/td_h5.h"
 #include "io/td_model_file.h"
+#include "io/td_tb.h"
 #include "parallel/td_mpi.h"
 #include "parallel/td_watchdog.h"
 
@@ -412,6 +413,7 @@ void td_trainer_destroy(td_trainer **tp) {
   td_free(t->tok_win);
   td_free(t->ckpt_stage);
   if (t->metrics) fclose(t->metrics);
+  td_tb_close(&t->tb);
   free(t);
 }
 

@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""tensorboard.py TRIDENT MPIEXEC WORKDIR — TensorBoard event files, read by
+an independent decoder.
+
+Trains the tiny deck with `logging.tensorboard` and reads every event file
+with Debian's protobuf (tb_event.proto compiled by protoc here, not trident's
+encoder) and every record's two CRCs with crcmod's CRC-32C:
+  - the framing: u64 length, masked CRC32C of it, payload, masked CRC32C of
+    the payload; the first record of a file is file_version "brain.Event:2";
+  - every metric of the JSONL file is a scalar at its step, equal to the
+    JSONL's number (float32, after the unit conversion the tag names);
+  - a resumed run adds a second file in the same folder that starts with a
+    SessionLog START at the resume step, and the two files together hold
+    every step once (one continuous curve);
+  - a pipelined run logs the measured and the predicted bubble;
+  - no folder without the key; a folder that cannot be made fails the run on
+    every rank (exit 3) naming it.
+Prints 'N passed, M failed'."""
+import glob
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import crcmod.predefined
+
+trident, mpiexec, work = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
+src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.makedirs(work, exist_ok=True)
+os.chdir(work)
+env = dict(os.environ, OMP_NUM_THREADS="1")
+passed = failed = 0
+
+
+def ok(msg):
+    global passed
+    passed += 1
+    print("PASS", msg)
+
+
+def bad(msg):
+    global failed
+    failed += 1
+    print("FAIL", msg)
+
+
+# the decoder: protoc's Python for the test's own .proto
+gen = tempfile.mkdtemp(prefix="tbproto")
+subprocess.run(["protoc", "-I", os.path.join(src, "tests/monitoring"), "--python_out", gen,
+                "tb_event.proto"], check=True)
+sys.path.insert(0, gen)
+import tb_event_pb2  # noqa: E402
+
+crc32c = crcmod.predefined.mkCrcFun("crc-32c")
+assert crc32c(b"123456789") == 0xE3069283, "crcmod's CRC-32C is not Castagnoli's"
+
+
+def masked(data):
+    c = crc32c(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def read_events(path):
+    """Every record of one file, CRCs checked, decoded."""
+    events = []
+    with open(path, "rb") as f:
+        data = f.read()
+    pos = 0
+    while pos < len(data):
+        if len(data) - pos < 12:
+            raise ValueError(f"{path}: {len(data) - pos} stray bytes at offset {pos}")
+        head = data[pos:pos + 8]
+        (n,) = struct.unpack("<Q", head)
+        (hc,) = struct.unpack("<I", data[pos + 8:pos + 12])
+        if hc != masked(head):
+            raise ValueError(f"{path}: length CRC wrong at offset {pos}")
+        payload = data[pos + 12:pos + 12 + n]
+        (pc,) = struct.unpack("<I", data[pos + 12 + n:pos + 16 + n])
+        if len(payload) != n or pc != masked(payload):
+            raise ValueError(f"{path}: payload CRC wrong at offset {pos}")
+        ev = tb_event_pb2.Event()
+        ev.ParseFromString(payload)
+        events.append(ev)
+        pos += 16 + n
+    return events
+
+
+GIB, MIB = float(1 << 30), float(1 << 20)
+# JSONL key -> (tag, conversion); the README's table, written independently
+TAGS = {
+    "loss": ("loss_metrics/global_avg_loss", 1.0),
+    "val_loss": ("loss_metrics/val_loss", 1.0),
+    "lr": ("lr", 1.0),
+    "grad_norm": ("grad_norm", 1.0),
+    "tokens": ("tokens_seen", 1.0),
+    "step_ms": ("time_metrics/step(ms)", 1.0),
+    "tokens_per_s": ("throughput(tps)", 1.0),
+    "mem_bytes": ("memory/max_rss(GiB)", 1 / GIB),
+    "param_bytes": ("memory/params(GiB)", 1 / GIB),
+    "grad_bytes": ("memory/grads(GiB)", 1 / GIB),
+    "optim_bytes": ("memory/optimizer(GiB)", 1 / GIB),
+    "work_bytes": ("memory/workspace(GiB)", 1 / GIB),
+    "act_bytes": ("memory/activations(GiB)", 1 / GIB),
+    "device_mem_bytes": ("memory/device_peak(GiB)", 1 / GIB),
+    "comm_bytes": ("comm/MiB", 1 / MIB),
+    "comm_ms": ("comm/ms", 1.0),
+    "pp_idle": ("pipeline/bubble", max),
+    "pp_bubble_theory": ("pipeline/bubble_predicted", 1.0),
+    "pp_live_peak": ("pipeline/live_peak", max),
+}
+NOT_SCALARS = {"step", "val_tokens"}
+# digits the JSONL prints some keys with (%.3f, %.1f, %.4f, %.0f)
+PRINTED = {"step_ms": 5e-4, "tokens_per_s": 5e-2, "comm_ms": 5e-4, "pp_idle": 5e-5,
+           "pp_bubble_theory": 5e-5, "comm_bytes": 0.5}
+
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def compare(jsonl, scalars, what):
+    """Every JSONL number at every step equals the TensorBoard scalar."""
+    n = 0
+    for rec in jsonl:
+        step = rec["step"]
+        for key, val in rec.items():
+            if key in NOT_SCALARS:
+                continue
+            if key not in TAGS:
+                bad(f"{what}: JSONL key '{key}' has no TensorBoard tag")
+                continue
+            tag, conv = TAGS[key]
+            want = conv(val) if callable(conv) else val * conv
+            got = scalars.get((step, tag))
+            if got is None:
+                bad(f"{what}: step {step}: no scalar '{tag}' for JSONL '{key}'")
+                continue
+            tol = max(abs(f32(want)) * 2.4e-7, PRINTED.get(key, 0.0) *
+                      (conv if not callable(conv) else 1.0) * 1.0001)
+            if abs(got - f32(want)) > tol:
+                bad(f"{what}: step {step}: '{tag}' = {got!r}, JSONL '{key}' gives {want!r}")
+                continue
+            n += 1
+    return n
+
+
+def scalars_of(events):
+    out = {}
+    for ev in events:
+        if ev.WhichOneof("what") == "summary":
+            for v in ev.summary.value:
+                key = (ev.step, v.tag)
+                if key in out:
+                    raise ValueError(f"step {ev.step}: '{v.tag}' written twice")
+                out[key] = v.simple_value
+    return out
+
+
+def run(ranks, *sets, check=True):
+    cmd = [mpiexec, "-n", str(ranks), trident, "train", os.path.join(src, "inputs/tiny.yaml"),
+           "--set", "data.train=corpus.h5", "--set", "schedule.warmup=1",
+           "--set", "eval.batches=2"]
+    for s in sets:
+        cmd += ["--set", s]
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if check and p.returncode != 0:
+        print(p.stdout)
+        raise SystemExit(f"trident train failed ({p.returncode}): {' '.join(cmd)}")
+    return p
+
+
+def jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+if not os.path.exists("corpus.h5"):
+    subprocess.run([trident, "prepare", "--out", "corpus.h5", "--val-fraction", "0.1",
+                    "/usr/share/common-licenses"], check=True, stdout=subprocess.DEVNULL)
+
+# ---- dp 2: 4 steps, then resumed to 7 -------------------------------------------------
+shutil.rmtree("run", ignore_errors=True)
+common = ["run.out_dir=run", "logging.tensorboard=true", "eval.every=2", "checkpoint.every=4",
+          "parallel.dp=2"]
+p = run(2, *common, "training.steps=4", "checkpoint.resume=never")
+if "TensorBoard events in run/tb/events.out.tfevents." in p.stdout:
+    ok("the log names the event file")
+else:
+    bad("the log does not name the event file")
+files = sorted(glob.glob("run/tb/events.out.tfevents.*"))
+if len(files) == 1:
+    ok("one event file from 2 ranks")
+else:
+    bad(f"expected one event file, found {files}")
+import time  # noqa: E402
+
+time.sleep(1.1)  # the resumed run's file has a later time in its name
+run(2, *common, "training.steps=7", "checkpoint.resume=auto")
+files = sorted(glob.glob("run/tb/events.out.tfevents.*"), key=os.path.getmtime)
+if len(files) == 2:
+    ok("the resumed run added a second event file in the same folder")
+else:
+    bad(f"expected two event files after the resume, found {files}")
+try:
+    evs = [read_events(f) for f in files]
+    ok(f"{sum(len(e) for e in evs)} records in {len(files)} files: lengths and CRC32Cs check")
+except ValueError as e:
+    bad(str(e))
+    evs = []
+for f, e in zip(files, evs):
+    if e and e[0].WhichOneof("what") == "file_version" and e[0].file_version == "brain.Event:2":
+        ok(f"{os.path.basename(f)} starts with file_version brain.Event:2")
+    else:
+        bad(f"{os.path.basename(f)} does not start with the file version")
+if len(evs) == 2:
+    second = evs[1]
+    if (len(second) > 1 and second[1].WhichOneof("what") == "session_log" and
+            second[1].session_log.status == tb_event_pb2.SessionLog.START and
+            second[1].step == 4):
+        ok("the resumed file starts a session at step 4 (TensorBoard drops orphaned points)")
+    else:
+        bad("the resumed file has no SessionLog START at step 4")
+    steps = [sorted({ev.step for ev in e if ev.WhichOneof("what") == "summary"}) for e in evs]
+    if steps[0] == [0, 1, 2, 3, 4] and steps[1] == [5, 6, 7]:
+        ok("steps 0-4 in the first file, 5-7 in the second: one continuous curve")
+    else:
+        bad(f"steps per file: {steps}")
+    try:
+        merged = {}
+        for e in evs:
+            merged.update(scalars_of(e))
+        n = compare(jsonl("run/metrics.jsonl"), merged, "dp 2 resumed")
+        if n > 100:
+            ok(f"{n} JSONL numbers equal their TensorBoard scalars (steps 0-7)")
+        else:
+            bad(f"only {n} numbers compared")
+    except ValueError as e:
+        bad(str(e))
+
+# ---- pp 2: the bubble; an explicit folder -----------------------------------------------
+shutil.rmtree("runpp", ignore_errors=True)
+run(2, "run.out_dir=runpp", "logging.tensorboard=runpp/events", "parallel.pp=2",
+    "parallel.micro_batch=2", "training.steps=2", "checkpoint.resume=never")
+files = glob.glob("runpp/events/events.out.tfevents.*")
+if len(files) == 1:
+    sc = scalars_of(read_events(files[0]))
+    n = compare(jsonl("runpp/metrics.jsonl"), sc, "pp 2")
+    if (2, "pipeline/bubble") in sc and (2, "pipeline/bubble_predicted") in sc and n > 20:
+        ok(f"pp 2: bubble measured and predicted logged; {n} numbers equal the JSONL")
+    else:
+        bad("pp 2: pipeline scalars missing")
+else:
+    bad(f"pp 2: expected one file in runpp/events, found {files}")
+
+# ---- off by default; a folder that cannot be made ------------------------------------------
+shutil.rmtree("runoff", ignore_errors=True)
+run(1, "run.out_dir=runoff", "training.steps=1", "checkpoint.resume=never")
+if not os.path.exists("runoff/tb"):
+    ok("no TensorBoard folder without the key")
+else:
+    bad("runoff/tb exists although logging.tensorboard was not set")
+with open("blocker", "w") as f:
+    f.write("a file, not a folder\n")
+shutil.rmtree("runbad", ignore_errors=True)
+p = run(2, "run.out_dir=runbad", "logging.tensorboard=blocker/tb", "training.steps=1",
+        "checkpoint.resume=never", "parallel.dp=2", check=False)
+if p.returncode == 3 and "blocker" in p.stdout and "TensorBoard" in p.stdout:
+    ok("an unusable folder: exit 3 naming it")
+else:
+    bad(f"an unusable folder: exit {p.returncode}, output: {p.stdout[-400:]}")
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
