@@ -1,9 +1,12 @@
 /* cmd_generate.c — `trident generate --checkpoint FILE [--prompt TEXT]
- * [--tokens N] [--temperature T] [--top-k K] [--seed S] [--set k=v]...`:
+ * [--tokens N] [--temperature T] [--top-k K] [--seed S] [--raw] [--set k=v]...`:
  * sample text from a checkpoint (bytes, or the GPT-2 tokenizer it carries in
  * /tokenizer), on any grid
  * (tensor and pipeline parallel included: --set parallel.tp=2). The model
- * comes from the checkpoint's /config. Deterministic for a given seed. */
+ * comes from the checkpoint's /config. Deterministic for a given seed. The
+ * text printed is valid UTF-8 (td_utf8.h: a character split over tokens is
+ * held until complete, what stays invalid prints U+FFFD); --raw prints the
+ * tokens' bytes as they are. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +16,7 @@
 #include "app/td_trainer.h"
 #include "io/td_ckpt.h"
 #include "io/td_h5.h"
+#include "io/td_utf8.h"
 #include "parallel/td_mpi.h"
 #include "td_rng.h"
 
@@ -21,6 +25,7 @@ typedef struct {
   int64_t tokens, top_k;
   double temperature;
   uint64_t seed;
+  int raw; /* --raw: the tokens' bytes, not sanitized to UTF-8 */
   int nset;
   char *sets[TD_MAX_SETS];
 } gen_args;
@@ -31,6 +36,10 @@ static td_status parse(int argc, char **argv, gen_args *g) {
   g->tokens = 200, g->top_k = 0, g->temperature = 1.0, g->seed = 1234;
   for (int i = 1; i < argc; ++i) {
     const char *o = argv[i];
+    if (!strcmp(o, "--raw")) {
+      g->raw = 1;
+      continue;
+    }
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end = NULL;
     if (!v) TD_FAIL(TD_ERR_USAGE, "trident generate: %s needs a value", o);
@@ -150,6 +159,14 @@ static int32_t sample(const float *logits, float *scratch, int64_t V, double tem
   return (int32_t)best;
 }
 
+/* Text to stdout: as UTF-8 a terminal can show, or the bytes with --raw. */
+static void emit(const gen_args *g, td_utf8 *u8, const void *s, size_t n) {
+  if (g->raw)
+    fwrite(s, 1, n, stdout);
+  else
+    td_utf8_feed(u8, s, n, stdout);
+}
+
 td_status td_cmd_generate(td_app *app, int argc, char **argv) {
   gen_args g;
   td_status st = parse(argc, argv, &g);
@@ -193,8 +210,10 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
     if (bpe && td_bpe_token_id(bpe, "<|endoftext|>", &eot) != TD_OK) td_error_clear();
     ctx[plen++] = eot;
   }
+  td_utf8 u8;
+  td_utf8_init(&u8);
   if (app->rank == 0) {
-    fwrite(g.prompt, 1, strlen(g.prompt), stdout);
+    emit(&g, &u8, g.prompt, strlen(g.prompt));
     fflush(stdout);
   }
   uint64_t key = td_rng_key(g.seed, td_hash_str("generate"), 0);
@@ -220,18 +239,21 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
       char *text = NULL;
       size_t tlen = 0;
       if (td_bpe_decode(bpe, &tok, 1, &text, &tlen) == TD_OK) /* padding ids print nothing */
-        fwrite(text, 1, tlen, stdout);
+        emit(&g, &u8, text, tlen);
       else
         td_error_clear();
       free(text);
       fflush(stdout);
     } else if (app->rank == 0) {
       unsigned char ch = (unsigned char)tok;
-      fwrite(&ch, 1, 1, stdout);
+      emit(&g, &u8, &ch, 1);
       fflush(stdout);
     }
   }
-  if (app->rank == 0) printf("\n");
+  if (app->rank == 0) {
+    if (!g.raw) td_utf8_flush(&u8, stdout);
+    printf("\n");
+  }
 done:
   td_bpe_destroy(&bpe);
   td_tokenizer_files_free(&tf);

@@ -45,9 +45,11 @@ static const command k_commands[] = {
      "  --json                 print one JSON object with step, val_loss, val_tokens\n"},
     {"generate", td_cmd_generate,
      "trident generate --checkpoint FILE [--prompt TEXT] [--tokens N] [--temperature T] "
-     "[--top-k K] [--seed S]",
+     "[--top-k K] [--seed S] [--raw]",
      "Sample text from a checkpoint: bytes, or the GPT-2 tokenizer the checkpoint\n"
-     "carries (trained on data prepared with --tokenizer gpt2).\n"},
+     "carries (trained on data prepared with --tokenizer gpt2). The text is valid UTF-8: a\n"
+     "character split over tokens is held until complete, what stays invalid prints U+FFFD.\n"
+     "  --raw                  print the sampled tokens' bytes as they are\n"},
     {"prepare", td_cmd_prepare,
      "trident prepare --out FILE [--val-fraction F] [--tokenizer bytes|gpt2 --vocab encoder.json "
      "--merges vocab.bpe] INPUT...",
