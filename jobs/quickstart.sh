@@ -2,8 +2,9 @@
 # jobs/quickstart.sh — the main job, from a fresh Debian/Ubuntu machine:
 # install what is missing, build, prepare a corpus that every Debian/Ubuntu
 # system has (the license texts in /usr/share/common-licenses), train a small
-# GPT on 4 MPI ranks (data parallel) for about two minutes, evaluate it and
-# sample text. Idempotent: reruns reuse the build and the dataset, and start
+# GPT on 4 MPI ranks (data parallel) for about two minutes, evaluate it,
+# sample text and draw its training curves (jobs/plot.py; the run also writes
+# a TensorBoard log). Idempotent: reruns reuse the build and the dataset, and start
 # training afresh.
 #   bash jobs/quickstart.sh            (RANKS=4 STEPS=1000 to change)
 set -euo pipefail
@@ -13,7 +14,7 @@ RANKS=${RANKS:-4}
 STEPS=${STEPS:-1000}
 echo "== quickstart: dependencies"
 # shellcheck disable=SC2086
-td_deps $TD_BUILD_PACKAGES
+td_deps $TD_BUILD_PACKAGES python3-matplotlib
 echo "== quickstart: build"
 td_build build
 ./build/trident --version
@@ -55,3 +56,9 @@ print(f"val_loss: {first:.4f} at step {rows[0]['step']} -> {last:.4f} at step {r
       f"(bound 0.6 * ln 256 = {bound:.4f}: {'below' if last < bound else 'NOT below'})")
 sys.exit(0 if last < bound else 1)
 PY
+
+echo "== quickstart: training curves"
+/usr/bin/python3 jobs/plot.py runs/quickstart -o runs/quickstart/plot.png --title \
+  "quickstart: $RANKS ranks, $STEPS steps" >/dev/null
+echo "plot:        runs/quickstart/plot.png  (/usr/bin/python3 jobs/plot.py RUN_DIR... -o FILE.png)"
+echo "TensorBoard: runs/quickstart/tb        (tensorboard --logdir runs/quickstart/tb)"

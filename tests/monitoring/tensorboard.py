@@ -14,7 +14,8 @@ encoder) and every record's two CRCs with crcmod's CRC-32C:
     every step once (one continuous curve);
   - a pipelined run logs the measured and the predicted bubble;
   - no folder without the key; a folder that cannot be made fails the run on
-    every rank (exit 3) naming it.
+    every rank (exit 3) naming it;
+  - jobs/plot.py draws both runs into one PNG, and names a run it cannot read.
 Prints 'N passed, M failed'."""
 import glob
 import json
@@ -138,8 +139,9 @@ def compare(jsonl, scalars, what):
             if got is None:
                 bad(f"{what}: step {step}: no scalar '{tag}' for JSONL '{key}'")
                 continue
-            tol = max(abs(f32(want)) * 2.4e-7, PRINTED.get(key, 0.0) *
-                      (conv if not callable(conv) else 1.0) * 1.0001)
+            # float32's rounding plus half a unit of the JSONL's last printed digit
+            tol = abs(f32(want)) * 2.4e-7 + PRINTED.get(key, 0.0) * (
+                conv if not callable(conv) else 1.0)
             if abs(got - f32(want)) > tol:
                 bad(f"{what}: step {step}: '{tag}' = {got!r}, JSONL '{key}' gives {want!r}")
                 continue
@@ -271,6 +273,27 @@ if p.returncode == 3 and "blocker" in p.stdout and "TensorBoard" in p.stdout:
     ok("an unusable folder: exit 3 naming it")
 else:
     bad(f"an unusable folder: exit {p.returncode}, output: {p.stdout[-400:]}")
+
+# ---- the plot of both runs (jobs/plot.py) ------------------------------------------------
+p = subprocess.run(["/usr/bin/python3", os.path.join(src, "jobs/plot.py"), "run", "runpp",
+                    "-o", "plots/both.png", "--label", "dp 2 (resumed)", "--label", "pp 2"],
+                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+if p.returncode == 0 and p.stdout.strip() == "plots/both.png":
+    import matplotlib.image  # noqa: E402
+
+    img = matplotlib.image.imread("plots/both.png")
+    if img.ndim == 3 and img.shape[0] > 400 and img.shape[1] > 600 and img.std() > 0.05:
+        ok(f"jobs/plot.py drew both runs: {img.shape[1]}x{img.shape[0]} PNG")
+    else:
+        bad(f"jobs/plot.py wrote an odd image: shape {img.shape}, std {img.std():.3f}")
+else:
+    bad(f"jobs/plot.py failed ({p.returncode}): {p.stdout[-300:]}")
+p = subprocess.run(["/usr/bin/python3", os.path.join(src, "jobs/plot.py"), "no-such-run"],
+                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+if p.returncode != 0 and "no-such-run" in p.stdout and "no metrics file" in p.stdout:
+    ok("jobs/plot.py on a folder without metrics: an error naming it")
+else:
+    bad(f"jobs/plot.py on a missing run: exit {p.returncode}: {p.stdout[-200:]}")
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

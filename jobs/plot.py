@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""plot.py RUN_DIR_OR_METRICS... [-o FILE.png] [--label NAME]... [--title TEXT]
+
+Training curves of one or several trident runs, side by side: training and
+validation loss, tokens/s and peak memory per rank against the step. Each
+argument is a run's folder (its metrics.jsonl) or a metrics file. A resumed
+run is one curve (trident trims its metrics file to the checkpoint it
+resumes from); runs on different grids drawn together show grid invariance:
+their loss curves lie on each other.
+
+Needs matplotlib (Debian: python3-matplotlib); run it with /usr/bin/python3.
+Writes FILE.png (default: plot.png beside the first run's metrics) and prints
+its path."""
+import argparse
+import json
+import os
+import sys
+
+
+def load(arg):
+    path = os.path.join(arg, "metrics.jsonl") if os.path.isdir(arg) else arg
+    if not os.path.isfile(path):
+        sys.exit(f"plot.py: {arg}: no metrics file (looked for {path})")
+    train, val = {}, {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                sys.exit(f"plot.py: {path}:{n}: not JSON: {e}")
+            step = rec.get("step")
+            if "loss" in rec:
+                train[step] = rec  # a step logged twice (a resume): the later line wins
+            if "val_loss" in rec:
+                val[step] = rec["val_loss"]
+    if not train and not val:
+        sys.exit(f"plot.py: {path}: no logged steps")
+    return path, train, val
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="run folders or metrics.jsonl files")
+    ap.add_argument("-o", "--out", help="the PNG to write")
+    ap.add_argument("--label", action="append", default=[], help="a name per run, in order")
+    ap.add_argument("--title", default=None)
+    a = ap.parse_args()
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("plot.py: matplotlib is missing (Debian: apt-get install python3-matplotlib; "
+                 "run with /usr/bin/python3)")
+    runs = [load(r) for r in a.runs]
+    fig, ax = plt.subplots(2, 2, figsize=(11, 7.5))
+    (al, av), (at, am) = ax
+    for i, (path, train, val) in enumerate(runs):
+        name = a.label[i] if i < len(a.label) else os.path.basename(
+            os.path.dirname(os.path.abspath(path))) or path
+        steps = sorted(train)
+        color = f"C{i % 10}"
+        if steps:
+            al.plot(steps, [train[s]["loss"] for s in steps], color=color, lw=1.2, label=name)
+            at.plot(steps, [train[s].get("tokens_per_s", float("nan")) for s in steps],
+                    color=color, lw=1.0, label=name)
+            mem = [max(train[s].get("mem_bytes", 0), train[s].get("device_mem_bytes", 0)) / 2**20
+                   for s in steps]
+            am.plot(steps, mem, color=color, lw=1.0, label=name)
+        if val:
+            vs = sorted(val)
+            av.plot(vs, [val[s] for s in vs], color=color, marker="o", ms=3, lw=1.2, label=name)
+    al.set_title("training loss")
+    av.set_title("validation loss")
+    at.set_title("tokens/s")
+    am.set_title("peak memory per rank (MiB)")
+    for x in (al, av, at, am):
+        x.set_xlabel("step")
+        x.grid(alpha=0.3)
+        if x.lines:
+            x.legend(fontsize=8)
+    if a.title:
+        fig.suptitle(a.title)
+    fig.tight_layout()
+    out = a.out or os.path.join(os.path.dirname(os.path.abspath(runs[0][0])), "plot.png")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=90)
+    print(out)
+
+
+if __name__ == "__main__":
+    main()
