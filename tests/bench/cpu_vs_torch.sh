@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cpu_vs_torch.sh — trident vs PyTorch, CPU training throughput on the same
-# GPT-2 models, measured in the same run (README, "Benchmarks: CPU training vs
+# GPT-2 models, measured in the same run (docs/benchmarks.md, "CPU training vs
 # PyTorch").
 #
 #   tests/bench/cpu_vs_torch.sh [--build DIR] [--work DIR] [--rounds N]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # parallel_bench.sh — data, tensor and pipeline parallelism of the "small"
 # model (inputs/small.yaml: 6 layers, dim 384, 6 heads, vocab 256, T 256) on
-# this machine, through the command line (README, "Benchmarks: parallelism").
+# this machine, through the command line (docs/benchmarks.md, "Parallelism").
 #
 #   tests/bench/parallel_bench.sh [--build DIR] [--work DIR] [--steps N]
 #                                 [--pp-batch G] [--pp-micro B] [--no-torch]

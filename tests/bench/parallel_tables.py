@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Tables of tests/bench/parallel_bench.sh from WORK/runs.tsv and the runs'
-metrics.jsonl (markdown, for README "Benchmarks: parallelism").
+metrics.jsonl (markdown, for docs/benchmarks.md, "Parallelism").
 
     /usr/bin/python3 tests/bench/parallel_tables.py WORK
 

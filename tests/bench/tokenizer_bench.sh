@@ -10,7 +10,7 @@
 # 2, 4, ... up to the cores (one thread a rank; the corpus split over the
 # ranks): MB/s, the speed-up over one rank, and the same tokens checked with
 # h5py. Needs node and npm (packages installed into WORKDIR/npm). Environment:
-# MPIEXEC (default mpiexec). Not a test: README, "Tokenizer benchmark".
+# MPIEXEC (default mpiexec). Not a test: docs/benchmarks.md, "Tokenizer".
 set -euo pipefail
 trident=${1:?usage: tokenizer_bench.sh TRIDENT [WORKDIR] [MB]}
 work=${2:-/tmp/trident-tokenizer-bench}

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch DistributedDataParallel (gloo, localhost) side of trident's
-parallel benchmark (tests/bench/parallel_bench.sh, README "Benchmarks:
-parallelism").
+parallel benchmark (tests/bench/parallel_bench.sh, docs/benchmarks.md,
+"Parallelism").
 
     /usr/bin/python3 tests/bench/torch_ddp_bench.py --ranks 2 --global-batch 4 \\
         --steps 3 --warmup-steps 1 --threads 1 [--layers 6 --dim 384 --heads 6 --vocab 256 --seq-len 256]

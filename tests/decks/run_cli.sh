@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run_cli.sh TRIDENT MPIEXEC — the command line (DESIGN.md, "Command line and
-# exit codes"): help, version, usage errors, and the README deck reference.
+# exit codes"): help, version, usage errors, and the deck reference of the
+# guide (docs/decks.md).
 #
 # Checks, each printed as one line:
 #   trident --help            exit 0, lists every command, printed once at 3 ranks
@@ -11,9 +12,9 @@
 #   trident check --bogus     exit 2
 #   trident check --help      exit 0, the check usage
 #   trident check --schema    exit 0, a Markdown table with every section, and
-#                             contained verbatim in README.md between
+#                             contained verbatim in docs/decks.md between
 #                             <!-- deck-schema:begin --> and <!-- deck-schema:end -->
-#                             (skipped, passing, while README.md does not exist)
+#                             (jobs/update-deck-reference.sh rewrites it)
 # Run from the source root.
 set -u
 if [ $# -lt 2 ]; then
@@ -23,7 +24,7 @@ fi
 TRIDENT=$1
 MPIEXEC=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
-README=$(cd "$HERE/../.." && pwd)/README.md
+DECKDOC=$(cd "$HERE/../.." && pwd)/docs/decks.md
 export OMP_NUM_THREADS=1
 export HWLOC_PLUGINS_BLACKLIST=hwloc_pci
 TMP=$(mktemp -d)
@@ -109,7 +110,7 @@ why=$(want_rc 0)
 [ -n "$why" ] || grep -q "usage: trident check" "$OUT" || why="no 'usage: trident check'"
 result "trident check --help: exit 0" "$why"
 
-# check --schema, and the README deck reference
+# check --schema, and the deck reference in docs/decks.md
 tri 3 check --schema
 why=$(want_rc 0)
 cp "$OUT" "$TMP/schema"
@@ -119,30 +120,31 @@ done
 [ -n "$why" ] || [ "$(grep -c '^| key |' "$TMP/schema")" -eq 1 ] || why="table printed more than once"
 result "trident check --schema (np 3)" "$why"
 
-if [ ! -f "$README" ]; then
-  echo "ok   README deck reference: skipped, $README does not exist yet"
-  pass=$((pass + 1))
+why=""
+block=""
+fix="run bash jobs/update-deck-reference.sh (it pastes trident check --schema between
+     <!-- deck-schema:begin --> and <!-- deck-schema:end --> in docs/decks.md)"
+if [ ! -f "$DECKDOC" ]; then
+  why="$DECKDOC does not exist: the deck reference lives there"
 else
-  why=""
-  begin=$(grep -c '<!-- deck-schema:begin -->' "$README")
-  end=$(grep -c '<!-- deck-schema:end -->' "$README")
+  begin=$(grep -c '<!-- deck-schema:begin -->' "$DECKDOC")
+  end=$(grep -c '<!-- deck-schema:end -->' "$DECKDOC")
   if [ "$begin" -ne 1 ] || [ "$end" -ne 1 ]; then
-    why="README deck reference is out of date: run trident check --schema (README.md needs one
-     <!-- deck-schema:begin --> and one <!-- deck-schema:end --> marker around its output)"
+    why="docs/decks.md needs one <!-- deck-schema:begin --> and one <!-- deck-schema:end -->
+     marker around the deck reference; then $fix"
   else
-    block=$(sed -n '/<!-- deck-schema:begin -->/,/<!-- deck-schema:end -->/p' "$README")
+    block=$(sed -n '/<!-- deck-schema:begin -->/,/<!-- deck-schema:end -->/p' "$DECKDOC")
     schema=$(cat "$TMP/schema")
     if [[ $block != *"$schema"* ]]; then
-      why="README deck reference is out of date: run trident check --schema and paste its
-     output between <!-- deck-schema:begin --> and <!-- deck-schema:end --> in README.md"
+      why="docs/decks.md deck reference is out of date: $fix"
     fi
   fi
-  if [ -n "$why" ]; then
-    # show what differs: README block (<) against trident check --schema (>)
-    diff <(sed '1d;$d' <<<"${block:-}") "$TMP/schema" >"$OUT"
-  fi
-  result "README.md deck reference matches trident check --schema" "$why"
 fi
+if [ -n "$why" ]; then
+  # show what differs: docs/decks.md block (<) against trident check --schema (>)
+  diff <(sed '1d;$d' <<<"${block:-}") "$TMP/schema" >"$OUT"
+fi
+result "docs/decks.md deck reference matches trident check --schema" "$why"
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # mpirun_script.sh TRIDENT WORKDIR — jobs/mpirun.sh, the lab-machine launcher
-# without Slurm, used as the README says:
+# without Slurm, used as the README and docs/clusters.md ("Launching") say:
 #   RESTART=1 bash jobs/mpirun.sh DECK --set ...   (2 ranks, dp 2, 20 steps)
 # with no MPIEXEC set (the script picks the launcher of the MPI that
 # `trident --version` names). After 3 logged steps SIGUSR1 goes to the

@@ -90,7 +90,7 @@ def read_events(path):
 
 
 GIB, MIB = float(1 << 30), float(1 << 20)
-# JSONL key -> (tag, conversion); the README's table, written independently
+# JSONL key -> (tag, conversion); docs/monitoring.md's table ("TensorBoard"), written independently
 TAGS = {
     "loss": ("loss_metrics/global_avg_loss", 1.0),
     "val_loss": ("loss_metrics/val_loss", 1.0),
