@@ -6,6 +6,7 @@
 
 #include "app/td_app.h"
 #include "app/td_estimate.h"
+#include "app/td_pipeline.h"
 #include "app/td_registry.h"
 #include "app/td_trainer.h"
 #include "parallel/td_grid.h"
@@ -182,13 +183,26 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
            zero == 3 ? " (ZeRO-3 gathers it: half the bytes)" : "",
            dm.llama ? "RMSNorm" : "LayerNorm", dm.llama ? "SwiGLU" : "GELU");
   printf("memory: ZeRO stage %d; the largest rank allocates %s: fp32 parameters%s%s, gradients%s, "
-         "AdamW moments%s, working buffers%s, activations of %lld live micro-batch%s (the "
+         "AdamW moments%s, working buffers%s, activations of %lld live %smicro-batch%s (the "
          "sizes training allocates, from the same code; host-side buffers not included)\n",
          zero, h, zero >= 3 ? " (sharded)" : "", bf16 ? " + bf16 working copy" : "", zero >= 2 ? " (sharded)" : zero == 1 ? " (+ shard)" : "",
          zero >= 1 ? " (sharded)" : "",
          zero == 3 ? " (gathered units, unit gradients, reduce-scatter shares)"
          : zero == 2 ? " (unit gradients, reduce-scatter shares)" : " (none)",
-         (long long)all[0].mem.live_micro, all[0].mem.live_micro == 1 ? "" : "es");
+         (long long)all[0].mem.live_micro, cfg->parallel_virtual_stages > 1 ? "chunk " : "",
+         all[0].mem.live_micro == 1 ? "" : "es");
+  if (cfg->parallel_pp > 1) {
+    td_sched_sim sim;
+    TD_CHECK_GOTO(td_pipe_predict(cfg, &sim));
+    printf("pipeline: %s schedule over %lld stages", cfg->parallel_pp_schedule,
+           (long long)cfg->parallel_pp);
+    if (cfg->parallel_virtual_stages > 1)
+      printf(" of %lld model chunks each", (long long)cfg->parallel_virtual_stages);
+    printf(", %lld micro-batches; predicted bubble %.4f (idle over compute time, the slowest "
+           "stage; %.1f%% of the step idle), simulated with F = B = W per layer%s and free "
+           "messages\n", (long long)td_config_accum_steps(cfg), sim.bubble, 100.0 * sim.idle_frac,
+           strcmp(cfg->parallel_pp_schedule, "zb-h1") == 0 ? "" : " (a backward is B + W)");
+  }
   double fpt = td_flops_per_token(cfg);
   human_count(fpt, t, sizeof t);
   human_count(fpt * (double)cfg->training_global_batch * (double)cfg->model_seq_len, a, sizeof a);

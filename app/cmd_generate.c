@@ -99,12 +99,14 @@ static td_status gen_config(td_app *app, const gen_args *g, td_config *cfg) {
       } else {
         fputs(text, out);
         fclose(out);
-        char *sets[TD_MAX_SETS + 8];
+        char *sets[TD_MAX_SETS + 10];
         int n = 0;
         static char s_dp[64], s_tp[] = "parallel.tp=1", s_pp[] = "parallel.pp=1",
                     s_mb[] = "parallel.micro_batch=1", s_gb[64], s_z[] = "parallel.zero=0",
-                    s_sl[] = "parallel.stage_layers=[]";
+                    s_sl[] = "parallel.stage_layers=[]", s_ps[] = "parallel.pp_schedule=1f1b",
+                    s_vs[] = "parallel.virtual_stages=1";
         sets[n++] = s_tp, sets[n++] = s_pp, sets[n++] = s_z, sets[n++] = s_sl;
+        sets[n++] = s_ps, sets[n++] = s_vs; /* the saved run's schedule needs its pipeline */
         for (int i = 0; i < g->nset; ++i) sets[n++] = g->sets[i];
         td_config probe;
         st = td_config_load(name, n, sets, 0, &probe);
@@ -226,7 +228,7 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
     TD_CHECK_GOTO(td_pipe_forward(t, in, NULL, &unused));
     int32_t tok = 0;
     if (t->grid->pp_rank == last) {
-      TD_CHECK_GOTO(td_model_logits_at(t->model, 0, len - 1, logits));
+      TD_CHECK_GOTO(td_model_logits_at(t->model, td_model_head_slot(t->model), len - 1, logits));
       tok = sample(logits, scratch, V, g.temperature, g.top_k, td_rng_uniform(key, (uint64_t)n));
     }
     int rc = MPI_Bcast(&tok, 1, MPI_INT32_T, last, t->grid->pp_comm);

@@ -561,11 +561,17 @@ static td_status check_sizes(td_config *cfg, const marks *mk) {
    * and the estimate are sums of at most this many elements */
   int64_t lmax = 0, first, count;
   for (int s = 0; s < pp; ++s) {
-    td_config_stage_layers(cfg, s, &first, &count);
-    if (count > lmax) lmax = count;
+    int64_t sum = 0;
+    for (int64_t k = s; k < pp * cfg->parallel_virtual_stages; k += pp) {
+      td_config_chunk_layers(cfg, (int)k, &first, &count);
+      sum += count;
+    }
+    if (sum > lmax) lmax = sum;
   }
   int gpipe = cfg->parallel_pp_schedule[0] == 'g';
   int64_t live = pp <= 1 ? 1 : gpipe ? m : (pp < m ? pp : m);
+  if (pp > 1 && strcmp(cfg->parallel_pp_schedule, "interleaved") == 0) /* per chunk, bounded */
+    live = 2 * pp < m ? 2 * pp : m;
   if (pp > 1 && gpipe && m > INT32_MAX) {
     char wbuf[TD_STR_MAX + 64];
     TD_FAIL(TD_ERR_DECK, "%s: parallel.pp_schedule = gpipe keeps all %lld micro-batches of a step "
@@ -634,16 +640,40 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
       TD_FAIL(TD_ERR_DECK, "%s: gpt2 ties its output head to the embedding; "
               "model.tie_embeddings = false is for llama", WHERE(model, tie_embeddings));
   }
+  int interleaved = strcmp(cfg->parallel_pp_schedule, "interleaved") == 0;
+  int64_t vs = cfg->parallel_virtual_stages, nchunks = pp * vs;
+  if (interleaved && pp < 2)
+    TD_FAIL(TD_ERR_DECK, "%s: parallel.pp_schedule = interleaved needs parallel.pp >= 2 "
+            "(pp = %lld)", WHERE(parallel, pp), (long long)pp);
+  if (interleaved && vs < 2)
+    TD_FAIL(TD_ERR_DECK, "%s: parallel.pp_schedule = interleaved needs parallel.virtual_stages "
+            ">= 2 (model chunks per stage; it is %lld)", WHERE(parallel, virtual_stages),
+            (long long)vs);
+  if (!interleaved && vs != 1)
+    TD_FAIL(TD_ERR_DECK, "%s: parallel.virtual_stages = %lld is for parallel.pp_schedule = "
+            "interleaved (the schedule is %s)", WHERE(parallel, virtual_stages), (long long)vs,
+            cfg->parallel_pp_schedule);
+  if (interleaved && cfg->model_layers < nchunks)
+    TD_FAIL(TD_ERR_DECK, "%s: model.layers = %lld is fewer than the parallel.pp × "
+            "parallel.virtual_stages = %lld model chunks of the interleaved schedule",
+            WHERE(parallel, virtual_stages), (long long)cfg->model_layers, (long long)nchunks);
+  if (interleaved && cfg->parallel_stage_layers_count == 0 && cfg->model_layers % nchunks != 0)
+    TD_FAIL(TD_ERR_DECK, "%s: model.layers = %lld is not divisible by parallel.pp × "
+            "parallel.virtual_stages = %lld model chunks (or give parallel.stage_layers, one "
+            "entry per chunk)", WHERE(parallel, virtual_stages), (long long)cfg->model_layers,
+            (long long)nchunks);
   if (cfg->parallel_stage_layers_count > 0) {
     int64_t sum = 0;
     for (int i = 0; i < cfg->parallel_stage_layers_count; ++i) sum += cfg->parallel_stage_layers[i];
-    if (cfg->parallel_stage_layers_count != pp)
-      TD_FAIL(TD_ERR_DECK, "%s: parallel.stage_layers has %d entries but parallel.pp = %lld",
-              WHERE(parallel, stage_layers), cfg->parallel_stage_layers_count, (long long)pp);
+    if (cfg->parallel_stage_layers_count != nchunks)
+      TD_FAIL(TD_ERR_DECK, "%s: parallel.stage_layers has %d entries but parallel.pp = %lld%s",
+              WHERE(parallel, stage_layers), cfg->parallel_stage_layers_count, (long long)pp,
+              interleaved ? " stages of parallel.virtual_stages chunks each: one entry a chunk"
+                          : "");
     if (sum != cfg->model_layers)
       TD_FAIL(TD_ERR_DECK, "%s: parallel.stage_layers sums to %lld but model.layers = %lld",
               WHERE(parallel, stage_layers), (long long)sum, (long long)cfg->model_layers);
-  } else if (cfg->model_layers % pp != 0) {
+  } else if (!interleaved && cfg->model_layers % pp != 0) {
     TD_FAIL(TD_ERR_DECK,
             "%s: model.layers = %lld is not divisible by parallel.pp = %lld (or give "
             "parallel.stage_layers)",
@@ -662,6 +692,12 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
             "parallel.dp = %lld × %lld",
             WHERE(parallel, micro_batch), (long long)cfg->training_global_batch, (long long)mb,
             (long long)dp);
+  int64_t accum = td_config_accum_steps(cfg);
+  if (interleaved && accum > 0 && accum % pp != 0)
+    TD_FAIL(TD_ERR_DECK, "%s: parallel.pp_schedule = interleaved needs the micro-batches per step "
+            "(training.global_batch / (parallel.micro_batch × parallel.dp) = %lld) to be a "
+            "multiple of parallel.pp = %lld", WHERE(parallel, micro_batch), (long long)accum,
+            (long long)pp);
   if (cfg->schedule_min_lr > cfg->optimizer_lr)
     TD_FAIL(TD_ERR_DECK, "%s: schedule.min_lr = %g is larger than optimizer.lr = %g",
             WHERE(schedule, min_lr), cfg->schedule_min_lr, cfg->optimizer_lr);
@@ -951,15 +987,20 @@ int64_t td_config_accum_steps(const td_config *cfg) {
   return cfg->training_global_batch / step;
 }
 
-void td_config_stage_layers(const td_config *cfg, int s, int64_t *first, int64_t *count) {
+void td_config_chunk_layers(const td_config *cfg, int k, int64_t *first, int64_t *count) {
   int64_t f = 0;
   if (cfg->parallel_stage_layers_count > 0) {
-    for (int i = 0; i < s; ++i) f += cfg->parallel_stage_layers[i];
+    for (int i = 0; i < k; ++i) f += cfg->parallel_stage_layers[i];
     *first = f;
-    *count = cfg->parallel_stage_layers[s];
+    *count = cfg->parallel_stage_layers[k];
     return;
   }
-  int64_t per = cfg->model_layers / cfg->parallel_pp;
-  *first = per * s;
+  int64_t n = cfg->parallel_pp * (cfg->parallel_virtual_stages > 0 ? cfg->parallel_virtual_stages : 1);
+  int64_t per = cfg->model_layers / n;
+  *first = per * k;
   *count = per;
+}
+
+void td_config_stage_layers(const td_config *cfg, int s, int64_t *first, int64_t *count) {
+  td_config_chunk_layers(cfg, s, first, count);
 }

@@ -11,7 +11,15 @@
  * backward, wte split by vocabulary for both the embedding and the head.
  * Replicated parameters (LayerNorms, row-parallel biases, wpe) get identical
  * gradients on every tp rank because their inputs are identical after the
- * all-reduces, so they stay consistent without communication. */
+ * all-reduces, so they stay consistent without communication.
+ *
+ * Chunks (interleaved schedules): a rank holds several model chunks; each
+ * activation slot belongs to one, and forward/backward first make the
+ * slot's chunk current (use_slot), so the code below sees one contiguous
+ * range of layers and whether it holds the embedding or the head.
+ * Split backward (zb-h1): backward_impl with m->defer set computes the input
+ * gradient and records the weight-gradient work in the slot's list (wmm,
+ * wdst, bhook); td_model_backward_weight runs it. */
 #include "app/td_model.h"
 
 #include "parallel/td_mpi.h"
@@ -21,7 +29,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One piece of recorded W work of a slot (training under zb-h1): a weight
+ * gradient matmul, the addition of a small gradient B computed into the
+ * slot's stash (biases, norm scales and shifts: cheap, computed where their
+ * inputs are), the embedding's scatter-add, or the acquire/release of a unit
+ * (so W places units in the order the whole backward does). */
+enum { WOP_MM, WOP_ADD, WOP_EMBED, WOP_ACQUIRE, WOP_RELEASE };
+typedef struct td_wop {
+  int kind, ta, tb, layer;
+  td_param_kind pk;
+  int64_t M, N, K;  /* MM: grad (M, N) += op(a)·op(b), op(a) (M, K); ADD: M floats */
+  const void *a, *b; /* MM: of type at; ADD: a = the stash (float); EMBED: a = d (N, C),
+                        b = the slot's tokens */
+} td_wop;
+
+struct td_wlist {
+  td_wop *ops;
+  int n, cap;
+  char *arena;       /* back-end memory: copies of the gradients (and, under
+                        recomputation, of the inputs) W reads, and the stash */
+  size_t used, size;
+};
+
 static td_status units_create(td_model *m);
+static size_t wl_bytes(const td_model *m, int64_t *nops);
 
 /* ---- allocation ------------------------------------------------------------ */
 
@@ -60,6 +91,18 @@ static td_status alloc_blocks(td_model *m, td_acts *a, int64_t nl) {
   return TD_OK;
 }
 
+/* Make chunk c the model's current one: its layers and whether it is the
+ * first or the last model chunk (every layer-range and stage test below
+ * reads these fields). */
+static void use_chunk(td_model *m, int c) {
+  const td_model_chunk *ch = &m->chunks[c];
+  m->L_first = ch->L_first, m->L_count = ch->L_count;
+  m->first_stage = ch->first, m->last_stage = ch->last;
+}
+
+/* ... the chunk a slot belongs to. */
+static void use_slot(td_model *m, int slot) { use_chunk(m, m->slot_chunk[slot]); }
+
 static td_status alloc_slot(td_model *m, td_acts *a) {
   int64_t N = m->B * m->T, L = m->L_count, C = m->C;
   ACT(encoded, N * C);
@@ -81,11 +124,32 @@ static td_status alloc_buffers(td_model *m) {
   int64_t N = m->B * m->T, C = m->C;
   m->acts = calloc((size_t)m->nslots, sizeof *m->acts);
   if (!m->acts) TD_FAIL(TD_ERR_NOMEM, "out of memory for activations");
-  for (int i = 0; i < m->nslots; ++i) TD_CHECK(alloc_slot(m, &m->acts[i]));
+  int any_last = 0;
+  for (int i = 0; i < m->nslots; ++i) {
+    use_slot(m, i);
+    any_last |= m->last_stage;
+    TD_CHECK(alloc_slot(m, &m->acts[i]));
+  }
   if (m->recompute && m->L_count > 0) { /* one block's activations and output */
     td_acts *a = &m->work;
     TD_CHECK(alloc_blocks(m, a, 1));
     ACT(res3, N * C);
+  }
+  if (m->split) { /* per slot: the weight-gradient work its B leaves for W */
+    int64_t nops = 0;
+    size_t bytes = wl_bytes(m, &nops);
+    m->wl = calloc((size_t)m->nslots, sizeof *m->wl);
+    if (!m->wl) TD_FAIL(TD_ERR_NOMEM, "out of memory for the split backward");
+    for (int i = 0; i < m->nslots; ++i) {
+      struct td_wlist *w = &m->wl[i];
+      use_slot(m, i);
+      bytes = wl_bytes(m, &nops);
+      w->cap = (int)nops, w->size = bytes;
+      if (m->k && !(w->ops = calloc((size_t)nops, sizeof *w->ops)))
+        TD_FAIL(TD_ERR_NOMEM, "out of memory for the split backward");
+      TD_CHECK(dev_alloc(m, (void **)&w->arena, (int64_t)bytes, 1,
+                         "weight-gradient stash of the split backward"));
+    }
   }
   SCR(dres, N * C);
   SCR(dtmp, N * C);
@@ -97,7 +161,7 @@ static td_status alloc_buffers(td_model *m) {
   if (m->at == TD_DTYPE_BF16) { /* the widest gradient a matmul reads */
     int64_t w = C > m->C3 ? C : m->C3;
     w = w > m->F ? w : m->F;
-    if (m->last_stage && m->Vs > w) w = m->Vs;
+    if (any_last && m->Vs > w) w = m->Vs;
     TD_CHECK(dev_alloc(m, &m->dmm, N * w, 2, "backward scratch dmm (bf16 gradients)"));
   }
   if (m->k) /* host memory, not counted: 12 bytes a row */
@@ -119,17 +183,35 @@ static td_status alloc_buffers(td_model *m) {
       TD_CHECK(td_alloc((void **)&m->host_stage, (size_t)hs * sizeof(float),
                         "host staging of the model's all-reduces"));
   }
+  use_chunk(m, 0);
   return TD_OK;
 }
 
 td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td_coll_stats *stats,
-                          int64_t B, int nslots, int dcomm, td_model **out) {
+                          int64_t B, const int *nslots, int dcomm, td_model **out) {
   td_status st = TD_OK;
   *out = NULL;
   td_model *m = calloc(1, sizeof *m);
   if (!m) TD_FAIL(TD_ERR_NOMEM, "out of memory for the model");
   m->cfg = cfg, m->k = k, m->grid = grid, m->stats = stats;
-  m->nslots = nslots > 0 ? nslots : 1;
+  /* chunks: model chunk c·pp + pp_rank is this rank's chunk c */
+  int v = (int)cfg->parallel_virtual_stages, pp = grid->pp;
+  m->nchunks = v;
+  m->chunks = calloc((size_t)v, sizeof *m->chunks);
+  if (!m->chunks) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory for the model");
+  for (int c = 0; c < v; ++c) {
+    td_model_chunk *ch = &m->chunks[c];
+    int kk = c * pp + grid->pp_rank;
+    td_config_chunk_layers(cfg, kk, &ch->L_first, &ch->L_count);
+    ch->first = kk == 0, ch->last = kk == pp * v - 1;
+    ch->slot0 = m->nslots;
+    ch->nslots = nslots[c] > 0 ? nslots[c] : 1;
+    m->nslots += ch->nslots;
+  }
+  m->slot_chunk = calloc((size_t)m->nslots, sizeof(int));
+  if (!m->slot_chunk) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory for the model");
+  for (int c = 0; c < v; ++c)
+    for (int i = 0; i < m->chunks[c].nslots; ++i) m->slot_chunk[m->chunks[c].slot0 + i] = c;
   TD_CHECK_GOTO(td_registry_create(cfg, grid->tp, grid->tp_rank, grid->pp, grid->pp_rank, &m->reg));
   int64_t tp = grid->tp;
   td_model_dims d;
@@ -142,12 +224,11 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);
   m->Vs = wte->local_shape[0];
   m->v0 = (int64_t)grid->tp_rank * m->Vs;
-  td_config_stage_layers(cfg, grid->pp_rank, &m->L_first, &m->L_count);
+  use_chunk(m, 0);
   m->valid_rows = B * m->T;
-  m->first_stage = grid->pp_rank == 0;
-  m->last_stage = grid->pp_rank == grid->pp - 1;
   m->pt = m->at = strcmp(cfg->training_precision, "bf16") == 0 ? TD_DTYPE_BF16 : TD_DTYPE_F32;
   m->recompute = strcmp(cfg->training_recompute, "blocks") == 0;
+  m->split = strcmp(cfg->parallel_pp_schedule, "zb-h1") == 0;
   m->staged = k ? !k->host_memory : !td_kernels_host_memory(cfg->run_device);
   m->dcomm = dcomm;
   TD_CHECK_GOTO(alloc_buffers(m));
@@ -178,7 +259,14 @@ void td_model_destroy(td_model **mp) {
     for (size_t j = 0; j < sizeof scr / sizeof scr[0]; ++j)
       if (scr[j]) m->k->free(m->k, scr[j]);
   }
+  for (int i = 0; m->wl && i < m->nslots; ++i) {
+    if (m->k && m->wl[i].arena) m->k->free(m->k, m->wl[i].arena);
+    free(m->wl[i].ops);
+  }
+  free(m->wl);
   free(m->acts);
+  free(m->chunks);
+  free(m->slot_chunk);
   td_free(m->rowstat_host);
   td_free(m->host_stage);
   free(m->unit_begin);
@@ -195,9 +283,6 @@ void td_model_destroy(td_model **mp) {
 typedef struct {
   void *ln1w, *ln1b, *wqkv, *bqkv, *wproj, *bproj, *ln2w, *ln2b, *wfc, *bfc, *wfcp, *bfcp;
 } layer_w; /* parameters, of type m->pt */
-typedef struct {
-  float *ln1w, *ln1b, *wqkv, *bqkv, *wproj, *bproj, *ln2w, *ln2b, *wfc, *bfc, *wfcp, *bfcp;
-} layer_g; /* gradients */
 
 int td_model_unit_of(const td_model *m, const td_param *p) {
   if (p->layer >= 0) return 1 + p->layer;
@@ -268,14 +353,6 @@ static void layer_params(const td_model *m, int layer, layer_w *w) {
   w->wfcp = pw(m, TD_PK_FCPROJ_W, layer), w->bfcp = pw(m, TD_PK_FCPROJ_B, layer);
 }
 
-static void layer_grads(const td_model *m, int layer, layer_g *g) {
-  g->ln1w = pg(m, TD_PK_LN1_W, layer), g->ln1b = pg(m, TD_PK_LN1_B, layer);
-  g->wqkv = pg(m, TD_PK_QKV_W, layer), g->bqkv = pg(m, TD_PK_QKV_B, layer);
-  g->wproj = pg(m, TD_PK_ATTPROJ_W, layer), g->bproj = pg(m, TD_PK_ATTPROJ_B, layer);
-  g->ln2w = pg(m, TD_PK_LN2_W, layer), g->ln2b = pg(m, TD_PK_LN2_B, layer);
-  g->wfc = pg(m, TD_PK_FC_W, layer), g->bfc = pg(m, TD_PK_FC_B, layer);
-  g->wfcp = pg(m, TD_PK_FCPROJ_W, layer), g->bfcp = pg(m, TD_PK_FCPROJ_B, layer);
-}
 
 /* C = op(A)·op(B) (+ C): activations or gradients (type at) times
  * parameters (type m->pt), or their products for a weight gradient. */
@@ -416,6 +493,7 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
                               const int32_t *targets, double *loss_sum) {
   td_kernels *k = m->k;
   td_acts *a = &m->acts[slot];
+  use_slot(m, slot);
   int64_t B = m->B, T = m->T, C = m->C, N = B * T;
   size_t tokbytes = (size_t)N * sizeof(int32_t);
   if (m->first_stage) TD_CHECK(k->to_device(k, a->inputs, inputs, tokbytes));
@@ -490,23 +568,135 @@ float *td_model_stage_input(td_model *m, int slot) { return m->acts[slot].encode
 
 const float *td_model_stage_output(const td_model *m, int slot) {
   const td_acts *a = &m->acts[slot];
-  int64_t N = m->B * m->T;
-  return m->L_count > 0 ? a->res3 + (m->L_count - 1) * N * m->C : a->encoded;
+  int64_t N = m->B * m->T, L = m->chunks[m->slot_chunk[slot]].L_count;
+  return L > 0 ? a->res3 + (L - 1) * N * m->C : a->encoded;
 }
+
+int td_model_head_slot(const td_model *m) { return m->chunks[m->nchunks - 1].slot0; }
 
 const float *td_model_input_grad(const td_model *m) { return m->dres; }
 
 /* ---- backward -------------------------------------------------------------------- */
 
+/* ---- split backward: the weight-gradient work W of a B, recorded ------------------ */
+
+/* Bytes of one slot's arena: an upper bound of what a B records (mirrors
+ * the recording below; a piece is rounded up to 64 bytes). */
+static size_t wl_bytes(const td_model *m, int64_t *nops) {
+  int64_t N = m->B * m->T, C = m->C, F = m->F, at = (int64_t)td_dtype_size(m->at);
+  int64_t Ckv = m->KV * m->HS, bytes = 0, ops = 8;
+#define PIECE(n, es) (bytes += ((int64_t)(n) * (es) + 63) / 64 * 64)
+  for (int64_t l = 0; l < m->L_count; ++l) {
+    if (m->llama) {
+      PIECE(N * C, at), PIECE(N * F, at), PIECE(N * F, at), PIECE(N * C, at);
+      PIECE(N * m->Cl, at), PIECE(N * Ckv, at), PIECE(N * Ckv, at);
+      if (m->recompute) /* h, n2 twice, atty, n1 three times */
+        PIECE(N * F, at), PIECE(N * C, at), PIECE(N * C, at), PIECE(N * m->Cl, at),
+            PIECE(N * C, at), PIECE(N * C, at), PIECE(N * C, at);
+      PIECE(C, 4), PIECE(C, 4);
+      ops += 7 + 2 + 2;
+    } else {
+      PIECE(N * C, at), PIECE(N * F, at), PIECE(N * C, at), PIECE(N * m->C3, at);
+      if (m->recompute) PIECE(N * F, at), PIECE(N * C, at), PIECE(N * m->Cl, at), PIECE(N * C, at);
+      PIECE(C, 4), PIECE(F, 4), PIECE(C, 4), PIECE(C, 4), PIECE(C, 4), PIECE(m->C3, 4);
+      PIECE(C, 4), PIECE(C, 4);
+      ops += 4 + 8 + 2;
+    }
+  }
+  if (m->last_stage) {
+    if (m->at != TD_DTYPE_F32) PIECE(N * m->Vs, at);
+    PIECE(C, 4), PIECE(C, 4);
+    ops += 5;
+  }
+  if (m->first_stage) PIECE(N * C, 4), ops += 1;
+#undef PIECE
+  *nops = ops;
+  return (size_t)bytes;
+}
+
+/* A piece of n elements of es bytes from the current slot's arena. */
+static td_status wl_take(td_model *m, int64_t n, size_t es, void **out) {
+  struct td_wlist *w = m->wcur;
+  size_t need = ((size_t)n * es + 63) / 64 * 64;
+  if (w->used + need > w->size)
+    TD_FAIL(TD_ERR_INTERNAL, "split backward: the slot's weight-gradient stash is full (%zu + %zu "
+            "of %zu bytes)", w->used, need, w->size);
+  *out = w->arena + w->used;
+  w->used += need;
+  return TD_OK;
+}
+
+static td_status wl_push(td_model *m, const td_wop *op) {
+  struct td_wlist *w = m->wcur;
+  if (w->n == w->cap)
+    TD_FAIL(TD_ERR_INTERNAL, "split backward: too many weight-gradient operations");
+  w->ops[w->n++] = *op;
+  return TD_OK;
+}
+
+/* A copy (type at, n elements) of x that stays valid until W. */
+static td_status wl_copy(td_model *m, const void *x, int64_t n, const void **out) {
+  void *c = NULL;
+  TD_CHECK(wl_take(m, n, td_dtype_size(m->at), &c));
+  TD_CHECK(m->k->cast(m->k, c, m->at, x, m->at, n));
+  *out = c;
+  return TD_OK;
+}
+
+/* Weight gradient grad(kind, layer) (M, N) += op(A)·op(B), op(A) (M, K), A
+ * and B of type at: now, or (split backward) recorded for W, with copies of
+ * the operands that do not outlive this B (keep 0: scratch, or the shared
+ * recomputation buffer). */
+static td_status wmm(td_model *m, int ta, int tb, int64_t M, int64_t N, int64_t K, const void *A,
+                     int keepA, const void *B, int keepB, td_param_kind kind, int layer) {
+  if (!m->defer) {
+    TD_CHECK(mm(m, ta, tb, M, N, K, A, m->at, B, m->at, 1.0f, pg(m, kind, layer)));
+    return poll(m);
+  }
+  if (!keepA) TD_CHECK(wl_copy(m, A, M * K, &A));
+  if (!keepB) TD_CHECK(wl_copy(m, B, K * N, &B));
+  td_wop op = {WOP_MM, ta, tb, layer, kind, M, N, K, A, B};
+  return wl_push(m, &op);
+}
+
+/* Where a small gradient (bias, norm weight) of this micro-batch goes: the
+ * gradient itself, or (split backward) a zeroed stash W adds to it — the
+ * kernels add their sums to the destination, so the result is the same. */
+static td_status wdst(td_model *m, td_param_kind kind, int layer, float **out) {
+  if (!m->defer) {
+    *out = pg(m, kind, layer);
+    return TD_OK;
+  }
+  const td_param *p = td_registry_find(m->reg, kind, layer);
+  void *st = NULL;
+  TD_CHECK(wl_take(m, p->local_numel, 4, &st));
+  TD_CHECK(m->k->zero(m->k, st, (size_t)p->local_numel * sizeof(float)));
+  td_wop op = {WOP_ADD, 0, 0, layer, kind, p->local_numel, 0, 0, st, NULL};
+  TD_CHECK(wl_push(m, &op));
+  *out = st;
+  return TD_OK;
+}
+
+/* Unit hooks of the backward: the whole backward places a unit's parameters
+ * and gradients; B only its parameters and records the unit for W. */
+static td_status bhook(td_model *m, int acquire, int u) {
+  if (!m->defer) return hook(m, acquire, u, TD_PHASE_BACKWARD);
+  td_wop op = {acquire ? WOP_ACQUIRE : WOP_RELEASE, 0, 0, u, 0, 0, 0, 0, NULL, NULL};
+  TD_CHECK(wl_push(m, &op));
+  return hook(m, acquire, u, TD_PHASE_BACKWARD_INPUT);
+}
+
+/* ---- backward -------------------------------------------------------------------- */
+
 /* dW (in, out) += Xᵀ · dY and dX (N, in) = dY · Wᵀ for the matmul
- * Y (N, out) = X (N, in) · W of a GPT-2 block (Conv1D layout), dY float32. */
-static td_status conv_bwd(td_model *m, const float *dy, int64_t out, const void *x, int64_t in,
-                          const void *w, float *dw, float *dx) {
+ * Y (N, out) = X (N, in) · W of a GPT-2 block (Conv1D layout), dY float32;
+ * keepx: X outlives the backward (a slot's activations). */
+static td_status conv_bwd(td_model *m, const float *dy, int64_t out, const void *x, int keepx,
+                          int64_t in, const void *w, td_param_kind kind, int layer, float *dx) {
   const void *d = NULL;
   int64_t N = m->B * m->T;
   TD_CHECK(mm_grad(m, dy, N * out, &d));
-  TD_CHECK(mm(m, 1, 0, in, out, N, x, m->at, d, m->at, 1.0f, dw));
-  TD_CHECK(poll(m));
+  TD_CHECK(wmm(m, 1, 0, in, out, N, x, keepx, d, 0, kind, layer));
   TD_CHECK(mm(m, 0, 1, N, in, out, d, m->at, w, m->pt, 0.0f, dx));
   TD_CHECK(poll(m));
   return TD_OK;
@@ -519,44 +709,51 @@ static td_status gpt2_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
   td_kernels *k = m->k;
   int64_t B = m->B, T = m->T, C = m->C, N = B * T;
   td_dtype pt = m->pt;
+  int keep = a != &m->work; /* a slot's activations outlive B */
   layer_w w;
-  layer_g g;
   layer_params(m, layer, &w);
-  layer_grads(m, layer, &g);
+  float *g1 = NULL, *g2 = NULL;
   const void *ln1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * m->Cl);
   const void *ln2 = at_(m, a->ln2, li * N * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
   const float *qkv = a->qkv + li * N * m->C3, *att = a->att + li * B * m->NH * T * T;
   const float *res2 = a->res2 + li * N * C, *fch = a->fch + li * N * m->F;
   /* MLP: res3 = res2 + gelu(ln2·Wfc + bfc)·Wfcp + bfcp */
-  TD_CHECK(k->bias_bwd(k, g.bfcp, m->dres, N, C));
-  TD_CHECK(conv_bwd(m, m->dres, C, fcg, m->F, w.wfcp, g.wfcp, m->dfch));
+  TD_CHECK(wdst(m, TD_PK_FCPROJ_B, layer, &g1));
+  TD_CHECK(k->bias_bwd(k, g1, m->dres, N, C));
+  TD_CHECK(conv_bwd(m, m->dres, C, fcg, keep, m->F, w.wfcp, TD_PK_FCPROJ_W, layer, m->dfch));
   TD_CHECK(k->gelu_bwd(k, m->dfch, fch, m->dfch, N * m->F));
-  TD_CHECK(k->bias_bwd(k, g.bfc, m->dfch, N, m->F));
-  TD_CHECK(conv_bwd(m, m->dfch, m->F, ln2, C, w.wfc, g.wfc, m->dln));
+  TD_CHECK(wdst(m, TD_PK_FC_B, layer, &g1));
+  TD_CHECK(k->bias_bwd(k, g1, m->dfch, N, m->F));
+  TD_CHECK(conv_bwd(m, m->dfch, m->F, ln2, keep, C, w.wfc, TD_PK_FC_W, layer, m->dln));
   TD_CHECK(tp_sum(m, m->dln, N * C));
-  TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln2w, g.ln2b, m->dln, res2, w.ln2w, pt,
+  TD_CHECK(wdst(m, TD_PK_LN2_W, layer, &g1));
+  TD_CHECK(wdst(m, TD_PK_LN2_B, layer, &g2));
+  TD_CHECK(k->layernorm_bwd(k, m->dres, g1, g2, m->dln, res2, w.ln2w, pt,
                             a->ln2_mean + li * N, a->ln2_rstd + li * N, N, C));
   /* m->dres now holds d loss / d res2. Attention: res2 = x + attn(...)·Wproj + bproj */
-  TD_CHECK(k->bias_bwd(k, g.bproj, m->dres, N, C));
-  TD_CHECK(conv_bwd(m, m->dres, C, atty, m->Cl, w.wproj, g.wproj, m->datty));
+  TD_CHECK(wdst(m, TD_PK_ATTPROJ_B, layer, &g1));
+  TD_CHECK(k->bias_bwd(k, g1, m->dres, N, C));
+  TD_CHECK(conv_bwd(m, m->dres, C, atty, keep, m->Cl, w.wproj, TD_PK_ATTPROJ_W, layer, m->datty));
   TD_CHECK(k->attention_bwd(k, m->dqkv, m->datt_scratch, m->datty, qkv, att, B, T, m->NH, m->HS));
-  TD_CHECK(k->bias_bwd(k, g.bqkv, m->dqkv, N, m->C3));
-  TD_CHECK(conv_bwd(m, m->dqkv, m->C3, ln1, C, w.wqkv, g.wqkv, m->dln));
+  TD_CHECK(wdst(m, TD_PK_QKV_B, layer, &g1));
+  TD_CHECK(k->bias_bwd(k, g1, m->dqkv, N, m->C3));
+  TD_CHECK(conv_bwd(m, m->dqkv, m->C3, ln1, keep, C, w.wqkv, TD_PK_QKV_W, layer, m->dln));
   TD_CHECK(tp_sum(m, m->dln, N * C));
-  TD_CHECK(k->layernorm_bwd(k, m->dres, g.ln1w, g.ln1b, m->dln, resid, w.ln1w, pt,
+  TD_CHECK(wdst(m, TD_PK_LN1_W, layer, &g1));
+  TD_CHECK(wdst(m, TD_PK_LN1_B, layer, &g2));
+  TD_CHECK(k->layernorm_bwd(k, m->dres, g1, g2, m->dln, resid, w.ln1w, pt,
                             a->ln1_mean + li * N, a->ln1_rstd + li * N, N, C));
   return TD_OK;
 }
 
 /* dW (rows, C) += dYᵀ · X and dX (N, C) (= or + per beta) += dY · W for the
  * matmul Y (N, rows) = X · Wᵀ of a LLaMA block, dY float32 (N, rows). */
-static td_status linear_bwd(td_model *m, const float *dy, int64_t rows, const void *x,
+static td_status linear_bwd(td_model *m, const float *dy, int64_t rows, const void *x, int keepx,
                             int64_t cols, td_param_kind kind, int layer, float beta, float *dx) {
   const void *d = NULL;
   int64_t N = m->B * m->T;
   TD_CHECK(mm_grad(m, dy, N * rows, &d));
-  TD_CHECK(mm(m, 1, 0, rows, cols, N, d, m->at, x, m->at, 1.0f, pg(m, kind, layer)));
-  TD_CHECK(poll(m));
+  TD_CHECK(wmm(m, 1, 0, rows, cols, N, d, 0, x, keepx, kind, layer));
   TD_CHECK(mm(m, 0, 0, N, cols, rows, d, m->at, pw(m, kind, layer), m->pt, beta, dx));
   TD_CHECK(poll(m));
   return TD_OK;
@@ -570,6 +767,8 @@ static td_status llama_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
   int64_t B = m->B, T = m->T, C = m->C, N = B * T, F = m->F;
   int64_t Cq = m->Cl, Ckv = m->KV * m->HS;
   td_dtype pt = m->pt;
+  int keep = a != &m->work;
+  float *gn = NULL;
   const void *n1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * Cq);
   const void *n2 = at_(m, a->ln2, li * N * C), *h = at_(m, a->fch_gelu, li * N * F);
   const float *q = a->qkv + li * N * m->C3, *kk = q + N * Cq, *v = kk + N * Ckv;
@@ -578,59 +777,67 @@ static td_status llama_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
   float *dgate = m->dfch, *dup = dgate + N * F, *dh = dup + N * F;
   float *dq = m->dqkv, *dk = dq + N * Cq, *dv = dk + N * Ckv;
   /* MLP: res3 = res2 + down(silu(gate(n2))·up(n2)) */
-  TD_CHECK(linear_bwd(m, m->dres, C, h, F, TD_PK_DOWN_W, layer, 0.0f, dh));
+  TD_CHECK(linear_bwd(m, m->dres, C, h, keep, F, TD_PK_DOWN_W, layer, 0.0f, dh));
   TD_CHECK(k->swiglu_bwd(k, dgate, dup, dh, gate, up, N * F));
-  TD_CHECK(linear_bwd(m, dgate, F, n2, C, TD_PK_GATE_W, layer, 0.0f, m->dln));
-  TD_CHECK(linear_bwd(m, dup, F, n2, C, TD_PK_UP_W, layer, 1.0f, m->dln));
+  TD_CHECK(linear_bwd(m, dgate, F, n2, keep, C, TD_PK_GATE_W, layer, 0.0f, m->dln));
+  TD_CHECK(linear_bwd(m, dup, F, n2, keep, C, TD_PK_UP_W, layer, 1.0f, m->dln));
   TD_CHECK(tp_sum(m, m->dln, N * C));
-  TD_CHECK(k->rmsnorm_bwd(k, m->dres, pg(m, TD_PK_MLP_NORM, layer), m->dln, res2,
-                          pw(m, TD_PK_MLP_NORM, layer), pt, a->ln2_rstd + li * N, N, C));
+  TD_CHECK(wdst(m, TD_PK_MLP_NORM, layer, &gn));
+  TD_CHECK(k->rmsnorm_bwd(k, m->dres, gn, m->dln, res2, pw(m, TD_PK_MLP_NORM, layer), pt,
+                          a->ln2_rstd + li * N, N, C));
   /* m->dres now holds d loss / d res2. Attention: res2 = x + o(attn(...)) */
-  TD_CHECK(linear_bwd(m, m->dres, C, atty, Cq, TD_PK_O_W, layer, 0.0f, m->datty));
+  TD_CHECK(linear_bwd(m, m->dres, C, atty, keep, Cq, TD_PK_O_W, layer, 0.0f, m->datty));
   TD_CHECK(k->gqa_bwd(k, dq, dk, dv, m->datt_scratch, m->datty, q, kk, v, att, Cq, Ckv, B, T,
                       m->NH, m->KV, m->HS));
   TD_CHECK(k->rope(k, dq, B, T, m->NH, m->HS, Cq, m->rope_theta, 1));
   TD_CHECK(k->rope(k, dk, B, T, m->KV, m->HS, Ckv, m->rope_theta, 1));
-  TD_CHECK(linear_bwd(m, dq, Cq, n1, C, TD_PK_Q_W, layer, 0.0f, m->dln));
-  TD_CHECK(linear_bwd(m, dk, Ckv, n1, C, TD_PK_K_W, layer, 1.0f, m->dln));
-  TD_CHECK(linear_bwd(m, dv, Ckv, n1, C, TD_PK_V_W, layer, 1.0f, m->dln));
+  TD_CHECK(linear_bwd(m, dq, Cq, n1, keep, C, TD_PK_Q_W, layer, 0.0f, m->dln));
+  TD_CHECK(linear_bwd(m, dk, Ckv, n1, keep, C, TD_PK_K_W, layer, 1.0f, m->dln));
+  TD_CHECK(linear_bwd(m, dv, Ckv, n1, keep, C, TD_PK_V_W, layer, 1.0f, m->dln));
   TD_CHECK(tp_sum(m, m->dln, N * C));
-  TD_CHECK(k->rmsnorm_bwd(k, m->dres, pg(m, TD_PK_ATTN_NORM, layer), m->dln, resid,
-                          pw(m, TD_PK_ATTN_NORM, layer), pt, a->ln1_rstd + li * N, N, C));
+  TD_CHECK(wdst(m, TD_PK_ATTN_NORM, layer, &gn));
+  TD_CHECK(k->rmsnorm_bwd(k, m->dres, gn, m->dln, resid, pw(m, TD_PK_ATTN_NORM, layer), pt,
+                          a->ln1_rstd + li * N, N, C));
   return TD_OK;
 }
 
-td_status td_model_backward(td_model *m, int slot, float loss_scale, const float *dout) {
+/* The backward of `slot`: whole (m->defer 0) or its B (m->defer 1, the
+ * weight-gradient work recorded in the slot's list). */
+static td_status backward_impl(td_model *m, int slot, float loss_scale, const float *dout) {
   td_kernels *k = m->k;
   td_acts *a = &m->acts[slot];
+  use_slot(m, slot);
   int64_t B = m->B, T = m->T, C = m->C, N = B * T;
   float *x = a->encoded;
   td_dtype pt = m->pt, at = m->at;
   const void *d = NULL; /* the gradient the next matmuls read (type at) */
   int U = m->nunits - 1;
-  if (uses_unit0(m)) TD_CHECK(hook(m, 1, 0, TD_PHASE_BACKWARD));
+  if (uses_unit0(m)) TD_CHECK(bhook(m, 1, 0));
   if (m->last_stage) {
-    TD_CHECK(hook(m, 1, U, TD_PHASE_BACKWARD));
+    TD_CHECK(bhook(m, 1, U));
     int64_t vvalid = m->V - m->v0 < m->Vs ? (m->V - m->v0 > 0 ? m->V - m->v0 : 0) : m->Vs;
     float *dl = a->logits; /* gradient in place */
+    float *gw = NULL, *gb = NULL;
     TD_CHECK(k->xent_bwd(k, dl, a->logits, a->rowmax, a->sumexp, a->targets, m->v0,
                          loss_scale, N, m->Vs, vvalid));
     TD_CHECK(mm_grad(m, dl, N * m->Vs, &d));
-    TD_CHECK(mm(m, 1, 0, m->Vs, C, N, d, at, a->lnf, at, 1.0f, pg(m, head_kind(m), -1)));
-    TD_CHECK(poll(m));
+    /* d is the slot's logits in float32 (kept until W), a scratch rounding in bf16 */
+    TD_CHECK(wmm(m, 1, 0, m->Vs, C, N, d, at == TD_DTYPE_F32, a->lnf, 1, head_kind(m), -1));
     TD_CHECK(mm(m, 0, 0, N, C, m->Vs, d, at, pw(m, head_kind(m), -1), pt, 0.0f, m->dln));
     TD_CHECK(poll(m));
     TD_CHECK(tp_sum(m, m->dln, N * C));
     const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * N * C : x;
     TD_CHECK(k->zero(k, m->dres, (size_t)N * C * sizeof(float)));
-    if (m->llama)
-      TD_CHECK(k->rmsnorm_bwd(k, m->dres, pg(m, TD_PK_LNF_W, -1), m->dln, last,
-                              pw(m, TD_PK_LNF_W, -1), pt, a->lnf_rstd, N, C));
-    else
-      TD_CHECK(k->layernorm_bwd(k, m->dres, pg(m, TD_PK_LNF_W, -1), pg(m, TD_PK_LNF_B, -1),
-                                m->dln, last, pw(m, TD_PK_LNF_W, -1), pt, a->lnf_mean,
-                                a->lnf_rstd, N, C));
-    TD_CHECK(hook(m, 0, U, TD_PHASE_BACKWARD));
+    TD_CHECK(wdst(m, TD_PK_LNF_W, -1, &gw));
+    if (m->llama) {
+      TD_CHECK(k->rmsnorm_bwd(k, m->dres, gw, m->dln, last, pw(m, TD_PK_LNF_W, -1), pt,
+                              a->lnf_rstd, N, C));
+    } else {
+      TD_CHECK(wdst(m, TD_PK_LNF_B, -1, &gb));
+      TD_CHECK(k->layernorm_bwd(k, m->dres, gw, gb, m->dln, last, pw(m, TD_PK_LNF_W, -1), pt,
+                                a->lnf_mean, a->lnf_rstd, N, C));
+    }
+    TD_CHECK(bhook(m, 0, U));
   } else {
     /* gradient of this stage's output, from the next stage: dres = dout */
     TD_CHECK(k->zero(k, m->dres, (size_t)N * C * sizeof(float)));
@@ -638,7 +845,7 @@ td_status td_model_backward(td_model *m, int slot, float loss_scale, const float
   }
   for (int64_t li = m->L_count - 1; li >= 0; --li) {
     int layer = (int)(m->L_first + li);
-    TD_CHECK(hook(m, 1, 1 + layer, TD_PHASE_BACKWARD));
+    TD_CHECK(bhook(m, 1, 1 + layer));
     const float *resid = li == 0 ? x : a->res3 + (li - 1) * N * C;
     td_acts *w = a;
     int64_t ix = li;
@@ -649,18 +856,69 @@ td_status td_model_backward(td_model *m, int slot, float loss_scale, const float
     }
     TD_CHECK(m->llama ? llama_block_bwd(m, w, ix, layer, resid)
                       : gpt2_block_bwd(m, w, ix, layer, resid));
-    TD_CHECK(hook(m, 0, 1 + layer, TD_PHASE_BACKWARD));
+    TD_CHECK(bhook(m, 0, 1 + layer));
   }
-  if (m->first_stage) {
+  if (m->first_stage && !m->defer) {
     TD_CHECK(k->embed_bwd(k, pg(m, TD_PK_WTE, -1), m->llama ? NULL : pg(m, TD_PK_WPE, -1),
                           m->dres, a->inputs, m->v0, m->Vs, B, T, C));
+  } else if (m->first_stage) { /* W scatters a copy of the gradient into the embedding */
+    void *c = NULL;
+    TD_CHECK(wl_take(m, N * C, 4, &c));
+    TD_CHECK(k->cast(k, c, TD_DTYPE_F32, m->dres, TD_DTYPE_F32, N * C));
+    td_wop op = {WOP_EMBED, 0, 0, -1, TD_PK_WTE, 0, 0, 0, c, a->inputs};
+    TD_CHECK(wl_push(m, &op));
   }
-  if (uses_unit0(m)) TD_CHECK(hook(m, 0, 0, TD_PHASE_BACKWARD));
+  if (uses_unit0(m)) TD_CHECK(bhook(m, 0, 0));
+  return TD_OK;
+}
+
+td_status td_model_backward(td_model *m, int slot, float loss_scale, const float *dout) {
+  m->defer = 0;
+  return backward_impl(m, slot, loss_scale, dout);
+}
+
+td_status td_model_backward_input(td_model *m, int slot, float loss_scale, const float *dout) {
+  if (!m->wl) TD_FAIL(TD_ERR_INTERNAL, "split backward on a model created without its stash");
+  m->wcur = &m->wl[slot];
+  m->wcur->n = 0, m->wcur->used = 0;
+  m->defer = 1;
+  td_status st = backward_impl(m, slot, loss_scale, dout);
+  m->defer = 0;
+  return st;
+}
+
+td_status td_model_backward_weight(td_model *m, int slot) {
+  td_kernels *k = m->k;
+  struct td_wlist *w = &m->wl[slot];
+  for (int i = 0; i < w->n; ++i) {
+    const td_wop *op = &w->ops[i];
+    switch (op->kind) {
+      case WOP_ACQUIRE: TD_CHECK(hook(m, 1, op->layer, TD_PHASE_BACKWARD_WEIGHT)); break;
+      case WOP_RELEASE: TD_CHECK(hook(m, 0, op->layer, TD_PHASE_BACKWARD_WEIGHT)); break;
+      case WOP_MM:
+        TD_CHECK(mm(m, op->ta, op->tb, op->M, op->N, op->K, op->a, m->at, op->b, m->at, 1.0f,
+                    pg(m, op->pk, op->layer)));
+        TD_CHECK(poll(m));
+        break;
+      case WOP_ADD: {
+        float *g = pg(m, op->pk, op->layer);
+        TD_CHECK(k->add(k, g, g, op->a, op->M));
+        break;
+      }
+      case WOP_EMBED:
+        TD_CHECK(k->embed_bwd(k, pg(m, TD_PK_WTE, -1), m->llama ? NULL : pg(m, TD_PK_WPE, -1),
+                              op->a, op->b, m->v0, m->Vs, m->B, m->T, m->C));
+        break;
+      default: TD_FAIL(TD_ERR_INTERNAL, "split backward: unknown operation %d", op->kind);
+    }
+  }
+  w->n = 0, w->used = 0;
   return TD_OK;
 }
 
 td_status td_model_logits_at(td_model *m, int slot, int64_t pos, float *out) {
   td_acts *a = &m->acts[slot];
+  use_slot(m, slot);
   td_kernels *k = m->k;
   int64_t Vs = m->Vs;
   float *shard = NULL;

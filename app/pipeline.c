@@ -1,14 +1,30 @@
-/* pipeline.c — GPipe and 1F1B schedules over pp_comm (see td_pipeline.h).
+/* pipeline.c — runs this stage's list of the deck's schedule over pp_comm
+ * (see td_pipeline.h and parallel/td_schedule.h).
  *
- * Micro-batch j uses activation slot j mod nslots: with 1F1B at most
- * pp − stage micro-batches are in flight on a stage, with GPipe all m.
- * Messages: activations go from stage s to s+1 (tag TAG_ACT), gradients from
- * s+1 back to s (tag TAG_GRAD). Both ends post each kind in micro-batch order
- * and MPI does not reorder messages between two ranks on one communicator, so
- * no micro-batch number is needed in the tag (MPI only guarantees tags up to
- * 32767). Sends are non-blocking and complete before their buffer is reused;
- * receives block, and the time spent in them is the stage's measured idle
+ * Micro-batch j of chunk c uses activation slot slot0[c] + j mod nslot[c]:
+ * every schedule frees a chunk's micro-batches in the order it started
+ * them, and nslot[c] is the schedule's own peak (td_schedule_live_peak), so
+ * the slot is free when micro-batch j starts.
+ * Messages: activations go from model chunk k to k + 1 (tag TAG_ACT + 2·the
+ * receiver's local chunk), gradients from k + 1 back to k (TAG_GRAD + 2·...);
+ * without interleaving, stage s to s + 1 and back with tags 1 and 2. Both
+ * ends post each kind of each chunk in micro-batch order and MPI does not
+ * reorder messages between two ranks on one communicator with one tag, so
+ * no micro-batch number is needed in the tag (MPI only guarantees tags up
+ * to 32767: 2·4096 + 2 at most here). Sends are non-blocking and complete
+ * before their buffer is reused; receives block, and the time spent in
+ * them (and in waiting for a send's buffer) is the stage's measured idle
  * time.
+ *
+ * Collectives: point-to-point on pp_comm; the model's on tp_comm; the ZeRO
+ * engine's on dp_comm (through the model's unit hooks); the tied
+ * embedding's sum on embed_comm (td_trainer_embed_sync).
+ *
+ * Split backward (zb-h1): B computes the input gradient (sent on at once)
+ * and records the weight-gradient work; W runs it later, in the place the
+ * schedule gives it (td_model_backward_input / _weight). The ZeRO engine
+ * sees a unit's gradients only in W, so its reductions, and the tied
+ * embedding's sum over the first and last stage, follow the W's.
  *
  * Staging: when the back-end's memory is not host memory, MPI sends from and
  * receives into host copies allocated once (p->host): a send copies its
@@ -28,7 +44,9 @@ enum { TAG_ACT = 1, TAG_GRAD = 2 };
 
 struct td_pipe {
   td_kernels *k;
-  int pp, stage, nslots, gpipe;
+  td_schedule *sched; /* the deck's schedule; this stage runs sched->acts[stage] */
+  int pp, stage, v, nslots;
+  int *slot0, *nslot;   /* (v) per chunk: its first slot and its number of slots */
   int64_t N, C;
   float *grad_in;        /* (N, C) gradient of this stage's output, from the next stage */
   float **grad_send;     /* per slot (N, C): gradient of the stage input, being sent */
@@ -39,31 +57,71 @@ struct td_pipe {
   int live, live_peak;
 };
 
-int td_pipe_slots(int pp, int stage, int64_t micro, int gpipe) {
-  if (pp <= 1) return 1;
-  if (gpipe) return (int)micro;
-  int64_t n = pp - stage < micro ? pp - stage : micro;
-  return (int)(n > 0 ? n : 1);
+td_status td_pipe_schedule(const td_config *cfg, td_schedule **out) {
+  int kind = td_sched_kind_parse(cfg->parallel_pp_schedule);
+  if (kind < 0)
+    TD_FAIL(TD_ERR_DECK, "%s: parallel.pp_schedule: unknown schedule '%s'", cfg->deck_path,
+            cfg->parallel_pp_schedule);
+  return td_schedule_build((td_sched_kind)kind, (int)cfg->parallel_pp,
+                           (int)cfg->parallel_virtual_stages, td_config_accum_steps(cfg), out);
 }
+
+td_status td_pipe_slots(const td_config *cfg, int stage, int *slots) {
+  td_schedule *s = NULL;
+  TD_CHECK(td_pipe_schedule(cfg, &s));
+  for (int c = 0; c < s->v; ++c) {
+    int64_t n = td_schedule_live_peak(s, stage, c);
+    slots[c] = (int)(n > 0 ? n : 1);
+  }
+  td_schedule_destroy(&s);
+  return TD_OK;
+}
+
+td_status td_pipe_predict(const td_config *cfg, td_sched_sim *out) {
+  td_status st = TD_OK;
+  td_schedule *s = NULL;
+  double *cost = NULL;
+  TD_CHECK(td_pipe_schedule(cfg, &s));
+  int n = s->pp * s->v;
+  cost = malloc((size_t)n * sizeof(double));
+  if (!cost) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
+  for (int stage = 0; stage < s->pp; ++stage)
+    for (int c = 0; c < s->v; ++c) {
+      int64_t first, count;
+      td_config_chunk_layers(cfg, td_sched_model_chunk(s, stage, c), &first, &count);
+      cost[stage * s->v + c] = (double)(count > 0 ? count : 1);
+    }
+  td_sched_costs costs = {0.0, 0.0, 0.0, 0.0, cost, cost, cost};
+  TD_CHECK_GOTO(td_schedule_simulate(s, &costs, out, NULL, NULL));
+done:
+  free(cost);
+  td_schedule_destroy(&s);
+  return st;
+}
+
+/* Whether a stage sends activations (all but the last, every stage when
+ * interleaved) and gradients (all but the first, or every stage). */
+static int sends_act(int pp, int stage, int v) { return stage < pp - 1 || v > 1; }
+static int sends_grad(int stage, int v) { return stage > 0 || v > 1; }
 
 /* Staging: the (N, C) host copies of a stage: one receive buffer, then one
- * send buffer per slot for the activations (all stages but the last) and for
- * the gradients (all stages but the first). */
-static int64_t host_copies(int pp, int stage, int nslots) {
-  return 1 + (stage < pp - 1 ? nslots : 0) + (stage > 0 ? nslots : 0);
+ * send buffer per slot for the activations and for the gradients (where
+ * the stage sends them). */
+static int64_t host_copies(int pp, int stage, int v, int nslots) {
+  return 1 + (sends_act(pp, stage, v) ? nslots : 0) + (sends_grad(stage, v) ? nslots : 0);
 }
 
-int64_t td_pipe_bytes(int pp, int stage, int nslots, int64_t N, int64_t C, int staged) {
+int64_t td_pipe_bytes(int pp, int stage, int v, int nslots, int64_t N, int64_t C, int staged) {
   if (pp <= 1) return 0;
-  int64_t host = staged ? host_copies(pp, stage, nslots) : 0; /* td_pipe_create's p->host */
-  return (int64_t)sizeof(float) * N * C * (1 + (stage > 0 ? nslots : 0) + host);
+  int64_t host = staged ? host_copies(pp, stage, v, nslots) : 0; /* td_pipe_create's p->host */
+  return (int64_t)sizeof(float) * N * C * (1 + (sends_grad(stage, v) ? nslots : 0) + host);
 }
 
-/* Staging: the host copy MPI uses for a receive (tag 0), or for the send of
- * kind tag (TAG_ACT, TAG_GRAD) from slot `slot`. */
-static float *host_of(const td_pipe *p, int tag, int slot) {
-  int64_t nact = p->stage < p->pp - 1 ? p->nslots : 0;
-  int64_t i = tag == 0 ? 0 : 1 + (tag == TAG_ACT ? 0 : nact) + slot;
+/* Staging: the host copy MPI uses for a receive (kind 0), or for the send
+ * of kind TAG_ACT / TAG_GRAD from slot `slot`. */
+static float *host_of(const td_pipe *p, int kind, int slot) {
+  int64_t nact = sends_act(p->pp, p->stage, p->v) ? p->nslots : 0;
+  int64_t i = kind == 0 ? 0 : 1 + (kind == TAG_ACT ? 0 : nact) + slot;
   return p->host + i * p->N * p->C;
 }
 
@@ -86,6 +144,9 @@ void td_pipe_destroy(td_pipe **pp) {
   free(p->grad_send);
   free(p->req_act);
   free(p->req_grad);
+  free(p->slot0);
+  free(p->nslot);
+  td_schedule_destroy(&p->sched);
   free(p);
 }
 
@@ -96,8 +157,14 @@ td_status td_pipe_create(struct td_trainer *t, td_pipe **out) {
   if (!p) TD_FAIL(TD_ERR_NOMEM, "out of memory");
   p->k = t->k;
   p->pp = t->grid->pp, p->stage = t->grid->pp_rank;
-  p->gpipe = t->cfg.parallel_pp_schedule[0] == 'g';
   p->nslots = t->model->nslots;
+  p->v = t->model->nchunks;
+  p->slot0 = calloc((size_t)p->v, sizeof(int));
+  p->nslot = calloc((size_t)p->v, sizeof(int));
+  if (!p->slot0 || !p->nslot) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
+  for (int c = 0; c < p->v; ++c)
+    p->slot0[c] = t->model->chunks[c].slot0, p->nslot[c] = t->model->chunks[c].nslots;
+  TD_CHECK_GOTO(td_pipe_schedule(&t->cfg, &p->sched));
   p->N = t->B * t->cfg.model_seq_len, p->C = t->cfg.model_dim;
   p->grad_send = calloc((size_t)p->nslots, sizeof(float *));
   p->req_act = malloc((size_t)p->nslots * sizeof(MPI_Request));
@@ -107,12 +174,12 @@ td_status td_pipe_create(struct td_trainer *t, td_pipe **out) {
   if (p->pp > 1) { /* td_pipe_bytes counts these */
     size_t bytes = (size_t)(p->N * p->C) * sizeof(float);
     TD_CHECK_GOTO(t->k->alloc(t->k, (void **)&p->grad_in, bytes, "pipeline gradient buffer"));
-    if (p->stage > 0)
+    if (sends_grad(p->stage, p->v))
       for (int i = 0; i < p->nslots; ++i)
         TD_CHECK_GOTO(t->k->alloc(t->k, (void **)&p->grad_send[i], bytes, "pipeline send buffer"));
     if (!t->k->host_memory)
       TD_CHECK_GOTO(td_alloc((void **)&p->host,
-                             (size_t)host_copies(p->pp, p->stage, p->nslots) * bytes,
+                             (size_t)host_copies(p->pp, p->stage, p->v, p->nslots) * bytes,
                              "host staging of pipeline messages"));
   }
 done:
@@ -130,18 +197,24 @@ void td_pipe_stats(const td_pipe *p, double *idle_s, double *step_s, int *live_p
   *live_peak = p->live_peak;
 }
 
-/* Blocking receive of n floats from pipeline rank `src`, counted as idle
- * time (staging: into the host copy, then to buf). */
-static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src, int tag) {
+/* The tag of a message of kind TAG_ACT / TAG_GRAD for the receiver's chunk
+ * c: each chunk's messages between two ranks keep their own order. */
+static int tag_of(int kind, int c) { return kind + 2 * c; }
+
+/* Blocking receive of n floats of kind `kind` for this stage's chunk c from
+ * pipeline rank `src`, counted as idle time (staging: into the host copy,
+ * then to buf). */
+static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src, int kind,
+                           int c) {
   int n = 0;
   TD_CHECK(td_mpi_count(p->N * p->C, &n));
   double t0 = td_now();
-  const char *op = tag == TAG_ACT ? "MPI_Recv (activations from the previous pipeline stage)"
-                                  : "MPI_Recv (gradients from the next pipeline stage)";
+  const char *op = kind == TAG_ACT ? "MPI_Recv (activations from the previous pipeline stage)"
+                                   : "MPI_Recv (gradients from the next pipeline stage)";
   MPI_Request r = MPI_REQUEST_NULL;
   float *into = p->host ? host_of(p, 0, 0) : buf;
-  TD_MPI_CHECK(td_watched(MPI_Irecv(into, n, MPI_FLOAT, src, tag, t->grid->pp_comm, &r), op,
-                          t->grid->pp_comm, &r));
+  TD_MPI_CHECK(td_watched(MPI_Irecv(into, n, MPI_FLOAT, src, tag_of(kind, c), t->grid->pp_comm,
+                                    &r), op, t->grid->pp_comm, &r));
   if (p->host) TD_CHECK(t->k->to_device(t->k, buf, into, (size_t)n * sizeof(float)));
   double dt = td_now() - t0;
   p->idle += dt;
@@ -151,19 +224,20 @@ static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src
   return TD_OK;
 }
 
-/* Non-blocking send of buf (N, C), the message of kind tag from `slot`;
- * *req is waited by wait_send before buf (or its host copy) is reused. */
+/* Non-blocking send of buf (N, C), the message of kind `kind` from `slot`
+ * to rank dst's chunk c; *req is waited by wait_send before buf (or its
+ * host copy) is reused. */
 static td_status send_to(struct td_trainer *t, td_pipe *p, const float *buf, int slot, int dst,
-                         int tag, MPI_Request *req) {
+                         int kind, int c, MPI_Request *req) {
   int n = 0;
   TD_CHECK(td_mpi_count(p->N * p->C, &n));
   TD_CHECK(t->k->sync(t->k));
   if (p->host) { /* staging: send the slot's host copy */
-    float *h = host_of(p, tag, slot);
+    float *h = host_of(p, kind, slot);
     TD_CHECK(t->k->to_host(t->k, h, buf, (size_t)n * sizeof(float)));
     buf = h;
   }
-  TD_MPI_CHECK(MPI_Isend(buf, n, MPI_FLOAT, dst, tag, t->grid->pp_comm, req));
+  TD_MPI_CHECK(MPI_Isend(buf, n, MPI_FLOAT, dst, tag_of(kind, c), t->grid->pp_comm, req));
   t->stats.bytes[TD_COLL_SENDRECV] += (double)n * 4.0;
   t->stats.calls[TD_COLL_SENDRECV]++;
   return TD_OK;
@@ -178,73 +252,123 @@ static td_status wait_send(struct td_trainer *t, td_pipe *p, MPI_Request *req) {
   return TD_OK;
 }
 
-/* Forward of micro-batch j (rows [j·B, (j+1)·B) of the step's windows). */
-static td_status fwd(struct td_trainer *t, td_pipe *p, int64_t j, double *loss) {
-  int slot = (int)(j % p->nslots);
-  td_model *m = t->model;
-  /* the slot's output may still be on its way to the next stage */
+/* The activation slot of micro-batch j in chunk c. */
+static int slot_of(const td_pipe *p, int c, int64_t j) {
+  return p->slot0[c] + (int)(j % p->nslot[c]);
+}
+
+/* Neighbours: the rank before / after this one along the model chunks
+ * (model chunk k = c·pp + stage; k − 1 and k + 1 live on the stages before
+ * and after, wrapping round for interleaved chunks), and the local chunk
+ * there. */
+static int prev_rank(const td_pipe *p) { return (p->stage + p->pp - 1) % p->pp; }
+static int next_rank(const td_pipe *p) { return (p->stage + 1) % p->pp; }
+static int next_chunk(const td_pipe *p, int c) { return (c * p->pp + p->stage + 1) / p->pp; }
+static int prev_chunk(const td_pipe *p, int c) { return (c * p->pp + p->stage - 1) / p->pp; }
+
+/* RECV_ACT: the input of (c, j) from the previous model chunk, into its slot
+ * (whose last output may still be on its way to the next one). */
+static td_status recv_act(struct td_trainer *t, td_pipe *p, int c, int64_t j) {
+  int slot = slot_of(p, c, j);
   TD_CHECK(wait_send(t, p, &p->req_act[slot]));
-  if (p->stage > 0) TD_CHECK(recv_from(t, p, td_model_stage_input(m, slot), p->stage - 1, TAG_ACT));
+  return recv_from(t, p, td_model_stage_input(t->model, slot), prev_rank(p), TAG_ACT, c);
+}
+
+/* F: forward of micro-batch j (rows [j·B, (j+1)·B) of the step's windows)
+ * through chunk c. */
+static td_status fwd(struct td_trainer *t, td_pipe *p, int c, int64_t j, double *loss) {
+  int slot = slot_of(p, c, j);
+  TD_CHECK(wait_send(t, p, &p->req_act[slot]));
   td_trainer_load_micro(t, j * t->B, t->B);
   double ls = 0.0;
-  TD_CHECK(td_model_forward(m, slot, t->tok_in, t->tok_tgt, &ls));
+  TD_CHECK(td_model_forward(t->model, slot, t->tok_in, t->tok_tgt, &ls));
   *loss += ls;
-  if (p->stage < p->pp - 1) {
-    TD_CHECK(send_to(t, p, td_model_stage_output(m, slot), slot, p->stage + 1, TAG_ACT,
-                     &p->req_act[slot]));
-    TD_CHECK(td_test_fail_point("pipe_send")); /* a send in flight */
-  }
   if (++p->live > p->live_peak) p->live_peak = p->live;
   return TD_OK;
 }
 
-/* Backward of micro-batch j. */
-static td_status bwd(struct td_trainer *t, td_pipe *p, int64_t j, double global_tokens) {
-  int slot = (int)(j % p->nslots);
-  td_model *m = t->model;
-  td_kernels *k = t->k;
+/* SEND_ACT: the output of (c, j) to the next model chunk. */
+static td_status send_act(struct td_trainer *t, td_pipe *p, int c, int64_t j) {
+  int slot = slot_of(p, c, j);
+  TD_CHECK(send_to(t, p, td_model_stage_output(t->model, slot), slot, next_rank(p), TAG_ACT,
+                   next_chunk(p, c), &p->req_act[slot]));
+  TD_CHECK(td_test_fail_point("pipe_send")); /* a send in flight */
+  return TD_OK;
+}
+
+/* BW or B of (c, j) (the gradient of its output is in p->grad_in unless c
+ * is the last model chunk). */
+static td_status bwd(struct td_trainer *t, td_pipe *p, int op, int c, int64_t j,
+                     double global_tokens) {
+  int slot = slot_of(p, c, j);
+  float scale = (float)(1.0 / global_tokens);
+  if (op == TD_OP_B) return td_model_backward_input(t->model, slot, scale, p->grad_in);
   TD_CHECK(td_zero_begin_micro(t->zero, j));
   t->micro_j = j;
-  if (p->stage < p->pp - 1) TD_CHECK(recv_from(t, p, p->grad_in, p->stage + 1, TAG_GRAD));
-  TD_CHECK(td_model_backward(m, slot, (float)(1.0 / global_tokens), p->grad_in));
-  if (p->stage > 0) {
-    TD_CHECK(wait_send(t, p, &p->req_grad[slot]));
-    size_t bytes = (size_t)(p->N * p->C) * sizeof(float);
-    TD_CHECK(k->zero(k, p->grad_send[slot], bytes));
-    TD_CHECK(k->add(k, p->grad_send[slot], p->grad_send[slot], td_model_input_grad(m), p->N * p->C));
-    TD_CHECK(send_to(t, p, p->grad_send[slot], slot, p->stage - 1, TAG_GRAD, &p->req_grad[slot]));
-  }
-  TD_CHECK(td_trainer_embed_sync(t));
+  TD_CHECK(td_model_backward(t->model, slot, scale, p->grad_in));
   p->live--;
   return TD_OK;
 }
 
+/* W of (c, j): the weight gradients its B recorded. */
+static td_status wgrad(struct td_trainer *t, td_pipe *p, int c, int64_t j) {
+  TD_CHECK(td_zero_begin_micro(t->zero, j));
+  t->micro_j = j;
+  TD_CHECK(td_model_backward_weight(t->model, slot_of(p, c, j)));
+  p->live--;
+  return TD_OK;
+}
+
+/* SEND_GRAD: the gradient of (c, j)'s input to the previous model chunk. */
+static td_status send_grad(struct td_trainer *t, td_pipe *p, int c, int64_t j) {
+  int slot = slot_of(p, c, j);
+  td_kernels *k = t->k;
+  TD_CHECK(wait_send(t, p, &p->req_grad[slot]));
+  size_t bytes = (size_t)(p->N * p->C) * sizeof(float);
+  TD_CHECK(k->zero(k, p->grad_send[slot], bytes));
+  TD_CHECK(k->add(k, p->grad_send[slot], p->grad_send[slot], td_model_input_grad(t->model),
+                  p->N * p->C));
+  return send_to(t, p, p->grad_send[slot], slot, prev_rank(p), TAG_GRAD, prev_chunk(p, c),
+                 &p->req_grad[slot]);
+}
+
 td_status td_pipe_train(struct td_trainer *t, double *loss_sum) {
   td_pipe *p = t->pipe;
-  int64_t m = t->accum;
   double G = (double)t->cfg.training_global_batch * (double)t->cfg.model_seq_len;
+  const td_sched_action *a = p->sched->acts[p->stage];
+  int64_t n = p->sched->count[p->stage];
   *loss_sum = 0.0;
   p->idle = 0.0;
   p->live = 0;
   p->t_start = td_now();
-  if (p->gpipe || p->pp == 1) {
-    for (int64_t j = 0; j < m; ++j) {
-      TD_CHECK(fwd(t, p, j, loss_sum));
-      if (p->pp == 1) TD_CHECK(bwd(t, p, j, G));
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t j = a[i].micro;
+    int c = a[i].chunk;
+    switch (a[i].op) {
+      case TD_OP_RECV_ACT: TD_CHECK(recv_act(t, p, c, j)); break;
+      case TD_OP_F: TD_CHECK(fwd(t, p, c, j, loss_sum)); break;
+      case TD_OP_SEND_ACT: TD_CHECK(send_act(t, p, c, j)); break;
+      case TD_OP_RECV_GRAD:
+        TD_CHECK(recv_from(t, p, p->grad_in, next_rank(p), TAG_GRAD, c));
+        break;
+      case TD_OP_BW: case TD_OP_B: TD_CHECK(bwd(t, p, a[i].op, c, j, G)); break;
+      case TD_OP_W: TD_CHECK(wgrad(t, p, c, j)); break;
+      case TD_OP_SEND_GRAD: TD_CHECK(send_grad(t, p, c, j)); break;
+      default: TD_FAIL(TD_ERR_INTERNAL, "pipeline: unknown action %d", a[i].op);
     }
-    if (p->pp > 1)
-      for (int64_t j = 0; j < m; ++j) TD_CHECK(bwd(t, p, j, G));
-  } else {
-    int64_t warm = p->pp - p->stage - 1;
-    if (warm > m) warm = m;
-    int64_t f = 0, b = 0;
-    for (; f < warm; ++f) TD_CHECK(fwd(t, p, f, loss_sum));
-    for (; f < m; ++f, ++b) {
-      TD_CHECK(fwd(t, p, f, loss_sum));
-      TD_CHECK(bwd(t, p, b, G));
-    }
-    for (; b < m; ++b) TD_CHECK(bwd(t, p, b, G));
+    /* The tied embedding's gradient sum over the first and last stage
+     * (td_trainer_embed_sync) comes after the micro-batch's gradient has
+     * been sent down the pipeline, so no stage waits on another in a cycle:
+     * after the send, or after the backward when none follows. */
+    int op = a[i].op;
+    if (op == TD_OP_SEND_GRAD || op == TD_OP_W ||
+        ((op == TD_OP_BW || op == TD_OP_B) && (i + 1 == n || a[i + 1].op != TD_OP_SEND_GRAD)))
+      TD_CHECK(td_trainer_embed_sync(t, p->v > 1));
   }
+  /* interleaved: the sum waits for the end of the list — the first stage's
+   * embedding chunk finishes the step, and the last stage has chunks left to
+   * run after its head's last backward */
+  TD_CHECK(td_trainer_embed_sync(t, 0));
   for (int i = 0; i < p->nslots; ++i) {
     TD_CHECK(wait_send(t, p, &p->req_act[i]));
     TD_CHECK(wait_send(t, p, &p->req_grad[i]));
@@ -259,12 +383,18 @@ td_status td_pipe_forward(struct td_trainer *t, const int32_t *inputs, const int
   td_model *m = t->model;
   double idle = p->idle; /* a forward-only pass is not part of the step's bubble */
   *loss_sum = 0.0;
-  if (p->stage > 0) TD_CHECK(recv_from(t, p, td_model_stage_input(m, 0), p->stage - 1, TAG_ACT));
-  TD_CHECK(td_model_forward(m, 0, inputs, targets, loss_sum));
-  if (p->stage < p->pp - 1) {
-    MPI_Request r = MPI_REQUEST_NULL;
-    TD_CHECK(send_to(t, p, td_model_stage_output(m, 0), 0, p->stage + 1, TAG_ACT, &r));
-    TD_CHECK(wait_send(t, p, &r));
+  for (int c = 0; c < p->v; ++c) { /* the chunks in model order: each waits for the one before */
+    int slot = p->slot0[c], k = c * p->pp + p->stage, last = p->pp * p->v - 1;
+    double ls = 0.0;
+    if (k > 0) TD_CHECK(recv_from(t, p, td_model_stage_input(m, slot), prev_rank(p), TAG_ACT, c));
+    TD_CHECK(td_model_forward(m, slot, inputs, targets, &ls));
+    *loss_sum += ls;
+    if (k < last) {
+      MPI_Request r = MPI_REQUEST_NULL;
+      TD_CHECK(send_to(t, p, td_model_stage_output(m, slot), slot, next_rank(p), TAG_ACT,
+                       next_chunk(p, c), &r));
+      TD_CHECK(wait_send(t, p, &r));
+    }
   }
   p->idle = idle;
   TD_CHECK(td_zero_end_forward(t->zero));

@@ -80,11 +80,13 @@ static void global_shape(td_param_kind k, const td_model_dims *d, int *ndim, int
   }
 }
 
+/* The stage holding `layer`: that of its model chunk (chunk k on stage k mod pp). */
 static int stage_of_layer(const td_config *cfg, int layer) {
-  for (int s = 0; s < (int)cfg->parallel_pp; ++s) {
+  int64_t n = cfg->parallel_pp * cfg->parallel_virtual_stages;
+  for (int64_t k = 0; k < n; ++k) {
     int64_t first, count;
-    td_config_stage_layers(cfg, s, &first, &count);
-    if (layer >= first && layer < first + count) return s;
+    td_config_chunk_layers(cfg, (int)k, &first, &count);
+    if (layer >= first && layer < first + count) return (int)(k % cfg->parallel_pp);
   }
   return (int)cfg->parallel_pp - 1;
 }

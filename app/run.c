@@ -288,6 +288,16 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
   int live = 0, lives[256] = {0};
   td_pipe_stats(t->pipe, &idle, &busy, &live);
   double frac = busy > 0 ? idle / busy : 0.0;
+  /* per stage, the largest over its ranks: the time spent waiting for
+   * messages (ms) and its fraction of the step */
+  double stage_idle[512] = {0}, stage_max[512];
+  if (pp > 1 && pp <= 256) {
+    stage_idle[t->grid->pp_rank] = idle * 1e3;
+    stage_idle[256 + t->grid->pp_rank] = frac;
+    TD_MPI_CHECK(td_watched(MPI_Iallreduce(stage_idle, stage_max, 512, MPI_DOUBLE, MPI_MAX,
+                                           t->app->world, &r),
+                            "MPI_Allreduce (pipeline metrics)", t->app->world, &r));
+  }
   if (pp <= 256) {
     const char *op = "MPI_Gather (pipeline metrics)";
     TD_MPI_CHECK(td_watched(MPI_Igather(&frac, 1, MPI_DOUBLE, fr, 1, MPI_DOUBLE, 0,
@@ -296,6 +306,14 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
                                         &r), op, t->grid->pp_comm, &r));
   }
   if (t->app->rank != 0) return TD_OK;
+  /* the predicted fraction of the step a stage idles: the deck's schedule
+   * simulated (td_pipe_predict) */
+  double theory = 0.0;
+  if (pp > 1) {
+    td_sched_sim sim;
+    TD_CHECK(td_pipe_predict(&t->cfg, &sim));
+    theory = sim.idle_frac;
+  }
   char eta[32];
   fmt_eta(elapsed / (double)steps_run * (double)(c->training_steps - t->step), eta, sizeof eta);
   printf("step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | ETA %s",
@@ -317,12 +335,15 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
             (long long)zmax[4]);
     if (mx[7] > 0) fprintf(t->metrics, ", \"device_mem_bytes\": %lld", (long long)mx[7]);
     if (pp > 1 && pp <= 256) {
-      double m = (double)t->accum;
       fprintf(t->metrics, ", \"pp_idle\": [");
       for (int i = 0; i < pp; ++i) fprintf(t->metrics, "%s%.4f", i ? ", " : "", fr[i]);
-      fprintf(t->metrics, "], \"pp_bubble_theory\": %.4f, \"pp_live_peak\": [",
-              (pp - 1) / (m + pp - 1));
+      fprintf(t->metrics, "], \"pp_bubble_theory\": %.4f, \"pp_live_peak\": [", theory);
       for (int i = 0; i < pp; ++i) fprintf(t->metrics, "%s%d", i ? ", " : "", lives[i]);
+      fprintf(t->metrics, "], \"pp_idle_ms\": [");
+      for (int i = 0; i < pp; ++i) fprintf(t->metrics, "%s%.3f", i ? ", " : "", stage_max[i]);
+      fprintf(t->metrics, "], \"pp_bubble\": [");
+      for (int i = 0; i < pp; ++i)
+        fprintf(t->metrics, "%s%.4f", i ? ", " : "", stage_max[256 + i]);
       fprintf(t->metrics, "]");
     }
     if (has_val) fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
@@ -332,8 +353,8 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
   if (t->tb) {
     /* the JSONL's numbers under TensorBoard's usual names (docs/monitoring.md) */
     const double gib = 1024.0 * 1024.0 * 1024.0;
-    const char *tags[24];
-    double v[24];
+    const char *tags[32];
+    double v[32];
     int n = 0;
 #define TB(tag, value) (tags[n] = (tag), v[n++] = (value))
     TB("loss_metrics/global_avg_loss", loss);
@@ -355,10 +376,17 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
       double worst = 0;
       for (int i = 0; i < pp; ++i) worst = fr[i] > worst ? fr[i] : worst;
       TB("pipeline/bubble", worst);
-      TB("pipeline/bubble_predicted", (pp - 1) / ((double)t->accum + pp - 1));
+      TB("pipeline/bubble_predicted", theory);
       int most = 0;
       for (int i = 0; i < pp; ++i) most = lives[i] > most ? lives[i] : most;
       TB("pipeline/live_peak", (double)most);
+      double ims = 0, bm = 0;
+      for (int i = 0; i < pp; ++i) {
+        ims = stage_max[i] > ims ? stage_max[i] : ims;
+        bm = stage_max[256 + i] > bm ? stage_max[256 + i] : bm;
+      }
+      TB("pipeline/idle(ms)", ims);
+      TB("pipeline/bubble_measured", bm);
     }
     if (has_val) TB("loss_metrics/val_loss", val_loss);
 #undef TB

@@ -2,7 +2,7 @@
  *
  * TD_DECK_SCHEMA is the only description of the deck. It declares the fields
  * of td_config, drives parsing, range checks, --set overrides, the resolved-deck
- * printer, `trident check --schema` and the deck reference in the README.
+ * printer, `trident check --schema` and the deck reference in docs/decks.md.
  *
  * X(section, key, type, default, min, max, choices, flags, doc)
  *   type     INT (int64_t), FLOAT (double), STR (char[TD_STR_MAX]), BOOL (int),
@@ -61,7 +61,11 @@
   X(parallel, zero, INT, "0", 0, 3, NULL, 0, "ZeRO stage: 0 none, 1 optimizer, 2 +gradients, 3 +parameters") \
   X(parallel, micro_batch, INT, "0", 0, TD_BIG, NULL, 0,                                      \
     "sequences per micro-batch per rank (0: global_batch / dp, no accumulation)")             \
-  X(parallel, pp_schedule, STR, "1f1b", 0, 0, "gpipe|1f1b", 0, "pipeline schedule")           \
+  X(parallel, pp_schedule, STR, "1f1b", 0, 0, "gpipe|1f1b|interleaved|zb-h1", 0,            \
+    "pipeline schedule: gpipe, 1f1b, interleaved 1F1B over parallel.virtual_stages chunks "  \
+    "per stage, or zb-h1 (backward split into input and weight gradients)")                 \
+  X(parallel, virtual_stages, INT, "1", 1, 4096, NULL, 0,                                    \
+    "model chunks per pipeline stage (pp_schedule: interleaved, at least 2)")               \
   X(parallel, stage_layers, INTS, "[]", 1, 100000, NULL, 0,                                  \
     "layers per pipeline stage (default: even split)")                                      \
   X(parallel, bucket_mb, FLOAT, "25", 0.001, 1.0e6, NULL, 0, "gradient all-reduce bucket size, MiB") \
@@ -127,7 +131,7 @@ td_status td_config_load_text(const char *name, const char *text, td_config *cfg
 void td_config_print(const td_config *cfg, FILE *out);
 /* The resolved deck as YAML text in a malloc'd string (for checkpoints). */
 td_status td_config_to_text(const td_config *cfg, char **out);
-/* The schema as a Markdown table (`trident check --schema`, README). */
+/* The schema as a Markdown table (`trident check --schema`, docs/decks.md). */
 void td_config_print_schema(FILE *out);
 /* Names of model keys whose values differ, comma-separated, in buf ("" if
  * the models match). */
@@ -151,6 +155,11 @@ void td_config_dims(const td_config *cfg, td_model_dims *d);
 int64_t td_config_micro_batch(const td_config *cfg);  /* resolved micro-batch */
 int64_t td_config_accum_steps(const td_config *cfg);  /* micro-batches per step per rank */
 /* Layers of pipeline stage s and the first layer of it. */
+/* Layers [first, first + count) of model chunk k (0 ≤ k < pp·virtual_stages):
+ * parallel.stage_layers[k], or an even split. Stage s holds chunks s, s + pp,
+ * s + 2·pp, ... (interleaved); without virtual stages chunk s is stage s. */
+void td_config_chunk_layers(const td_config *cfg, int k, int64_t *first, int64_t *count);
+/* Layers of stage s when it holds one chunk (virtual_stages 1). */
 void td_config_stage_layers(const td_config *cfg, int s, int64_t *first, int64_t *count);
 
 #endif

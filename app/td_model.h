@@ -43,10 +43,25 @@ typedef struct td_acts {
 
 typedef struct td_model td_model;
 
+/* One model chunk a rank holds (see td_model.chunks). */
+typedef struct td_model_chunk {
+  int64_t L_first, L_count; /* its layers */
+  int first, last;          /* the first (embedding) / last (head) model chunk */
+  int slot0, nslots;        /* its activation slots */
+} td_model_chunk;
+
 /* Units: contiguous ranges of the flat buffers that are gathered, reduced and
  * released together: unit 0 = {wte, wpe}, unit 1 + l = block l, unit L + 1 =
  * {ln_f} (empty ranges where this stage holds nothing). */
-typedef enum { TD_PHASE_FORWARD, TD_PHASE_BACKWARD } td_phase;
+/* BACKWARD: a whole backward (parameters and gradients); a split backward
+ * (zb-h1) has BACKWARD_INPUT (B: parameters only) and BACKWARD_WEIGHT (W:
+ * gradients only). */
+typedef enum {
+  TD_PHASE_FORWARD,
+  TD_PHASE_BACKWARD,
+  TD_PHASE_BACKWARD_INPUT,
+  TD_PHASE_BACKWARD_WEIGHT
+} td_phase;
 typedef struct td_model_hooks {
   void *ctx;
   /* Before unit u is used in `phase`: make m->unit_param[u] (and, in backward,
@@ -77,6 +92,14 @@ struct td_model {
    * kernels read (bf16: the working copy), at that of the saved matmul
    * inputs; gradients, the residual stream and statistics are float32 */
   td_dtype pt, at;
+  /* the rank's model chunks (parallel.virtual_stages; one without
+   * interleaving): chunk c is model chunk c·pp + pp_rank, with its layers
+   * and its slots [slot0, slot0 + nslots); L_first, L_count, first_stage and
+   * last_stage above describe the chunk in use (the slot's, in forward and
+   * backward) */
+  int nchunks;
+  td_model_chunk *chunks;
+  int *slot_chunk; /* (nslots) the chunk of each slot */
   /* activations of up to nslots micro-batches in flight (pipeline), and
    * backward scratch shared by all */
   int nslots;
@@ -86,6 +109,11 @@ struct td_model {
    * by a recomputation before each block's backward */
   int recompute;
   td_acts work;
+  /* split backward (parallel.pp_schedule: zb-h1): per slot the list of
+   * weight-gradient work its B recorded for W, with copies of the gradients
+   * it reads (model.c); wcur the list B fills now, defer set during a B */
+  int split, defer;
+  struct td_wlist *wl, *wcur;
   float *dres, *dtmp, *dln, *dqkv, *datty, *dfch, *datt_scratch;
   void *dmm;             /* bf16: a gradient rounded for the matmuls that read it */
   float *rowstat_host;   /* (3N) host staging for cross-entropy statistics */
@@ -115,20 +143,24 @@ int td_model_unit_of(const td_model *m, const td_param *p);
 void td_model_units_flat(td_model *m, void *params, float *grads);
 
 /* Allocate the model for this rank: registry, units, activations for
- * micro-batches of B sequences. Parameters, gradients and optimizer state
+ * micro-batches of B sequences, nslots[c] slots for each of its
+ * parallel.virtual_stages chunks (with the split backward of zb-h1, each
+ * slot with its weight-gradient stash). Parameters, gradients and optimizer state
  * live elsewhere (td_zero); the hooks place each unit before use. With
  * k == NULL, a size query: act_bytes, the registry and the units are set,
  * nothing is allocated, and only td_model_destroy may be called. `dcomm`:
  * the trainer will hand the model device communicators (dc_tp, dc_embed), so
  * its all-reduces need no host copy. */
 td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k,
-                          td_coll_stats *stats, int64_t B, int nslots, int dcomm,
+                          td_coll_stats *stats, int64_t B, const int *nslots, int dcomm,
                           td_model **out);
 void td_model_destroy(td_model **m);
 /* Pointer to tensor p inside a flat buffer over the rank's local space. */
 static inline float *td_view(float *flat, const td_param *p) { return flat + p->offset; }
 
-/* Forward one micro-batch of B sequences held in activation slot `slot`:
+/* Forward one micro-batch of B sequences held in activation slot `slot`
+ * through the slot's chunk (a stage's input, output and first/last tests
+ * below are the chunk's):
  * inputs/targets are (B·T) host tokens (inputs used on the first stage,
  * targets on the last; targets may be NULL for logits only). A stage other
  * than the first reads its input from td_model_stage_input(m, slot). On the
@@ -143,11 +175,25 @@ td_status td_model_forward(td_model *m, int slot, const int32_t *inputs, const i
  * it, td_model_input_grad holds the gradient of the stage input. Collective
  * on tp_comm. */
 td_status td_model_backward(td_model *m, int slot, float loss_scale, const float *dout);
+/* The backward split in two (parallel.pp_schedule: zb-h1; the model was
+ * created for it). B: the input gradient (td_model_input_grad, as
+ * td_model_backward leaves it), placing units' parameters only, and the
+ * bias and norm gradients into the slot's stash; it records the weight
+ * gradients' matmuls (with copies of the output gradients they read), the
+ * embedding's scatter and the stash's additions. W (td_model_backward_weight,
+ * later, same slot): runs them, placing units' gradients only, in the unit
+ * order of td_model_backward. The gradients are bit-identical to
+ * td_model_backward's. B is collective on tp_comm; W is not. */
+td_status td_model_backward_input(td_model *m, int slot, float loss_scale, const float *dout);
+td_status td_model_backward_weight(td_model *m, int slot);
 /* (N, C) buffers: a stage's input (filled by the caller on stages > 0), its
  * output after forward, and the gradient of its input after backward. */
 float *td_model_stage_input(td_model *m, int slot);
 const float *td_model_stage_output(const td_model *m, int slot);
 const float *td_model_input_grad(const td_model *m);
+/* The first slot of the chunk holding the head (the last model chunk on the
+ * last stage): where a forward-only pass leaves the logits. */
+int td_model_head_slot(const td_model *m);
 /* Logits of position `pos` (row of the micro-batch) after a forward in slot:
  * copies V floats (full vocabulary, gathered over tp) to host out. Collective
  * on tp_comm. */

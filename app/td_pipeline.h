@@ -1,30 +1,45 @@
 /* td_pipeline.h — the micro-batch schedule of one optimizer step across the
- * pipeline stages (pp_comm): GPipe (all forwards, then all backwards) or
- * non-interleaved 1F1B (warm-up, steady one-forward-one-backward, cool-down).
- * With pp = 1 both reduce to forward+backward per micro-batch. Activations
- * and their gradients move between neighbouring stages with non-blocking
- * point-to-point messages, posted as soon as they are computed. */
+ * pipeline stages (pp_comm). The deck's schedule (parallel.pp_schedule:
+ * gpipe, 1f1b, interleaved, zb-h1) is built as data by
+ * parallel/td_schedule.h — one ordered list of F, B, W, BW, send and
+ * receive actions per stage — and this module runs this stage's list. With
+ * pp = 1 every schedule reduces to forward+backward per micro-batch.
+ * Activations and their gradients move between neighbouring stages with
+ * non-blocking point-to-point messages, posted as soon as they are
+ * computed; a receive blocks, and the time spent in it is the stage's
+ * measured idle time. */
 #ifndef TD_PIPELINE_H
 #define TD_PIPELINE_H
 
 #include <stdint.h>
 
+#include "app/td_config.h"
+#include "parallel/td_schedule.h"
 #include "td_error.h"
 
 struct td_trainer;
 typedef struct td_pipe td_pipe;
 
-/* Activation slots this stage needs: 1 without pipelining, m for GPipe,
- * min(m, pp − stage) for 1F1B. */
-int td_pipe_slots(int pp, int stage, int64_t micro, int gpipe);
+/* The deck's schedule (kind, pp, parallel.virtual_stages, micro-batches per
+ * step) as action lists; the caller destroys it. */
+td_status td_pipe_schedule(const td_config *cfg, td_schedule **out);
+/* Activation slots `stage` needs per chunk (slots[0..v)): the peak number of
+ * micro-batches the deck's schedule keeps alive there (1 without
+ * pipelining; m for GPipe; min(m, pp − stage) for 1F1B; min(m, pp) for
+ * zb-h1). */
+td_status td_pipe_slots(const td_config *cfg, int stage, int *slots);
+/* The deck's predicted bubble: the schedule simulated with each chunk's F,
+ * B and W costing its number of layers (at least 1) and free messages. */
+td_status td_pipe_predict(const td_config *cfg, td_sched_sim *out);
 td_status td_pipe_create(struct td_trainer *t, td_pipe **out);
-/* Bytes td_pipe_create allocates on `stage` with `nslots` activation slots
- * of N·C floats: the received gradient and one send buffer per slot; when
- * `staged` (the back-end's memory is not host memory) also the host copies
- * MPI works on: a receive buffer and per slot a send buffer for the
- * activations (stages but the last) and one for the gradients (stages but
- * the first). */
-int64_t td_pipe_bytes(int pp, int stage, int nslots, int64_t N, int64_t C, int staged);
+/* Bytes td_pipe_create allocates on `stage` (of pp, with v chunks) with
+ * `nslots` activation slots of N·C floats: the received gradient and one
+ * send buffer per slot where the stage sends gradients (all stages but the
+ * first; every stage when interleaved); when `staged` (the back-end's memory
+ * is not host memory) also the host copies MPI works on: a receive buffer
+ * and per slot a send buffer for the activations (stages but the last, or
+ * every stage) and one for the gradients. */
+int64_t td_pipe_bytes(int pp, int stage, int v, int nslots, int64_t N, int64_t C, int staged);
 void td_pipe_destroy(td_pipe **p);
 
 /* Run the forwards and backwards of the step's micro-batches (this dp
@@ -38,9 +53,9 @@ td_status td_pipe_train(struct td_trainer *t, double *loss_sum);
 td_status td_pipe_forward(struct td_trainer *t, const int32_t *inputs, const int32_t *targets,
                           double *loss_sum);
 
-/* Measured idle time (waiting for a neighbour) and busy time of the last
- * step on this stage; the peak number of micro-batches whose activations
- * were alive at once. */
+/* Measured idle time (waiting for a neighbour's message) and wall time of
+ * the last step on this stage; the peak number of micro-batches whose
+ * activations were alive at once. */
 void td_pipe_stats(const td_pipe *p, double *idle_s, double *step_s, int *live_peak);
 
 #endif

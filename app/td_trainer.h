@@ -41,7 +41,11 @@ typedef struct td_trainer {
   td_dcomm_kind dcomm; /* device collectives (td_trainer_dcomm_kind) */
   struct td_dcomm *dc_dp, *dc_tp, *dc_embed; /* when dcomm is not TD_DCOMM_OFF */
   int64_t micro_j;     /* micro-batch whose backward runs now */
-  int embed_pending;   /* unit 0's backward release waits for td_trainer_embed_sync */
+  int embed_pending;   /* unit 0's backward release waits for td_trainer_embed_sync
+                          (1: parameters and gradients, 2: gradients, after a W) */
+  int64_t embed_micro; /* ... of this micro-batch */
+  int embed_step;      /* the tied embedding's gradient is summed once a step, at its end
+                          (interleaved; the ZeRO engine's step_accum) */
   td_dataset *train, *val;
   td_tokenizer_files tok; /* data.train's /tokenizer (NULLs: none), copied into checkpoints */
   td_sampler *sampler;
@@ -110,8 +114,11 @@ td_status td_trainer_read_windows(td_trainer *t, td_dataset *d, const int64_t *w
 void td_trainer_load_micro(td_trainer *t, int64_t first, int64_t n);
 /* After a micro-batch's backward (and its pipeline send): sum the tied wte
  * gradients over the first and last stage (embed_comm) and release unit 0 to
- * the ZeRO engine. No-op unless a release is pending. */
-td_status td_trainer_embed_sync(td_trainer *t);
+ * the ZeRO engine. No-op unless a release is pending. defer_last: a sum due
+ * once a step (the last micro-batch's) stays pending for a later call with
+ * defer_last 0 (the end of the step). Collective on embed_comm when a sum
+ * is due. */
+td_status td_trainer_embed_sync(td_trainer *t, int defer_last);
 /* The training loop: steps, logging, evaluation, checkpoints. */
 td_status td_trainer_run(td_trainer *t);
 

@@ -125,47 +125,71 @@ static td_status open_data(td_trainer *t, int need_train, int need_val) {
   return st;
 }
 
-/* Model hooks: units live where the ZeRO engine puts them. */
+/* Model hooks: units live where the ZeRO engine puts them. A whole
+ * backward places parameters and gradients, the B of a split one the
+ * parameters only, its W the gradients only. */
 static td_status zero_acquire(void *ctx, td_model *m, int u, td_phase ph) {
-  return td_zero_acquire(((td_trainer *)ctx)->zero, u, ph == TD_PHASE_BACKWARD, &m->unit_param[u],
-                         &m->unit_grad[u]);
+  td_zero *z = ((td_trainer *)ctx)->zero;
+  if (ph == TD_PHASE_BACKWARD_INPUT) return td_zero_acquire(z, u, 1, &m->unit_param[u], NULL);
+  if (ph == TD_PHASE_BACKWARD_WEIGHT) return td_zero_acquire(z, u, 1, NULL, &m->unit_grad[u]);
+  return td_zero_acquire(z, u, ph == TD_PHASE_BACKWARD, &m->unit_param[u], &m->unit_grad[u]);
 }
 
 static td_status zero_poll(void *ctx) { return td_zero_progress(((td_trainer *)ctx)->zero); }
 
 static td_status zero_release(void *ctx, td_model *m, int u, td_phase ph) {
   td_trainer *t = ctx;
-  if (u == 0 && ph == TD_PHASE_BACKWARD && t->grid->pp > 1 && m->tied) {
+  int grads = ph == TD_PHASE_BACKWARD || ph == TD_PHASE_BACKWARD_WEIGHT;
+  if (u == 0 && grads && t->grid->pp > 1 && m->tied) {
     /* The tied wte: its gradient is summed over the first and last stage
      * after this micro-batch's gradients have been sent down the pipeline
      * (td_trainer_embed_sync), so no stage waits on another in a cycle. */
-    t->embed_pending = 1;
+    t->embed_pending = ph == TD_PHASE_BACKWARD ? 1 : 2;
+    t->embed_micro = t->micro_j;
     return TD_OK;
   }
+  if (ph == TD_PHASE_BACKWARD_WEIGHT) return td_zero_release_grads(t->zero, u);
   return td_zero_release(t->zero, u, ph == TD_PHASE_BACKWARD);
 }
 
-td_status td_trainer_embed_sync(td_trainer *t) {
-  if (!t->embed_pending) return TD_OK;
-  t->embed_pending = 0;
+/* The pending release of unit 0: parameters and gradients (1) or, after
+ * the W of a split backward, the gradients only (2). */
+static td_status embed_release(td_trainer *t, int how) {
+  return how == 2 ? td_zero_release_grads(t->zero, 0) : td_zero_release(t->zero, 0, 1);
+}
+
+td_status td_trainer_embed_sync(td_trainer *t, int defer_last) {
+  int how = t->embed_pending;
+  if (!how) return TD_OK;
   td_model *m = t->model;
   const td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);
   int stage = (int)t->cfg.parallel_zero;
-  /* stages 0–1 accumulate all micro-batches in one buffer: sum once, at the last */
-  if (wte->present && t->grid->embed_comm != MPI_COMM_NULL &&
-      (stage >= 2 || t->micro_j == t->accum - 1)) {
+  /* stages 0–1 accumulate all micro-batches in one buffer, and so does the
+   * ZeRO engine's step unit (interleaved): sum once, at the last */
+  int per_micro = stage >= 2 && !t->embed_step;
+  int due = wte->present && t->grid->embed_comm != MPI_COMM_NULL &&
+            (per_micro || t->embed_micro == t->accum - 1);
+  if (due && defer_last && !per_micro) return TD_OK; /* at the end of the step */
+  t->embed_pending = 0;
+  if (due) {
     float *g = m->unit_grad[0] + (wte->offset - m->unit_begin[0]);
     if (t->dc_embed) {
       TD_CHECK(
           td_dcomm_allreduce_joined(t->dc_embed, g, wte->local_numel, 0, &t->stats));
-      return td_zero_release(t->zero, 0, 1);
+      return embed_release(t, how);
     }
     TD_CHECK(t->k->sync(t->k));
     TD_CHECK(td_coll_allreduce_f32_staged(t->grid->embed_comm, t->k, g, m->host_stage,
                                           wte->local_numel, MPI_SUM, &t->stats));
   }
-  TD_CHECK(td_zero_release(t->zero, 0, 1));
+  TD_CHECK(embed_release(t, how));
   return TD_OK;
+}
+
+/* Whether the tied embedding's gradient is summed over the first and last
+ * stage once per step, at its end (interleaved schedules). */
+static int embed_at_end(const td_config *c, const td_grid *g, const td_model *m) {
+  return g->pp > 1 && m->tied && c->parallel_virtual_stages > 1;
 }
 
 /* The ZeRO engine's options for this rank's local space, from the registry:
@@ -200,22 +224,31 @@ static td_status zero_opts(const td_config *c, const td_grid *g, const td_model 
   o->unit_end = m->unit_end;
   o->persistent_units[0] = 0;             /* {wte, wpe}: used at both ends */
   o->persistent_units[1] = m->nunits - 1; /* {ln_f} */
+  /* interleaved with a tied head: the first and last stage reach the
+   * embedding's backward at very different points of the step, so its
+   * gradient is summed over them once, at the end (td_trainer_embed_sync),
+   * and stages 2–3 accumulate it over the step like stages 0–1 */
+  o->step_accum = embed_at_end(c, g, m);
   o->pt = m->pt;
   /* for the size query (with a back-end the engine decides from k and o->dcomm) */
   o->staged = m->staged && dcomm == TD_DCOMM_OFF;
   return TD_OK;
 }
 
-/* Activation slots of this rank's pipeline stage. */
-static int model_slots(const td_config *c, const td_grid *g) {
-  return td_pipe_slots(g->pp, g->pp_rank, td_config_accum_steps(c), c->parallel_pp_schedule[0] == 'g');
+/* Activation slots of this rank's pipeline stage per chunk (*out, v
+ * entries, the caller frees): the deck's schedule's peak of live
+ * micro-batches. */
+static td_status model_slots(const td_config *c, const td_grid *g, int **out) {
+  *out = calloc((size_t)c->parallel_virtual_stages, sizeof(int));
+  if (!*out) TD_FAIL(TD_ERR_NOMEM, "out of memory");
+  return td_pipe_slots(c, g->pp_rank, *out);
 }
 
 /* What the engine, the model and the pipeline allocate. */
 static void mem_of(const td_config *c, const td_grid *g, const td_model *m, const td_zero *z,
                    td_mem_plan *mem) {
   td_zero_bytes(z, &mem->param, &mem->grad, &mem->optim, &mem->work);
-  mem->act = (int64_t)m->act_bytes + td_pipe_bytes(g->pp, g->pp_rank, m->nslots,
+  mem->act = (int64_t)m->act_bytes + td_pipe_bytes(g->pp, g->pp_rank, m->nchunks, m->nslots,
                                                    m->B * c->model_seq_len, c->model_dim,
                                                    m->staged);
   mem->params_local = m->reg->total_local;
@@ -230,8 +263,13 @@ td_status td_trainer_plan(const td_config *cfg, const td_grid *grid, td_dcomm_ki
   td_zero_tensor *tens = NULL;
   td_zero_opts o;
   memset(out, 0, sizeof *out);
-  TD_CHECK_GOTO(td_model_create(cfg, (td_grid *)grid, NULL, NULL, td_config_micro_batch(cfg),
-                                model_slots(cfg, grid), dcomm != TD_DCOMM_OFF, &m));
+  int *nslots = NULL;
+  st = model_slots(cfg, grid, &nslots);
+  if (st == TD_OK)
+    st = td_model_create(cfg, (td_grid *)grid, NULL, NULL, td_config_micro_batch(cfg), nslots,
+                         dcomm != TD_DCOMM_OFF, &m);
+  free(nslots);
+  TD_CHECK_GOTO(st);
   TD_CHECK_GOTO(zero_opts(cfg, grid, m, dcomm, &o, &tens));
   TD_CHECK_GOTO(td_zero_create(&o, NULL, NULL, &z));
   mem_of(cfg, grid, m, z, out);
@@ -341,7 +379,11 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   TD_CHECK_GOTO(td_agree(app->world, st));
   t->B = td_config_micro_batch(c);
   t->accum = td_config_accum_steps(c);
-  int nslots = model_slots(c, t->grid);
+  int *nslots = NULL;
+  st = model_slots(c, t->grid, &nslots);
+  st = td_agree(app->world, st);
+  if (st != TD_OK) free(nslots);
+  TD_CHECK_GOTO(st);
   if (t->grid->pp > 1 && t->accum < t->grid->pp)
     td_warn("%lld micro-batch%s per pipeline for %d stages: the pipeline bubble is at least %.0f%% "
             "(raise training.global_batch or lower parallel.micro_batch)",
@@ -360,8 +402,11 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
                                 &t->dc_embed));
   st = td_model_create(c, t->grid, t->k, &t->stats, t->B, nslots, t->dcomm != TD_DCOMM_OFF,
                        &t->model);
+  free(nslots);
+  nslots = NULL;
   if (st == TD_OK) t->model->dc_tp = t->dc_tp, t->model->dc_embed = t->dc_embed;
   if (st == TD_OK) st = create_zero(t);
+  if (st == TD_OK) t->embed_step = embed_at_end(c, t->grid, t->model);
   if (st == TD_OK) st = td_pipe_create(t, &t->pipe);
   if (st == TD_OK) mem_of(c, t->grid, t->model, t->zero, &t->mem);
   TD_CHECK_GOTO(td_agree(app->world, st));
@@ -435,6 +480,30 @@ void td_trainer_load_micro(td_trainer *t, int64_t first, int64_t n) {
   }
 }
 
+/* Σ g² over the model's gradients in a canonical order: per tensor (its
+ * shards summed over dp and tp), then over the registry's tensors in order,
+ * so the sum does not depend on which stage holds which layers (schedules,
+ * stage_layers). Collective on dp_comm, tp_comm and pp_comm. */
+static td_status grad_sumsq(td_trainer *t, double *out) {
+  const td_registry *r = t->model->reg;
+  td_status st = TD_OK;
+  double *all = calloc((size_t)r->n + 1, sizeof(double));
+  double *mine = calloc((size_t)r->n + 1, sizeof(double));
+  if (!all || !mine) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
+  TD_CHECK_GOTO(td_zero_grad_sumsq_tensors(t->zero, mine));
+  /* the engine's tensors are the registry's present ones, in order (zero_opts) */
+  for (int i = 0, j = 0; i < r->n; ++i)
+    all[i] = r->p[i].present ? mine[j++] : 0.0;
+  TD_CHECK_GOTO(td_coll_allreduce_f64(t->grid->tp_comm, all, r->n, MPI_SUM, &t->stats));
+  TD_CHECK_GOTO(td_coll_allreduce_f64(t->grid->pp_comm, all, r->n, MPI_SUM, &t->stats));
+  *out = 0.0;
+  for (int i = 0; i < r->n; ++i) *out += all[i];
+done:
+  free(all);
+  free(mine);
+  return st;
+}
+
 td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr) {
   td_config *c = &t->cfg;
   td_kernels *k = t->k;
@@ -465,9 +534,7 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
   *loss = loss_sum / global_tokens;
 
   double ss = 0.0;
-  TD_CHECK(td_zero_grad_sumsq(t->zero, &ss));
-  TD_CHECK(td_coll_allreduce_f64(t->grid->tp_comm, &ss, 1, MPI_SUM, &t->stats));
-  TD_CHECK(td_coll_allreduce_f64(t->grid->pp_comm, &ss, 1, MPI_SUM, &t->stats));
+  TD_CHECK(grad_sumsq(t, &ss));
   *norm = sqrt(ss);
   if (!isfinite(*loss) || !isfinite(*norm)) {
     td_error_set(TD_ERR_NUMERIC, __FILE__, __LINE__, __func__,

@@ -62,6 +62,9 @@ typedef struct td_zero_opts {
   int nunits;
   const int64_t *unit_begin, *unit_end; /* ranges; begin ≥ end means empty */
   int persistent_units[2]; /* units kept gathered for the whole step (stage 3), -1: none */
+  int step_accum;          /* 1: at stages 2–3 the gradients of persistent_units[0]
+                              accumulate over the step's micro-batches in its buffer and
+                              are reduced once, at its release in the last micro-batch */
   td_dtype pt;             /* type of the parameters handed out (TD_DTYPE_F32 or TD_DTYPE_BF16) */
   struct td_dcomm *dcomm;  /* device collectives over dp_comm (kernels/td_dcomm.h), or NULL:
                               MPI (on host copies when the memory is not host memory) */
@@ -107,11 +110,16 @@ td_status td_zero_begin_step(td_zero *z, int64_t micro);
 td_status td_zero_begin_micro(td_zero *z, int64_t j);
 /* Make unit u usable: *param (type opts.pt; and, when backward, *grad)
  * point at the unit's first element. Stage 3 gathers (and prefetches the
- * next unit in order). */
+ * next unit in order). param NULL: the gradients only (the W half of a
+ * split backward: nothing gathered); grad NULL: the parameters only (its
+ * B half). */
 td_status td_zero_acquire(td_zero *z, int u, int backward, void **param, float **grad);
 /* Done with unit u; in backward its gradients of this micro-batch are final
  * and their reduction is launched. */
 td_status td_zero_release(td_zero *z, int u, int backward);
+/* Done with unit u's gradients only (acquired with param NULL): they are
+ * final for this micro-batch and their reduction is launched. */
+td_status td_zero_release_grads(td_zero *z, int u);
 /* Let the non-blocking collectives in flight progress (MPI_Test on each):
  * MPI moves a message only inside MPI calls, so the caller polls between
  * the large kernels of a unit to overlap its communication with compute. */
@@ -122,6 +130,10 @@ td_status td_zero_end_forward(td_zero *z);
 td_status td_zero_finish_grads(td_zero *z);
 /* Σ g² over the owned gradients of tensors with in_norm, summed over dp. */
 td_status td_zero_grad_sumsq(td_zero *z, double *out);
+/* Per tensor (per[0..ntensors), the order of opts.tensors): Σ g² over its
+ * owned gradients if in_norm, else 0, summed over dp. Collective on
+ * dp_comm. */
+td_status td_zero_grad_sumsq_tensors(td_zero *z, double *per);
 /* Scale the owned gradients. */
 td_status td_zero_scale_grads(td_zero *z, float s);
 /* AdamW (td_kernels.h semantics) on the owned shard with the gradients

@@ -88,6 +88,7 @@ struct td_zero {
   float *hgshard; /* (S) stage 1, dp > 1: the reduce-scatter's receive side */
   int64_t bucket_lo, bucket_hi; /* stage 0: released range not yet launched */
   int last_micro;
+  int step_started; /* the step unit's (opts.step_accum) buffer holds this step's sums */
   int64_t micro;
   int64_t bytes[ZB_KINDS];  /* allocated (or, for a size query, planned) */
   int64_t launches;         /* gradient reductions launched (slot ages) */
@@ -151,6 +152,11 @@ static td_status halloc(td_zero *z, void **p, size_t bytes, const char *what) {
   z->bytes[ZB_WORK] += (int64_t)bytes;
   if (!z->k) return TD_OK;
   return td_alloc(p, bytes, what);
+}
+
+/* The unit whose gradients accumulate over the step (opts.step_accum). */
+static int is_step_unit(const td_zero *z, int u) {
+  return z->o.step_accum && u == z->o.persistent_units[0];
 }
 
 static int is_persistent(const td_zero *z, int u) {
@@ -453,6 +459,11 @@ static td_status finish_grad_slot(td_zero *z, slot *s) {
 
 static td_status grad_slot(td_zero *z, int u, slot **out) {
   slot *s = NULL;
+  if (is_step_unit(z, u) && z->step_started) { /* accumulating over the step */
+    *out = &z->gslots[0];
+    return TD_OK;
+  }
+  if (is_step_unit(z, u)) z->step_started = 1;
   if (is_persistent(z, u)) {
     s = &z->gslots[u == z->o.persistent_units[0] ? 0 : 1];
   } else {
@@ -585,6 +596,7 @@ td_status td_zero_begin_step(td_zero *z, int64_t micro) {
   if (z->gshard) TD_CHECK(k->zero(k, z->gshard, (size_t)z->S * sizeof(float)));
   z->micro = micro;
   z->last_micro = micro <= 1;
+  z->step_started = 0;
   return TD_OK;
 }
 
@@ -597,7 +609,9 @@ td_status td_zero_acquire(td_zero *z, int u, int backward, void **param, float *
   int stage = z->o.stage;
   if (unit_empty(z, u)) return TD_OK;
   TD_CHECK(progress(z));
-  if (stage < 3) {
+  if (!param) {
+    /* gradients only (the W of a split backward) */
+  } else if (stage < 3) {
     *param = z->p16 ? (void *)((char *)z->p16 + (size_t)z->ub[u] * 2) : z->params + z->ub[u];
   } else {
     slot *s = NULL;
@@ -625,6 +639,33 @@ td_status td_zero_acquire(td_zero *z, int u, int backward, void **param, float *
   return TD_OK;
 }
 
+/* Unit u's gradients of this micro-batch are final: launch their reduction
+ * (stages 2–3 every micro-batch, stages 0–1 after the last). */
+static td_status release_grads(td_zero *z, int u) {
+  int stage = z->o.stage;
+  if (stage >= 2) {
+    slot *g = NULL;
+    for (int i = 0; i < z->nslots; ++i)
+      if (z->gslots[i].unit == u && z->gslots[i].busy) g = &z->gslots[i];
+    if (!g) TD_FAIL(TD_ERR_INTERNAL, "unit %d released without its gradient buffer", u);
+    g->busy = 0;
+    if (is_step_unit(z, u) && !z->last_micro) return TD_OK; /* reduced after the last */
+    TD_CHECK(launch_grad_slot(z, u, g));
+    TD_CHECK(td_test_fail_point("zero_release")); /* a reduction in flight */
+  } else if (z->last_micro && z->dp > 1) {
+    if (stage == 1) {
+      TD_CHECK(launch_unit_rs(z, u));
+    } else {
+      if (z->bucket_lo >= 0 && z->ue[u] != z->bucket_lo) TD_CHECK(launch_bucket(z));
+      if (z->bucket_lo < 0) z->bucket_hi = z->ue[u];
+      z->bucket_lo = z->ub[u];
+      if ((double)(z->bucket_hi - z->bucket_lo) * 4.0 >= z->o.bucket_bytes)
+        TD_CHECK(launch_bucket(z));
+    }
+  }
+  return TD_OK;
+}
+
 td_status td_zero_release(td_zero *z, int u, int backward) {
   int stage = z->o.stage;
   if (unit_empty(z, u)) return TD_OK;
@@ -632,27 +673,14 @@ td_status td_zero_release(td_zero *z, int u, int backward) {
     for (int i = 0; i < z->nslots; ++i)
       if (z->pslots[i].unit == u && z->pslots[i].busy) z->pslots[i].busy--;
   }
-  if (backward) {
-    if (stage >= 2) {
-      slot *g = NULL;
-      for (int i = 0; i < z->nslots; ++i)
-        if (z->gslots[i].unit == u && z->gslots[i].busy) g = &z->gslots[i];
-      if (!g) TD_FAIL(TD_ERR_INTERNAL, "unit %d released without its gradient buffer", u);
-      g->busy = 0;
-      TD_CHECK(launch_grad_slot(z, u, g));
-      TD_CHECK(td_test_fail_point("zero_release")); /* a reduction in flight */
-    } else if (z->last_micro && z->dp > 1) {
-      if (stage == 1) {
-        TD_CHECK(launch_unit_rs(z, u));
-      } else {
-        if (z->bucket_lo >= 0 && z->ue[u] != z->bucket_lo) TD_CHECK(launch_bucket(z));
-        if (z->bucket_lo < 0) z->bucket_hi = z->ue[u];
-        z->bucket_lo = z->ub[u];
-        if ((double)(z->bucket_hi - z->bucket_lo) * 4.0 >= z->o.bucket_bytes)
-          TD_CHECK(launch_bucket(z));
-      }
-    }
-  }
+  if (backward) TD_CHECK(release_grads(z, u));
+  TD_CHECK(progress(z));
+  return TD_OK;
+}
+
+td_status td_zero_release_grads(td_zero *z, int u) {
+  if (unit_empty(z, u)) return TD_OK;
+  TD_CHECK(release_grads(z, u));
   TD_CHECK(progress(z));
   return TD_OK;
 }
@@ -706,6 +734,19 @@ td_status td_zero_grad_sumsq(td_zero *z, double *out) {
   }
   TD_CHECK(td_coll_allreduce_f64(z->o.dp_comm, &s, 1, MPI_SUM, z->stats));
   *out = s;
+  return TD_OK;
+}
+
+td_status td_zero_grad_sumsq_tensors(td_zero *z, double *per) {
+  const float *g = td_zero_owned_grads(z);
+  for (int i = 0; i < z->o.ntensors; ++i) {
+    const td_zero_tensor *t = &z->tensors[i];
+    int64_t lo = imax(t->offset, z->own_b), hi = imin(t->offset + t->numel, z->own_e);
+    per[i] = 0.0;
+    if (t->in_norm && hi > lo) TD_CHECK(z->k->sumsq(z->k, g + (lo - z->own_b), hi - lo, &per[i]));
+  }
+  if (z->o.ntensors > 0)
+    TD_CHECK(td_coll_allreduce_f64(z->o.dp_comm, per, z->o.ntensors, MPI_SUM, z->stats));
   return TD_OK;
 }
 

@@ -42,6 +42,14 @@ td_add_ckpt_test(NAME checkpoint_reshard_311_to_211 SCRIPT ckpt_reshard.sh
 td_add_ckpt_test(NAME checkpoint_reshard_stages SCRIPT ckpt_reshard.sh
   ARGS reshard_stages 1,1,2,0,2 1,1,2,0,2
        --src-set parallel.stage_layers=[1,3] --dst-set parallel.stage_layers=[3,1])
+#    checkpoints do not depend on the pipeline schedule: saved under the
+#    interleaved schedule (2 chunks per stage), resumed under 1F1B on the same
+#    grid, and under zb-h1 (ZeRO-1) on a single rank
+td_add_ckpt_test(NAME checkpoint_reshard_interleaved_to_1f1b SCRIPT ckpt_reshard.sh
+  ARGS reshard_interleaved_to_1f1b 1,1,2,0,2 1,1,2,0,2
+       --src-set parallel.pp_schedule=interleaved --src-set parallel.virtual_stages=2)
+td_add_ckpt_test(NAME checkpoint_reshard_zbh1_to_1 SCRIPT ckpt_reshard.sh
+  ARGS reshard_zbh1_to_1 1,1,2,1,2 1,1,1,0 --src-set parallel.pp_schedule=zb-h1)
 
 # 3. a save killed half-way (TD_TEST_CRASH_SAVE) leaves the previous one
 td_add_ckpt_test(NAME checkpoint_crash_during_save SCRIPT ckpt_crash.sh ARGS 2,1,1,0)

@@ -31,3 +31,59 @@ add_test(NAME pp_live_activations
           ${CMAKE_CURRENT_BINARY_DIR}/pp_live)
 set_tests_properties(pp_live_activations PROPERTIES TIMEOUT 300 PROCESSORS 2 LABELS "e2e;mpi;pipeline"
   ENVIRONMENT "OMP_NUM_THREADS=1;HWLOC_PLUGINS_BLACKLIST=hwloc_pci")
+
+# The schedule builders and simulator: each schedule's bubble exactly
+# (p−1)/m, (p−1)/(v·m), (p−1)/(3m) for p ∈ {2, 4, 8}, m ∈ {p, 2p, 4p}.
+td_add_unit(test_schedule ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_schedule.c)
+add_test(NAME pp_schedule_bubbles COMMAND test_schedule)
+set_tests_properties(pp_schedule_bubbles PROPERTIES TIMEOUT 60 LABELS "unit;pipeline")
+
+# zb-h1 (backward split into B and W) is bit-identical to 1F1B on the same
+# grid: losses, grad_norm and final parameters (--bitwise), both families,
+# pp 2 (dp 2) and pp 4, ZeRO-1 and ZeRO-3, fp32 and bf16, with tensor
+# parallelism, recomputation and the host-staged messages of the GPU path.
+set(TD_ZB --bitwise --steps 4 --run-set parallel.pp_schedule=zb-h1)
+set(TD_ZB_SET --set training.global_batch=16 --set schedule.warmup=2)
+td_add_grid_test(NAME pp_zbh1_gpt2_pp2_zero1_fp32 LABELS pipeline
+  ARGS ${TD_ZB} ${TD_GRID_BIN} ${TD_GRID_WORK} pp_zbh1_gpt2_pp2_zero1_fp32 2,1,2,1,2 2,1,2,1,2
+       ${TD_ZB_SET})
+td_add_grid_test(NAME pp_zbh1_llama_pp2_zero3_bf16 LABELS pipeline llama
+  ARGS ${TD_ZB} --deck ${PROJECT_SOURCE_DIR}/inputs/llama-tiny.yaml ${TD_GRID_BIN} ${TD_GRID_WORK}
+       pp_zbh1_llama_pp2_zero3_bf16 2,1,2,3,2 2,1,2,3,2 ${TD_ZB_SET} --set training.precision=bf16)
+td_add_grid_test(NAME pp_zbh1_gpt2_pp4_zero3_bf16 LABELS pipeline
+  ARGS ${TD_ZB} ${TD_GRID_BIN} ${TD_GRID_WORK} pp_zbh1_gpt2_pp4_zero3_bf16 1,1,4,3,2 1,1,4,3,2
+       ${TD_ZB_SET} --set training.precision=bf16)
+td_add_grid_test(NAME pp_zbh1_llama_pp4_zero1_fp32 LABELS pipeline llama
+  ARGS ${TD_ZB} --deck ${PROJECT_SOURCE_DIR}/inputs/llama-tiny.yaml ${TD_GRID_BIN} ${TD_GRID_WORK}
+       pp_zbh1_llama_pp4_zero1_fp32 1,1,4,1,2 1,1,4,1,2 ${TD_ZB_SET})
+td_add_grid_test(NAME pp_zbh1_tp2_recompute_staged LABELS pipeline llama
+  ARGS ${TD_ZB} --run-env TD_TEST_STAGED=1 --deck ${PROJECT_SOURCE_DIR}/inputs/llama-tiny.yaml
+       ${TD_GRID_BIN} ${TD_GRID_WORK} pp_zbh1_tp2_recompute_staged 1,2,2,3,2 1,2,2,3,2 ${TD_ZB_SET}
+       --set training.precision=bf16 --set training.recompute=blocks)
+
+# interleaved (parallel.virtual_stages 2) against 1F1B on the same grid:
+# bit-identical wherever the same sums run in the same order (the gradient
+# norm is summed per tensor in registry order); with a tied head at ZeRO-2/3
+# the embedding's gradient is summed once a step instead of per micro-batch,
+# so there losses and grad_norm agree within 1e-8 relative (fp32) or the
+# mixed-precision bounds of precision.cmake (bf16, tp). pp 4 runs 8 layers (one per chunk).
+set(TD_IL --steps 4 --run-set parallel.pp_schedule=interleaved --run-set parallel.virtual_stages=2)
+td_add_grid_test(NAME pp_interleaved_gpt2_pp2_zero1_fp32 LABELS pipeline
+  ARGS ${TD_IL} --bitwise ${TD_GRID_BIN} ${TD_GRID_WORK} pp_interleaved_gpt2_pp2_zero1_fp32
+       2,1,2,1,2 2,1,2,1,2 ${TD_ZB_SET})
+td_add_grid_test(NAME pp_interleaved_llama_pp2_zero3_bf16 LABELS pipeline llama
+  ARGS ${TD_IL} --bitwise --deck ${PROJECT_SOURCE_DIR}/inputs/llama-tiny.yaml ${TD_GRID_BIN}
+       ${TD_GRID_WORK} pp_interleaved_llama_pp2_zero3_bf16 2,1,2,3,2 2,1,2,3,2 ${TD_ZB_SET}
+       --set training.precision=bf16)
+td_add_grid_test(NAME pp_interleaved_llama_pp4_zero1_fp32 LABELS pipeline llama
+  ARGS ${TD_IL} --bitwise --deck ${PROJECT_SOURCE_DIR}/inputs/llama-tiny.yaml ${TD_GRID_BIN}
+       ${TD_GRID_WORK} pp_interleaved_llama_pp4_zero1_fp32 1,1,4,1,2 1,1,4,1,2 ${TD_ZB_SET}
+       --set model.layers=8)
+td_add_grid_test(NAME pp_interleaved_gpt2_pp4_zero3_fp32 LABELS pipeline
+  ARGS ${TD_IL} --loss-rtol 1e-8 --norm-rtol 1e-8 ${TD_GRID_BIN} ${TD_GRID_WORK}
+       pp_interleaved_gpt2_pp4_zero3_fp32 1,1,4,3,2 1,1,4,3,2 ${TD_ZB_SET} --set model.layers=8)
+td_add_grid_test(NAME pp_interleaved_gpt2_tp2_zero3_bf16_recompute_staged LABELS pipeline
+  ARGS ${TD_IL} --loss-rtol 1e-3 --norm-rtol 1e-2 --param-rtol 5e-2 --run-env TD_TEST_STAGED=1
+       ${TD_GRID_BIN} ${TD_GRID_WORK}
+       pp_interleaved_gpt2_tp2_zero3_bf16_recompute_staged 1,2,2,3,2 1,2,2,3,2 ${TD_ZB_SET}
+       --set training.precision=bf16 --set training.recompute=blocks)

@@ -111,11 +111,13 @@ TAGS = {
     "pp_idle": ("pipeline/bubble", max),
     "pp_bubble_theory": ("pipeline/bubble_predicted", 1.0),
     "pp_live_peak": ("pipeline/live_peak", max),
+    "pp_idle_ms": ("pipeline/idle(ms)", max),
+    "pp_bubble": ("pipeline/bubble_measured", max),
 }
 NOT_SCALARS = {"step", "val_tokens"}
 # digits the JSONL prints some keys with (%.3f, %.1f, %.4f, %.0f)
 PRINTED = {"step_ms": 5e-4, "tokens_per_s": 5e-2, "comm_ms": 5e-4, "pp_idle": 5e-5,
-           "pp_bubble_theory": 5e-5, "comm_bytes": 0.5}
+           "pp_bubble_theory": 5e-5, "comm_bytes": 0.5, "pp_idle_ms": 5e-4, "pp_bubble": 5e-5}
 
 
 def f32(x):
