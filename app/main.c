@@ -88,7 +88,10 @@ static void print_version(void) {
   if (nl) *nl = '\0';
   printf("trident %s (%s, %s build)\n", TD_VERSION, TD_GIT_DESCRIBE, TD_BUILD_TYPE);
   printf("  cpu matmul: %s\n", TD_MATMUL_LIB);
-#ifdef TD_HAVE_CUDA
+#if defined(TD_CUDA_EMULATED)
+  printf("  cuda: emulated (module libtrident_cuda.so: kernels/cuda compiled for the CPU "
+         "emulation of tests/cudaemu; a test build, no GPU is used)\n");
+#elif defined(TD_HAVE_CUDA)
   printf("  cuda: built (module libtrident_cuda.so: cuBLASLt; loaded for run.device: cuda)\n");
 #else
   printf("  cuda: disabled\n");

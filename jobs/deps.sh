@@ -95,7 +95,8 @@ td_mpi_forget_other() {
 
 # td_build BUILD_DIR [cmake args...] — configure (if needed) and build trident
 # against $TD_MPI (its mpicc, mpiexec and h5pcc named explicitly when they
-# are installed where Debian puts them).
+# are installed where Debian puts them). TD_BUILD_TARGET names one target to
+# build instead of all (it must include trident).
 td_build() {
   local dir=$1; shift
   local src mpi=()
@@ -108,7 +109,9 @@ td_build() {
       >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; return 1; }
     grep -E "^-- trident:" "$dir.configure.log" || true
   fi
-  echo "build: compiling ($(nproc) jobs)"
-  cmake --build "$dir" -j"$(nproc)" 2>&1 | grep -E "error|warning|Error" || true
-  [ -x "$dir/trident" ] || { echo "build: failed"; cmake --build "$dir" 2>&1 | tail -30; return 1; }
+  local target=()
+  [ -n "${TD_BUILD_TARGET:-}" ] && target=(--target "$TD_BUILD_TARGET")
+  echo "build: compiling ($(nproc) jobs${TD_BUILD_TARGET:+, target $TD_BUILD_TARGET})"
+  cmake --build "$dir" -j"$(nproc)" ${target[@]+"${target[@]}"} 2>&1 | grep -E "error|warning|Error" || true
+  [ -x "$dir/trident" ] || { echo "build: failed"; cmake --build "$dir" ${target[@]+"${target[@]}"} 2>&1 | tail -30; return 1; }
 }

@@ -192,10 +192,15 @@ struct td_kernels {
 
   /* ---- device collectives (kernels/td_dcomm.h) -------------------------------
    * NULL when the back-end has none (the CPU; a CUDA build without NCCL):
-   * MPI then works on host copies of its buffers. dcomm_id fills
-   * TD_DCOMM_ID_BYTES naming a new communicator (one member makes it, the
-   * others receive it); dcomm_init joins it as c->rank of c->size (every
-   * member calls it at once) and sets c->ops, c->name and c->state. */
+   * MPI then works on host copies of its buffers. dcomm_setup makes this
+   * member's local part (streams, events; no communication) and sets
+   * c->ops, c->name and c->state, so c->ops->destroy releases it whatever
+   * happens next; its outcome is agreed on before anyone joins, since a
+   * member that failed there would never join and the others would wait
+   * for it in dcomm_init. dcomm_id fills TD_DCOMM_ID_BYTES naming a new
+   * communicator (one member makes it, the others receive it); dcomm_init
+   * joins it as c->rank of c->size (every member calls it at once). */
+  td_status (*dcomm_setup)(td_kernels *k, struct td_dcomm *c);
   td_status (*dcomm_id)(td_kernels *k, void *id);
   td_status (*dcomm_init)(td_kernels *k, const void *id, struct td_dcomm *c);
 

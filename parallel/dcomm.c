@@ -27,16 +27,18 @@ td_status td_dcomm_create(MPI_Comm comm, td_kernels *k, td_dcomm_kind kind, cons
   if (kind == TD_DCOMM_TEST_MPI) {
     st = td_dcomm_mpi_init(comm, c);
   } else {
-    /* one member names the communicator, the others learn the name over
-     * MPI; whether it could be made is agreed before anyone joins it, so a
+    /* every member makes its local part and one names the communicator
+     * (the others learn the name over MPI); whether all of that worked is
+     * agreed before anyone joins, since the join waits for every member: a
      * failure there is one message on every rank, never a hang */
     unsigned char id[TD_DCOMM_ID_BYTES] = {0};
-    if (!k->dcomm_id || !k->dcomm_init)
+    if (!k->dcomm_setup || !k->dcomm_id || !k->dcomm_init)
       st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
                         "the %s back-end has no device collectives (a build without NCCL)",
                         k->name);
-    else if (rank == 0)
-      st = k->dcomm_id(k, id);
+    else
+      st = k->dcomm_setup(k, c);
+    if (st == TD_OK && rank == 0) st = k->dcomm_id(k, id);
     st = td_agree(comm, st);
     if (st == TD_OK) {
       int rc = MPI_Bcast(id, TD_DCOMM_ID_BYTES, MPI_BYTE, 0, comm);

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # tests/run.sh — install what is missing, build trident, run the whole CTest
 # suite (unit, MPI at 1–8 ranks, end-to-end, PyTorch reference comparisons),
-# then the same code under AddressSanitizer + UndefinedBehaviorSanitizer (a
-# second build, build-asan, and the CTest label `sanitize`), built against
+# then the CUDA back-end on the emulated CUDA device of tests/cudaemu (its
+# kernels compiled as C++ for the CPU, under AddressSanitizer +
+# UndefinedBehaviorSanitizer: build-cudaemu, the CTest label `cudaemu`; no
+# GPU needed), the same code under AddressSanitizer +
+# UndefinedBehaviorSanitizer (a second build, build-asan, and the CTest label
+# `sanitize`), built against
 # Open MPI (build-ompi, the label `openmpi` through Open MPI's mpiexec), and
 # the fuzz harnesses for a bounded time (tests/fuzz/run.sh, clang +
 # libFuzzer, build-fuzz). The main build uses TD_MPI (default mpich; see
@@ -12,14 +16,14 @@
 #   bash tests/run.sh [ctest args...]  the main build's tests only, e.g. -R deck
 # Environment: TD_FUZZ_SECONDS (per harness, default 30), TD_FUZZ_SEED
 # (libFuzzer seed of the gate, default 1), TD_TEST_STAGES
-# (default "main sanitize openmpi fuzz"; with ctest arguments "main").
+# (default "main cudaemu sanitize openmpi fuzz"; with ctest arguments "main").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source jobs/deps.sh
 echo "== tests/run.sh: dependencies"
 # shellcheck disable=SC2086
 td_deps $TD_BUILD_PACKAGES $TD_TEST_PACKAGES
-if [ $# -gt 0 ]; then stages=${TD_TEST_STAGES:-main}; else stages=${TD_TEST_STAGES:-main sanitize openmpi fuzz}; fi
+if [ $# -gt 0 ]; then stages=${TD_TEST_STAGES:-main}; else stages=${TD_TEST_STAGES:-main cudaemu sanitize openmpi fuzz}; fi
 has() { case " $stages " in *" $1 "*) return 0 ;; esac; return 1; }
 export OMP_WAIT_POLICY=passive HWLOC_PLUGINS_BLACKLIST=hwloc_pci
 status=0
@@ -30,6 +34,21 @@ if has main; then
   echo "== tests/run.sh: ctest"
   ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900 "$@" || status=1
   echo "== tests/run.sh: main suite done at $(( $(date +%s) - t0 )) s"
+fi
+if has cudaemu; then
+  echo "== tests/run.sh: build for the emulated CUDA device, ASan + UBSan (build-cudaemu/)"
+  s0=$(date +%s)
+  # an existing configuration is refreshed first: make cannot build a target
+  # (cudaemu_all) that a stale configuration does not know yet
+  if [ -f build-cudaemu/CMakeCache.txt ]; then cmake build-cudaemu >/dev/null || status=1; fi
+  TD_BUILD_TARGET=cudaemu_all td_build build-cudaemu -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DTD_CUDA_EMULATE=ON -DTD_SANITIZE=address,undefined -DTD_WERROR=ON
+  # tests too long for this stage carry the label cudaemu_long as well (run
+  # them with ctest --test-dir build-cudaemu -L cudaemu_long)
+  echo "== tests/run.sh: ctest -L cudaemu -LE cudaemu_long (build-cudaemu/)"
+  ctest --test-dir build-cudaemu -L cudaemu -LE cudaemu_long --output-on-failure -j"$(nproc)" \
+    --timeout 900 || status=1
+  echo "== tests/run.sh: emulated CUDA device done at $(( $(date +%s) - t0 )) s ($(( $(date +%s) - s0 )) s this stage)"
 fi
 if has sanitize; then
   echo "== tests/run.sh: build with AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"

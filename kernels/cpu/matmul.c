@@ -148,7 +148,11 @@ td_status td_cpu_mm_run(td_kernels *k, const td_cpu_mm *d, const void *A, const 
                "bf16 matmul needs the oneDNN matmul engine; this trident uses %s "
                "(training.precision: fp32, or rebuild with oneDNN)",
                td_cpu_mm_engine_name);
-    if (s->bf16 == 1) return mm_run_widened(k, d, A, B, C);
+    /* native bf16 products (oneDNN on AVX512-BF16) take bf16·bf16 only: a
+     * mixed pair, or float32 operands into a bf16 C, go through float32 (the
+     * same numbers) as on an engine without them */
+    if (s->bf16 == 1 || d->at != d->bt || (d->at == TD_DTYPE_F32 && d->ct == TD_DTYPE_BF16))
+      return mm_run_widened(k, d, A, B, C);
   }
   return mm_run_plan(k, d, A, B, C);
 }

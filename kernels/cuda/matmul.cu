@@ -134,11 +134,19 @@ static td_status plan_make(td_cuda_state *s, const mm_key *k, td_cuda_plan *p) {
     if (cs == CUBLAS_STATUS_SUCCESS)
       cs = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                 &ac, sizeof ac);
-    if (cs == CUBLAS_STATUS_SUCCESS)
-      cs = cublasLtMatmulAlgoGetHeuristic(s->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1,
-                                          &res, &found);
+    if (cs != CUBLAS_STATUS_SUCCESS) {
+      cublasLtMatmulPreferenceDestroy(pref);
+      return td_cublas_fail(cs, "cublasLtMatmulPreferenceSetAttribute", __FILE__, __LINE__,
+                            __func__);
+    }
+    cs = cublasLtMatmulAlgoGetHeuristic(s->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
+                                        &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (cs != CUBLAS_STATUS_SUCCESS)
+    /* "no algorithm" is CUBLAS_STATUS_NOT_SUPPORTED from the heuristic (or
+     * success with none returned): both get the message below */
+    if (cs == CUBLAS_STATUS_NOT_SUPPORTED)
+      found = 0;
+    else if (cs != CUBLAS_STATUS_SUCCESS)
       return td_cublas_fail(cs, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__,
                             __func__);
   }

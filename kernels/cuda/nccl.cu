@@ -208,7 +208,8 @@ static td_status cuda_dcomm_id(td_kernels *k, void *id) {
   return TD_OK;
 }
 
-static td_status cuda_dcomm_init(td_kernels *k, const void *id, td_dcomm *c) {
+/* The local part, before anyone joins (its outcome is agreed on first). */
+static td_status cuda_dcomm_setup(td_kernels *k, td_dcomm *c) {
   nccl_state *s = (nccl_state *)calloc(1, sizeof *s);
   if (!s) TD_FAIL(TD_ERR_NOMEM, "no host memory for an NCCL communicator");
   c->state = s;
@@ -220,6 +221,14 @@ static td_status cuda_dcomm_init(td_kernels *k, const void *id, td_dcomm *c) {
   TD_CUDA_CHECK(cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
   for (; s->nevents < TD_NCCL_EVENTS; ++s->nevents)
     TD_CUDA_CHECK(cudaEventCreateWithFlags(&s->done[s->nevents], cudaEventDisableTiming));
+  return TD_OK;
+}
+
+/* Join: nothing may fail here before ncclCommInitRank, or the others would
+ * wait for this member (the device was made current by cuda_dcomm_setup). */
+static td_status cuda_dcomm_init(td_kernels *k, const void *id, td_dcomm *c) {
+  nccl_state *s = ns(c);
+  (void)k;
   ncclUniqueId u;
   memcpy(&u, id, sizeof u);
   ncclResult_t r = ncclCommInitRank(&s->comm, c->size, u, c->rank);
@@ -233,6 +242,7 @@ static td_status cuda_dcomm_init(td_kernels *k, const void *id, td_dcomm *c) {
 extern "C" int td_kernels_cuda_nccl(void) { return 1; }
 
 void td_cuda_dcomm_fill(td_kernels *k) {
+  k->dcomm_setup = cuda_dcomm_setup;
   k->dcomm_id = cuda_dcomm_id;
   k->dcomm_init = cuda_dcomm_init;
 }

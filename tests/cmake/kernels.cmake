@@ -22,4 +22,8 @@ if(TD_ENABLE_CUDA)
   add_test(NAME kernels_cuda COMMAND test_kernels_cuda)
   set_tests_properties(kernels_cuda PROPERTIES TIMEOUT 120 PROCESSORS 2
     LABELS "unit;kernels;device" SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+  if(TD_CUDA_EMULATE) # on the emulated device (tests/cudaemu), which must load: TD_CUDAEMU=1
+    set_property(TEST kernels_cuda APPEND PROPERTY LABELS cudaemu)
+    set_property(TEST kernels_cuda APPEND PROPERTY ENVIRONMENT ${TD_CUDAEMU_TEST_ENV})
+  endif()
 endif()

@@ -1,0 +1,80 @@
+# cudaemu_grids.cmake — `run.device: cuda` trained end to end on the emulated
+# device (a TD_CUDA_EMULATE build, label `cudaemu`): the CUDA back-end's
+# kernels, cuBLASLt products, NCCL collectives and host staging, against
+# `run.device: cpu` on the same grid through tests/e2e/grid_invariance.sh
+# (the CPU run is the reference; losses and grad_norm within the bounds the
+# CPU grids use: fp32 1e-4, bf16 the mixed-precision bounds of
+# precision.cmake; final parameters per tensor).
+#   - both families, fp32 and bf16, on 1 rank; recomputation;
+#   - dp 2 ZeRO-1 and ZeRO-3, tp 2, pp 2 1F1B, (dp 2, tp 2) ZeRO-3 bf16: one
+#     emulated device per rank (the default), so the collectives take the
+#     NCCL path (the emulated NCCL between the ranks' processes);
+#   - dp 2 on one emulated device (TD_CUDAEMU_DEVICES=1): NCCL refuses two
+#     ranks of a communicator on one GPU, so trident stages through MPI;
+#   - checkpoints: saved on the emulated GPU and resumed on the CPU, and the
+#     reverse (tests/e2e/ckpt_reshard.sh on tests/cudaemu/small.yaml: the
+#     saved parameters, the continued curve and the final parameters against
+#     the uninterrupted CPU run).
+if(TD_CUDA_EMULATE)
+  # cudaemu_device.cmake's small model (2 layers, T 32, 4 sequences a step, 4
+  # steps; one evaluation window): every device thread is a fiber, under
+  # AddressSanitizer, so the grids stay small
+  # Bounds: losses and grad_norm as the CPU grids (fp32 1e-4; bf16 the
+  # mixed-precision bounds of precision.cmake). Final parameters after 4
+  # AdamW steps: within 5e-3 (fp32) and 0.25 (bf16) of each tensor's
+  # max|p_ref|. AdamW turns a rounding-sized gradient into a step-sized update
+  # (±lr whatever its size), so where a gradient is near zero the two
+  # back-ends' summation orders can flip one update; a tensor that started at
+  # zero (biases) holds only 4 updates, so one flipped update is a large
+  # fraction of it (measured: 2.2e-3 fp32 at tp 2, 0.21 bf16 on one rank,
+  # both on c_attn/c_proj biases, with losses equal to 2e-5).
+  set(_cu_work ${CMAKE_CURRENT_BINARY_DIR}/cudaemu_grid)
+  set(_cu ${TD_CUDAEMU_TRAIN} --param-rtol 5e-3)
+  set(_small ${TD_CUDAEMU_SMALL} --set eval.batches=1)
+  set(_bf16 --set training.precision=bf16)
+  set(_bf16_tol --norm-rtol 3e-3 --param-rtol 0.25)
+  set(_bf16_tol_tp --loss-rtol 1e-3 --norm-rtol 1e-2 --param-rtol 0.25)
+  set(_llama --deck ${PROJECT_SOURCE_DIR}/inputs/llama-tiny.yaml)
+  set(_cu_tests "")
+  # td_cudaemu_grid(NAME grid_invariance.sh arguments...)
+  macro(td_cudaemu_grid name)
+    td_add_grid_test(NAME cudaemu_${name} LABELS cudaemu TIMEOUT 600 ARGS ${ARGN})
+    list(APPEND _cu_tests cudaemu_${name})
+  endmacro()
+  td_cudaemu_grid(gpt2_1rank_bf16 ${_cu} ${_bf16_tol}
+    ${TD_GRID_BIN} ${_cu_work} gpt2_1rank_bf16 1,1,1,0 1,1,1,0 ${_small} ${_bf16})
+  td_cudaemu_grid(llama_1rank ${_cu} ${_llama}
+    ${TD_GRID_BIN} ${_cu_work} llama_1rank 1,1,1,0 1,1,1,0 ${_small})
+  td_cudaemu_grid(llama_1rank_bf16 ${_cu} ${_llama} ${_bf16_tol}
+    ${TD_GRID_BIN} ${_cu_work} llama_1rank_bf16 1,1,1,0 1,1,1,0 ${_small} ${_bf16})
+  td_cudaemu_grid(gpt2_recompute ${_cu} ${TD_GRID_BIN} ${_cu_work} gpt2_recompute 1,1,1,0 1,1,1,0
+    ${_small} --set training.recompute=blocks)
+  td_cudaemu_grid(llama_recompute ${_cu} ${_llama}
+    ${TD_GRID_BIN} ${_cu_work} llama_recompute 1,1,1,0 1,1,1,0 ${_small} --set training.recompute=blocks)
+  td_cudaemu_grid(dp2_zero1 ${_cu} ${TD_GRID_BIN} ${_cu_work} dp2_zero1 1,1,1,0 2,1,1,1 ${_small})
+  td_cudaemu_grid(dp2_zero3 ${_cu} ${TD_GRID_BIN} ${_cu_work} dp2_zero3 1,1,1,0 2,1,1,3 ${_small})
+  td_cudaemu_grid(llama_dp2_zero3 ${_cu} ${_llama}
+    ${TD_GRID_BIN} ${_cu_work} llama_dp2_zero3 1,1,1,0 2,1,1,3 ${_small})
+  td_cudaemu_grid(tp2 ${_cu} ${TD_GRID_BIN} ${_cu_work} tp2 1,1,1,0 1,2,1,0 ${_small})
+  td_cudaemu_grid(llama_tp2 ${_cu} ${_llama} ${TD_GRID_BIN} ${_cu_work} llama_tp2 1,1,1,0 1,2,1,0
+    ${_small})
+  td_cudaemu_grid(pp2_1f1b ${_cu} ${TD_GRID_BIN} ${_cu_work} pp2_1f1b 1,1,1,0 1,1,2,0,1 ${_small})
+  td_cudaemu_grid(221_zero3_bf16 ${_cu} ${_bf16_tol_tp}
+    ${TD_GRID_BIN} ${_cu_work} 221_zero3_bf16 1,1,1,0 2,2,1,3 ${_small} ${_bf16})
+  td_cudaemu_grid(staged_dp2_one_device ${_cu} --run-env TD_CUDAEMU_DEVICES=1
+    ${TD_GRID_BIN} ${_cu_work} staged_dp2 1,1,1,0 2,1,1,1 ${_small})
+  set_property(TEST ${_cu_tests} APPEND PROPERTY ENVIRONMENT ${TD_CUDAEMU_TEST_ENV})
+  foreach(dir gpu_to_cpu cpu_to_gpu)
+    if(dir STREQUAL gpu_to_cpu)
+      set(_side --src-set run.device=cuda)
+    else()
+      set(_side --dst-set run.device=cuda)
+    endif()
+    add_test(NAME cudaemu_ckpt_${dir}
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/ckpt_reshard.sh ${_side}
+              $<TARGET_FILE:trident> ${CMAKE_CURRENT_BINARY_DIR}/cudaemu_ckpt ${dir} 1,1,1,0 1,1,1,0)
+    set_tests_properties(cudaemu_ckpt_${dir} PROPERTIES TIMEOUT 600 PROCESSORS 2
+      LABELS "e2e;checkpoint;cudaemu"
+      ENVIRONMENT "${TD_GRID_ENV};${TD_CUDAEMU_TEST_ENV};TD_DECK=${PROJECT_SOURCE_DIR}/tests/cudaemu/small.yaml")
+  endforeach()
+endif()
