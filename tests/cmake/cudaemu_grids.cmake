@@ -6,7 +6,8 @@
 # CPU grids use: fp32 1e-4, bf16 the mixed-precision bounds of
 # precision.cmake; final parameters per tensor).
 #   - both families, fp32 and bf16, on 1 rank; recomputation;
-#   - dp 2 ZeRO-1 and ZeRO-3, tp 2, pp 2 1F1B, (dp 2, tp 2) ZeRO-3 bf16: one
+#   - dp 2 ZeRO-1 and ZeRO-3, tp 2, pp 2 (1F1B, zb-h1, interleaved), (dp 2,
+#     tp 2) ZeRO-3 bf16: one
 #     emulated device per rank (the default), so the collectives take the
 #     NCCL path (the emulated NCCL between the ranks' processes);
 #   - dp 2 on one emulated device (TD_CUDAEMU_DEVICES=1): NCCL refuses two
@@ -14,7 +15,8 @@
 #   - checkpoints: saved on the emulated GPU and resumed on the CPU, and the
 #     reverse (tests/e2e/ckpt_reshard.sh on tests/cudaemu/small.yaml: the
 #     saved parameters, the continued curve and the final parameters against
-#     the uninterrupted CPU run).
+#     the uninterrupted CPU run), and the parameters read back bit for bit on
+#     the other device (tests/e2e/ckpt_device_readback.sh).
 if(TD_CUDA_EMULATE)
   # cudaemu_device.cmake's small model (2 layers, T 32, 4 sequences a step, 4
   # steps; one evaluation window): every device thread is a fiber, under
@@ -59,11 +61,23 @@ if(TD_CUDA_EMULATE)
   td_cudaemu_grid(llama_tp2 ${_cu} ${_llama} ${TD_GRID_BIN} ${_cu_work} llama_tp2 1,1,1,0 1,2,1,0
     ${_small})
   td_cudaemu_grid(pp2_1f1b ${_cu} ${TD_GRID_BIN} ${_cu_work} pp2_1f1b 1,1,1,0 1,1,2,0,1 ${_small})
+  # the other pipeline schedules on the device path (messages staged through MPI)
+  td_cudaemu_grid(pp2_zbh1 ${_cu} --run-set parallel.pp_schedule=zb-h1
+    ${TD_GRID_BIN} ${_cu_work} pp2_zbh1 1,1,1,0 1,1,2,1,1 ${_small})
+  td_cudaemu_grid(pp2_interleaved ${_cu} --run-set parallel.pp_schedule=interleaved
+    --run-set parallel.virtual_stages=2
+    ${TD_GRID_BIN} ${_cu_work} pp2_interleaved 1,1,1,0 1,1,2,1,1 ${_small} --set model.layers=4)
   td_cudaemu_grid(221_zero3_bf16 ${_cu} ${_bf16_tol_tp}
     ${TD_GRID_BIN} ${_cu_work} 221_zero3_bf16 1,1,1,0 2,2,1,3 ${_small} ${_bf16})
   td_cudaemu_grid(staged_dp2_one_device ${_cu} --run-env TD_CUDAEMU_DEVICES=1
     ${TD_GRID_BIN} ${_cu_work} staged_dp2 1,1,1,0 2,1,1,1 ${_small})
   set_property(TEST ${_cu_tests} APPEND PROPERTY ENVIRONMENT ${TD_CUDAEMU_TEST_ENV})
+  # the parameters cross devices bit for bit (train --dump of the resumed run)
+  add_test(NAME cudaemu_ckpt_readback
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/ckpt_device_readback.sh $<TARGET_FILE:trident>
+            ${CMAKE_CURRENT_BINARY_DIR}/cudaemu_readback ${PROJECT_SOURCE_DIR}/tests/cudaemu/small.yaml)
+  set_tests_properties(cudaemu_ckpt_readback PROPERTIES TIMEOUT 600 PROCESSORS 1
+    LABELS "e2e;checkpoint;cudaemu" ENVIRONMENT "${TD_GRID_ENV};${TD_CUDAEMU_TEST_ENV}")
   foreach(dir gpu_to_cpu cpu_to_gpu)
     if(dir STREQUAL gpu_to_cpu)
       set(_side --src-set run.device=cuda)
