@@ -14,6 +14,7 @@
 
 #include "io/ckpt_internal.h"
 #include "io/td_ckpt.h"
+#include "io/td_fs.h"
 #include "td_log.h"
 
 /* ---- names -------------------------------------------------------------------- */
@@ -74,26 +75,25 @@ int td_ckpt_newest(const char *dir, int64_t *step) {
 
 /* ---- mkdir -p, fsync ----------------------------------------------------------------- */
 
-td_status td_ckpt_mkdir_p(const char *dir) {
+td_status td_mkdir_p(const char *dir, const char *what) {
   char buf[TD_CKPT_PATH_MAX];
   size_t n = strlen(dir);
-  TD_REQUIRE(n > 0 && n < sizeof buf, TD_ERR_IO,
-             "checkpoint folder name is empty or too long: '%s'", dir);
+  TD_REQUIRE(n > 0 && n < sizeof buf, TD_ERR_IO, "%s name is empty or too long: '%s'", what, dir);
   memcpy(buf, dir, n + 1);
   for (size_t i = 1; i <= n; ++i) {
     if (buf[i] != '/' && buf[i] != '\0') continue;
     char save = buf[i];
     buf[i] = '\0';
     if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-      TD_FAIL(TD_ERR_IO, "cannot create checkpoint folder %s: %s", buf,
-              strerror(errno));
+      TD_FAIL(TD_ERR_IO, "cannot create %s %s: %s", what, buf, strerror(errno));
     buf[i] = save;
   }
   struct stat sb;
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    TD_FAIL(TD_ERR_IO, "checkpoint folder %s is not a folder", dir);
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) TD_FAIL(TD_ERR_IO, "%s %s is not a folder", what, dir);
   return TD_OK;
 }
+
+td_status td_ckpt_mkdir_p(const char *dir) { return td_mkdir_p(dir, "checkpoint folder"); }
 
 td_status td_ckpt_fsync_path(const char *path, int is_dir) {
   int fd = open(path, O_RDONLY | (is_dir ? O_DIRECTORY : 0));

@@ -5,11 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "io/td_fs.h"
 #include "io/td_tb.h"
 
 struct td_tb {
@@ -138,33 +138,12 @@ static void event_head(pb *b, int64_t step) {
   pb_varint(b, (uint64_t)step);
 }
 
-/* mkdir -p */
-static td_status mkdir_p(const char *dir) {
-  char buf[1024];
-  size_t n = strlen(dir);
-  TD_REQUIRE(n > 0 && n < sizeof buf, TD_ERR_IO,
-             "TensorBoard folder name is empty or too long: '%s'", dir);
-  memcpy(buf, dir, n + 1);
-  for (size_t i = 1; i <= n; ++i) {
-    if (buf[i] != '/' && buf[i] != '\0') continue;
-    char save = buf[i];
-    buf[i] = '\0';
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-      TD_FAIL(TD_ERR_IO, "cannot create the TensorBoard folder %s: %s", buf, strerror(errno));
-    buf[i] = save;
-  }
-  struct stat sb;
-  TD_REQUIRE(stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode), TD_ERR_IO,
-             "the TensorBoard folder %s is not a folder", dir);
-  return TD_OK;
-}
-
 td_status td_tb_open(const char *dir, int64_t resume_step, td_tb **out) {
   td_status st = TD_OK;
   td_tb *tb = NULL;
   pb b = {0};
   *out = NULL;
-  TD_CHECK(mkdir_p(dir));
+  TD_CHECK(td_mkdir_p(dir, "TensorBoard folder"));
   tb = calloc(1, sizeof *tb);
   if (!tb) TD_FAIL(TD_ERR_NOMEM, "out of memory");
   char host[256] = "localhost";
