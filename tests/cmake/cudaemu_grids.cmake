@@ -85,7 +85,7 @@ if(TD_CUDA_EMULATE)
       set(_side --dst-set run.device=cuda)
     endif()
     add_test(NAME cudaemu_ckpt_${dir}
-      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/ckpt_reshard.sh ${_side}
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/ckpt_reshard.sh ${_side} --gb 4
               $<TARGET_FILE:trident> ${CMAKE_CURRENT_BINARY_DIR}/cudaemu_ckpt ${dir} 1,1,1,0 1,1,1,0)
     set_tests_properties(cudaemu_ckpt_${dir} PROPERTIES TIMEOUT 600 PROCESSORS 2
       LABELS "e2e;checkpoint;cudaemu"
