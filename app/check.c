@@ -149,8 +149,8 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   else if (cuda)
     printf("gpu: each rank drives GPU (local rank mod %d) of its node; collectives %s%s%s\n",
            all[0].gpus,
-           dcomm == TD_DCOMM_NCCL ? "through NCCL (dp, tp, tied embedding; pipeline sends in "
-                                    "MPI on host copies)"
+           dcomm == TD_DCOMM_NCCL ? "through NCCL (dp, tp, tied embedding; pipeline messages "
+                                    "on one NCCL channel per direction of each link)"
                                   : "in MPI on host copies",
            dcomm == TD_DCOMM_OFF && why[0] ? ": " : "", dcomm == TD_DCOMM_OFF ? why : "");
   printf("communicators: tp %d, dp %d, pp %d ranks each; embedding group %d (first/last stage)\n",

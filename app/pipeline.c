@@ -30,13 +30,27 @@
  * receives into host copies allocated once (p->host): a send copies its
  * buffer to the host copy of its slot and kind (kept until the send is
  * waited, as the device buffer is without staging); a receive lands in one
- * host buffer and is copied to the device once it has completed. */
+ * host buffer and is copied to the device once it has completed.
+ *
+ * Device channels (the trainer's device collectives are on: NCCL, or the
+ * test implementation): no host copies and no MPI. Every link between
+ * neighbouring stages has two one-way channels, each a communicator of its
+ * own with its own stream (parallel/td_schedule.h): activations towards the
+ * next stage, gradients back. A send is queued behind the compute that made
+ * its buffer and never waits behind a receive, so the device runs the list
+ * as MPI does with non-blocking sends (td_schedule_check_channels proves
+ * each channel keeps one order at both ends, as NCCL's untagged matching
+ * needs). A receive is waited by the host under the watchdog (its time is
+ * the idle time) and joined by the compute stream; a buffer a send reads
+ * is written again only after the compute stream has joined that send. */
 #include "app/td_pipeline.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "app/td_trainer.h"
+#include "kernels/td_dcomm.h"
+#include "parallel/td_coll.h"
 #include "parallel/td_mpi.h"
 #include "parallel/td_watchdog.h"
 
@@ -53,6 +67,10 @@ struct td_pipe {
   MPI_Request *req_act;  /* per slot: activation send in flight */
   MPI_Request *req_grad; /* per slot: gradient send in flight */
   float *host;           /* staging only: host_copies (N, C) host copies, see host_of */
+  /* device channels: dc[side][dir], side 0 the link to the next stage, 1 the
+   * link from the one before; dir 0 activations, 1 gradients (NULL: MPI) */
+  struct td_dcomm *dc[2][2];
+  uint64_t *tk_act, *tk_grad; /* per slot: the ticket of its send in flight (0: none) */
   double idle, t_start, t_end;
   int live, live_peak;
 };
@@ -133,6 +151,10 @@ void td_pipe_destroy(td_pipe **pp) {
   for (int i = 0; p->req_act && p->req_grad && i < p->nslots; ++i)
     inflight |= p->req_act[i] != MPI_REQUEST_NULL || p->req_grad[i] != MPI_REQUEST_NULL;
   if (inflight && td_error_alone()) return; /* sends in flight: leave them to the abort */
+  for (int side = 0; side < 2; ++side)
+    for (int dir = 0; dir < 2; ++dir) td_dcomm_destroy(&p->dc[side][dir]);
+  free(p->tk_act);
+  free(p->tk_grad);
   for (int i = 0; p->req_act && p->req_grad && i < p->nslots; ++i) {
     if (p->req_act[i] != MPI_REQUEST_NULL) MPI_Wait(&p->req_act[i], MPI_STATUS_IGNORE);
     if (p->req_grad[i] != MPI_REQUEST_NULL) MPI_Wait(&p->req_grad[i], MPI_STATUS_IGNORE);
@@ -148,6 +170,33 @@ void td_pipe_destroy(td_pipe **pp) {
   free(p->nslot);
   td_schedule_destroy(&p->sched);
   free(p);
+}
+
+/* The device channels of every link (stage l and (l + 1) mod pp; the
+ * wrapping link only when interleaved), made link by link on every pipeline
+ * rank: a split of pp_comm per link (stage l is member 0 of it), then its
+ * two channels, and agreement over pp_comm after each, so that a failure
+ * anywhere stops every rank at the same link. Collective on pp_comm. */
+static td_status make_channels(struct td_trainer *t, td_pipe *p) {
+  TD_CHECK(td_schedule_check_channels(p->sched));
+  int links = p->v > 1 ? p->pp : p->pp - 1;
+  static const char *const names[2] = {"pipeline activations", "pipeline gradients"};
+  for (int l = 0; l < links; ++l) {
+    int lo = l, hi = (l + 1) % p->pp;
+    int member = p->stage == lo || p->stage == hi;
+    MPI_Comm link = MPI_COMM_NULL;
+    td_status st = TD_OK;
+    int rc = MPI_Comm_split(t->grid->pp_comm, member ? 0 : MPI_UNDEFINED, p->stage == lo ? 0 : 1,
+                            &link);
+    if (rc != MPI_SUCCESS)
+      st = td_mpi_fail(rc, "MPI_Comm_split (a pipeline link)", __FILE__, __LINE__, __func__);
+    int side = p->stage == lo ? 0 : 1; /* the link to the next stage, or from the one before */
+    for (int dir = 0; st == TD_OK && member && dir < 2; ++dir)
+      st = td_dcomm_create(link, t->k, t->dcomm, names[dir], &p->dc[side][dir]);
+    if (link != MPI_COMM_NULL) MPI_Comm_free(&link);
+    TD_CHECK(td_agree(t->grid->pp_comm, st));
+  }
+  return TD_OK;
 }
 
 td_status td_pipe_create(struct td_trainer *t, td_pipe **out) {
@@ -171,13 +220,17 @@ td_status td_pipe_create(struct td_trainer *t, td_pipe **out) {
   p->req_grad = malloc((size_t)p->nslots * sizeof(MPI_Request));
   if (!p->grad_send || !p->req_act || !p->req_grad) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
   for (int i = 0; i < p->nslots; ++i) p->req_act[i] = p->req_grad[i] = MPI_REQUEST_NULL;
+  p->tk_act = calloc((size_t)p->nslots, sizeof(uint64_t));
+  p->tk_grad = calloc((size_t)p->nslots, sizeof(uint64_t));
+  if (!p->tk_act || !p->tk_grad) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
+  if (p->pp > 1 && t->dcomm != TD_DCOMM_OFF) TD_CHECK_GOTO(make_channels(t, p));
   if (p->pp > 1) { /* td_pipe_bytes counts these */
     size_t bytes = (size_t)(p->N * p->C) * sizeof(float);
     TD_CHECK_GOTO(t->k->alloc(t->k, (void **)&p->grad_in, bytes, "pipeline gradient buffer"));
     if (sends_grad(p->stage, p->v))
       for (int i = 0; i < p->nslots; ++i)
         TD_CHECK_GOTO(t->k->alloc(t->k, (void **)&p->grad_send[i], bytes, "pipeline send buffer"));
-    if (!t->k->host_memory)
+    if (!t->k->host_memory && !p->dc[0][0] && !p->dc[1][0])
       TD_CHECK_GOTO(td_alloc((void **)&p->host,
                              (size_t)host_copies(p->pp, p->stage, p->v, p->nslots) * bytes,
                              "host staging of pipeline messages"));
@@ -201,9 +254,16 @@ void td_pipe_stats(const td_pipe *p, double *idle_s, double *step_s, int *live_p
  * c: each chunk's messages between two ranks keep their own order. */
 static int tag_of(int kind, int c) { return kind + 2 * c; }
 
+/* The device channel of a message action (NULL: MPI). */
+static struct td_dcomm *chan_of(const td_pipe *p, int op) {
+  int link = 0, dir = 0;
+  td_sched_channel(p->sched, p->stage, op, &link, &dir);
+  return p->dc[link == p->stage ? 0 : 1][dir];
+}
+
 /* Blocking receive of n floats of kind `kind` for this stage's chunk c from
  * pipeline rank `src`, counted as idle time (staging: into the host copy,
- * then to buf). */
+ * then to buf; device channels: the host waits, the compute stream joins). */
 static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src, int kind,
                            int c) {
   int n = 0;
@@ -211,6 +271,20 @@ static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src
   double t0 = td_now();
   const char *op = kind == TAG_ACT ? "MPI_Recv (activations from the previous pipeline stage)"
                                    : "MPI_Recv (gradients from the next pipeline stage)";
+  struct td_dcomm *dc = chan_of(p, kind == TAG_ACT ? TD_OP_RECV_ACT : TD_OP_RECV_GRAD);
+  if (dc) {
+    uint64_t tk = 0;
+    TD_CHECK(td_dcomm_recv(dc, buf, p->N * p->C, 1 - dc->rank, &t->stats, &tk));
+    TD_CHECK(td_dcomm_wait(dc, tk,
+                           kind == TAG_ACT ? "device receive (activations from the previous "
+                                             "pipeline stage)"
+                                           : "device receive (gradients from the next pipeline "
+                                             "stage)",
+                           t->grid->pp_comm, &t->stats, TD_COLL_SENDRECV));
+    TD_CHECK(td_dcomm_join(dc, tk));
+    p->idle += td_now() - t0;
+    return TD_OK;
+  }
   MPI_Request r = MPI_REQUEST_NULL;
   float *into = p->host ? host_of(p, 0, 0) : buf;
   TD_MPI_CHECK(td_watched(MPI_Irecv(into, n, MPI_FLOAT, src, tag_of(kind, c), t->grid->pp_comm,
@@ -225,12 +299,16 @@ static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src
 }
 
 /* Non-blocking send of buf (N, C), the message of kind `kind` from `slot`
- * to rank dst's chunk c; *req is waited by wait_send before buf (or its
- * host copy) is reused. */
+ * to rank dst's chunk c; *req (device channels: the slot's ticket) is
+ * waited by wait_send before buf (or its host copy) is reused. */
 static td_status send_to(struct td_trainer *t, td_pipe *p, const float *buf, int slot, int dst,
                          int kind, int c, MPI_Request *req) {
   int n = 0;
   TD_CHECK(td_mpi_count(p->N * p->C, &n));
+  struct td_dcomm *dc = chan_of(p, kind == TAG_ACT ? TD_OP_SEND_ACT : TD_OP_SEND_GRAD);
+  if (dc) /* queued behind the compute that made buf */
+    return td_dcomm_send(dc, buf, p->N * p->C, 1 - dc->rank, &t->stats,
+                         kind == TAG_ACT ? &p->tk_act[slot] : &p->tk_grad[slot]);
   TD_CHECK(t->k->sync(t->k));
   if (p->host) { /* staging: send the slot's host copy */
     float *h = host_of(p, kind, slot);
@@ -243,11 +321,24 @@ static td_status send_to(struct td_trainer *t, td_pipe *p, const float *buf, int
   return TD_OK;
 }
 
-static td_status wait_send(struct td_trainer *t, td_pipe *p, MPI_Request *req) {
-  if (*req == MPI_REQUEST_NULL) return TD_OK;
+/* Before the buffer of the send from `slot` of kind `kind` is written
+ * again: MPI waits for the send; a device channel has the compute stream
+ * join it (the host waits too when `host`: the end of a step). */
+static td_status wait_send(struct td_trainer *t, td_pipe *p, int kind, int slot, int host) {
+  MPI_Request *req = kind == TAG_ACT ? &p->req_act[slot] : &p->req_grad[slot];
+  uint64_t *tk = kind == TAG_ACT ? &p->tk_act[slot] : &p->tk_grad[slot];
   double t0 = td_now();
-  TD_MPI_CHECK(td_watchdog_wait("MPI_Wait (send to a neighbouring pipeline stage)",
-                                t->grid->pp_comm, req));
+  if (*tk) {
+    struct td_dcomm *dc = chan_of(p, kind == TAG_ACT ? TD_OP_SEND_ACT : TD_OP_SEND_GRAD);
+    if (host)
+      TD_CHECK(td_dcomm_wait(dc, *tk, "device send to a neighbouring pipeline stage",
+                             t->grid->pp_comm, &t->stats, TD_COLL_SENDRECV));
+    TD_CHECK(td_dcomm_join(dc, *tk));
+    *tk = 0;
+  }
+  if (*req != MPI_REQUEST_NULL)
+    TD_MPI_CHECK(td_watchdog_wait("MPI_Wait (send to a neighbouring pipeline stage)",
+                                  t->grid->pp_comm, req));
   p->idle += td_now() - t0;
   return TD_OK;
 }
@@ -270,7 +361,7 @@ static int prev_chunk(const td_pipe *p, int c) { return (c * p->pp + p->stage - 
  * (whose last output may still be on its way to the next one). */
 static td_status recv_act(struct td_trainer *t, td_pipe *p, int c, int64_t j) {
   int slot = slot_of(p, c, j);
-  TD_CHECK(wait_send(t, p, &p->req_act[slot]));
+  TD_CHECK(wait_send(t, p, TAG_ACT, slot, 0));
   return recv_from(t, p, td_model_stage_input(t->model, slot), prev_rank(p), TAG_ACT, c);
 }
 
@@ -278,7 +369,7 @@ static td_status recv_act(struct td_trainer *t, td_pipe *p, int c, int64_t j) {
  * through chunk c. */
 static td_status fwd(struct td_trainer *t, td_pipe *p, int c, int64_t j, double *loss) {
   int slot = slot_of(p, c, j);
-  TD_CHECK(wait_send(t, p, &p->req_act[slot]));
+  TD_CHECK(wait_send(t, p, TAG_ACT, slot, 0));
   td_trainer_load_micro(t, j * t->B, t->B);
   double ls = 0.0;
   TD_CHECK(td_model_forward(t->model, slot, t->tok_in, t->tok_tgt, &ls));
@@ -323,7 +414,7 @@ static td_status wgrad(struct td_trainer *t, td_pipe *p, int c, int64_t j) {
 static td_status send_grad(struct td_trainer *t, td_pipe *p, int c, int64_t j) {
   int slot = slot_of(p, c, j);
   td_kernels *k = t->k;
-  TD_CHECK(wait_send(t, p, &p->req_grad[slot]));
+  TD_CHECK(wait_send(t, p, TAG_GRAD, slot, 0));
   size_t bytes = (size_t)(p->N * p->C) * sizeof(float);
   TD_CHECK(k->zero(k, p->grad_send[slot], bytes));
   TD_CHECK(k->add(k, p->grad_send[slot], p->grad_send[slot], td_model_input_grad(t->model),
@@ -370,8 +461,8 @@ td_status td_pipe_train(struct td_trainer *t, double *loss_sum) {
    * run after its head's last backward */
   TD_CHECK(td_trainer_embed_sync(t, 0));
   for (int i = 0; i < p->nslots; ++i) {
-    TD_CHECK(wait_send(t, p, &p->req_act[i]));
-    TD_CHECK(wait_send(t, p, &p->req_grad[i]));
+    TD_CHECK(wait_send(t, p, TAG_ACT, i, 1));
+    TD_CHECK(wait_send(t, p, TAG_GRAD, i, 1));
   }
   p->t_end = td_now();
   return TD_OK;
@@ -390,10 +481,10 @@ td_status td_pipe_forward(struct td_trainer *t, const int32_t *inputs, const int
     TD_CHECK(td_model_forward(m, slot, inputs, targets, &ls));
     *loss_sum += ls;
     if (k < last) {
-      MPI_Request r = MPI_REQUEST_NULL;
+      TD_CHECK(wait_send(t, p, TAG_ACT, slot, 1));
       TD_CHECK(send_to(t, p, td_model_stage_output(m, slot), slot, next_rank(p), TAG_ACT,
-                       next_chunk(p, c), &r));
-      TD_CHECK(wait_send(t, p, &r));
+                       next_chunk(p, c), &p->req_act[slot]));
+      TD_CHECK(wait_send(t, p, TAG_ACT, slot, 1));
     }
   }
   p->idle = idle;

@@ -450,7 +450,9 @@ td_status td_trainer_run(td_trainer *t) {
     td_log("trident: collectives on the %s back-end's buffers: %s device communicators "
            "(data-parallel, tensor-parallel, tied embedding)%s\n",
            t->k->name, td_dcomm_kind_name(t->dcomm),
-           t->grid->pp > 1 ? "; pipeline sends through MPI on host copies" : "");
+           t->grid->pp > 1 ? "; pipeline messages on one-way device channels (a "
+                             "communicator per direction of each link)"
+                           : "");
   else if (!t->k->host_memory && t->app->size > 1)
     td_log("trident: the collectives run in MPI on host copies of the %s back-end's buffers "
            "(staged)\n",

@@ -16,7 +16,13 @@
  *     has completed (host, non-blocking; drives progress where the
  *     implementation needs it);
  *   - calls complete in the order they were made, and every member of the
- *     group makes the same calls in the same order with the same counts.
+ *     group makes the same calls in the same order with the same counts;
+ *   - point-to-point (send, recv) is the exception to the last rule: only
+ *     the two ends take part, and the i-th send from a to b matches b's i-th
+ *     receive from a (no tags, as NCCL); a send may not complete before its
+ *     receive has been issued. The pipeline gives each one-way channel
+ *     between neighbouring stages a communicator of its own
+ *     (parallel/td_schedule.h), so a send never waits behind a receive.
  * Implementations:
  *   "nccl"  the CUDA back-end (kernels/cuda/nccl.cu): an NCCL communicator
  *           and a communication stream; calls wait for the compute stream's
@@ -60,6 +66,10 @@ typedef struct td_dcomm_ops {
   /* Release the communicator; `abort`: this rank fails alone, so nothing
    * may wait for the others (ncclCommAbort, not ncclCommDestroy). */
   void (*destroy)(td_dcomm *c, int abort);
+  /* buf (n, type t) to member `peer` (send), or from it into buf (recv). */
+  td_status (*send)(td_dcomm *c, const void *buf, int64_t n, td_dtype t, int peer,
+                    uint64_t *ticket);
+  td_status (*recv)(td_dcomm *c, void *buf, int64_t n, td_dtype t, int peer, uint64_t *ticket);
 } td_dcomm_ops;
 
 struct td_dcomm {

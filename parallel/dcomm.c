@@ -108,6 +108,29 @@ td_status td_dcomm_allgatherv(td_dcomm *c, const void *send, void *recv, const i
   return TD_OK;
 }
 
+static td_status check_peer(const td_dcomm *c, int peer) {
+  if (peer < 0 || peer >= c->size || peer == c->rank)
+    TD_FAIL(TD_ERR_INTERNAL, "%s device point-to-point: peer %d of %d members (this is %d)",
+            c->group, peer, c->size, c->rank);
+  return TD_OK;
+}
+
+td_status td_dcomm_send(td_dcomm *c, const float *buf, int64_t n, int peer, td_coll_stats *stats,
+                        uint64_t *ticket) {
+  TD_CHECK(check_peer(c, peer));
+  TD_CHECK(c->ops->send(c, buf, n, TD_DTYPE_F32, peer, ticket));
+  count(stats, TD_COLL_SENDRECV, (double)n * 4.0);
+  return TD_OK;
+}
+
+td_status td_dcomm_recv(td_dcomm *c, float *buf, int64_t n, int peer, td_coll_stats *stats,
+                        uint64_t *ticket) {
+  TD_CHECK(check_peer(c, peer));
+  TD_CHECK(c->ops->recv(c, buf, n, TD_DTYPE_F32, peer, ticket));
+  count(stats, TD_COLL_SENDRECV, (double)n * 4.0);
+  return TD_OK;
+}
+
 td_status td_dcomm_join(td_dcomm *c, uint64_t ticket) { return c->ops->join(c, ticket); }
 
 td_status td_dcomm_test(td_dcomm *c, uint64_t ticket, int *done) {

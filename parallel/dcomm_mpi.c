@@ -107,12 +107,37 @@ static td_status mpi_reduce_scatterv(td_dcomm *c, const float *send, float *recv
 static td_status mpi_allgatherv(td_dcomm *c, const void *send, void *recv, const int *counts,
                                 const int *displs, td_dtype t, uint64_t *ticket) {
   mpi_state *s = c->state;
-  MPI_Datatype mt;
+  MPI_Datatype mt = MPI_FLOAT;
   TD_CHECK(type_of(t, &mt));
   const char *mine = (const char *)recv + (size_t)displs[c->rank] * td_dtype_size(t);
   const void *sb = send == (const void *)mine ? MPI_IN_PLACE : send;
   MPI_Request r = MPI_REQUEST_NULL;
   TD_MPI_CHECK(MPI_Iallgatherv(sb, counts[c->rank], mt, recv, counts, displs, mt, s->comm, &r));
+  return post(c, r, ticket);
+}
+
+/* Point-to-point: the i-th send matches the i-th receive (one tag). */
+static td_status mpi_send(td_dcomm *c, const void *buf, int64_t n, td_dtype t, int peer,
+                          uint64_t *ticket) {
+  mpi_state *s = c->state;
+  MPI_Datatype mt = MPI_FLOAT;
+  int cnt = 0;
+  TD_CHECK(type_of(t, &mt));
+  TD_CHECK(td_mpi_count(n, &cnt));
+  MPI_Request r = MPI_REQUEST_NULL;
+  TD_MPI_CHECK(MPI_Isend(buf, cnt, mt, peer, 0, s->comm, &r));
+  return post(c, r, ticket);
+}
+
+static td_status mpi_recv(td_dcomm *c, void *buf, int64_t n, td_dtype t, int peer,
+                          uint64_t *ticket) {
+  mpi_state *s = c->state;
+  MPI_Datatype mt = MPI_FLOAT;
+  int cnt = 0;
+  TD_CHECK(type_of(t, &mt));
+  TD_CHECK(td_mpi_count(n, &cnt));
+  MPI_Request r = MPI_REQUEST_NULL;
+  TD_MPI_CHECK(MPI_Irecv(buf, cnt, mt, peer, 0, s->comm, &r));
   return post(c, r, ticket);
 }
 
@@ -129,7 +154,8 @@ static void mpi_destroy(td_dcomm *c, int abort) {
 }
 
 static const td_dcomm_ops mpi_ops = {mpi_allreduce, mpi_reduce_scatterv, mpi_allgatherv,
-                                     mpi_join,      mpi_test,            mpi_destroy};
+                                     mpi_join,      mpi_test,            mpi_destroy,
+                                     mpi_send,      mpi_recv};
 
 td_status td_dcomm_mpi_init(MPI_Comm comm, td_dcomm *c) {
   if (!c->k->host_memory)

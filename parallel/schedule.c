@@ -260,3 +260,72 @@ done:
   free(pos);
   return st;
 }
+
+/* ---- channels (the device path) ---------------------------------------------------- */
+
+static int is_send(int op) { return op == TD_OP_SEND_ACT || op == TD_OP_SEND_GRAD; }
+static int is_recv(int op) { return op == TD_OP_RECV_ACT || op == TD_OP_RECV_GRAD; }
+
+/* The link a message crosses: link i joins stage i and stage (i + 1) mod pp;
+ * direction 0 towards the higher stage (i → i + 1), 1 back. Activations of
+ * model chunk k go from stage k mod pp to the next, gradients back. */
+static void link_of(const td_schedule *s, int stage, int op, int *link, int *dir) {
+  int fwd = op == TD_OP_SEND_ACT || op == TD_OP_RECV_ACT; /* activations: forwards */
+  int sender = is_send(op) ? stage : fwd ? (stage + s->pp - 1) % s->pp : (stage + 1) % s->pp;
+  *link = fwd ? sender : (sender + s->pp - 1) % s->pp;
+  *dir = !fwd;
+}
+
+void td_sched_channel(const td_schedule *s, int stage, int op, int *link, int *dir) {
+  link_of(s, stage, op, link, dir);
+}
+
+/* A message's name, the same at both ends: kind (0 activations, 1
+ * gradients), the receiving model chunk and the micro-batch. */
+static int64_t msg_key(const td_schedule *s, int stage, const td_sched_action *a) {
+  int64_t nk = (int64_t)s->pp * s->v, k = td_sched_model_chunk(s, stage, a->chunk);
+  if (a->op == TD_OP_SEND_ACT) k += 1;
+  if (a->op == TD_OP_SEND_GRAD) k -= 1;
+  int64_t grad = a->op == TD_OP_SEND_GRAD || a->op == TD_OP_RECV_GRAD;
+  return (grad * nk + k) * s->m + a->micro;
+}
+
+td_status td_schedule_check_channels(const td_schedule *s) {
+  td_status st = TD_OK;
+  int64_t total = 0;
+  for (int i = 0; i < s->pp; ++i) total += s->count[i];
+  int64_t *sent = malloc((size_t)(total + 1) * sizeof *sent);
+  int64_t *got = malloc((size_t)(total + 1) * sizeof *got);
+  if (!sent || !got) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory for a schedule check");
+  for (int link = 0; s->pp > 1 && link < s->pp; ++link)
+    for (int dir = 0; dir < 2; ++dir) {
+      int64_t ns = 0, nr = 0;
+      for (int a = 0; a < s->pp; ++a)
+        for (int64_t i = 0; i < s->count[a]; ++i) {
+          const td_sched_action *x = &s->acts[a][i];
+          int l, d;
+          if (!is_send(x->op) && !is_recv(x->op)) continue;
+          link_of(s, a, x->op, &l, &d);
+          if (l != link || d != dir) continue;
+          if (is_send(x->op)) sent[ns++] = msg_key(s, a, x);
+          else got[nr++] = msg_key(s, a, x);
+        }
+      int ok = ns == nr;
+      for (int64_t i = 0; ok && i < ns; ++i) ok = sent[i] == got[i];
+      if (!ok)
+        TD_FAIL_GOTO(TD_ERR_INTERNAL, "pipeline schedule %s (pp %d, v %d, m %lld): the %s between "
+                     "stages %d and %d are sent and received in different orders (%lld sent, "
+                     "%lld received)", k_names[s->kind], s->pp, s->v, (long long)s->m,
+                     dir ? "gradients" : "activations", link, (link + 1) % s->pp, (long long)ns,
+                     (long long)nr);
+    }
+  {
+    td_sched_costs c = {1.0, 1.0, 1.0, 0.0, NULL, NULL, NULL};
+    td_sched_sim r;
+    TD_CHECK_GOTO(td_schedule_simulate(s, &c, &r, NULL, NULL));
+  }
+done:
+  free(sent);
+  free(got);
+  return st;
+}

@@ -76,6 +76,12 @@ td_status td_dcomm_reduce_scatterv(struct td_dcomm *c, const float *send, float 
 td_status td_dcomm_allgatherv(struct td_dcomm *c, const void *send, void *recv, const int *counts,
                               const int *displs, td_dtype t, td_coll_stats *stats,
                               uint64_t *ticket);
+/* Point-to-point: n floats of buf to member `peer` / from it (counted as
+ * TD_COLL_SENDRECV bytes, both ends). */
+td_status td_dcomm_send(struct td_dcomm *c, const float *buf, int64_t n, int peer,
+                        td_coll_stats *stats, uint64_t *ticket);
+td_status td_dcomm_recv(struct td_dcomm *c, float *buf, int64_t n, int peer, td_coll_stats *stats,
+                        uint64_t *ticket);
 td_status td_dcomm_join(struct td_dcomm *c, uint64_t ticket);
 td_status td_dcomm_test(struct td_dcomm *c, uint64_t ticket, int *done);
 /* All-reduce (sum, or max when `max`) in place and join it: what follows on

@@ -118,4 +118,21 @@ typedef struct td_sched_sim {
 td_status td_schedule_simulate(const td_schedule *s, const td_sched_costs *c, td_sched_sim *out,
                                double *busy, double *idle);
 
+/* ---- channels (the device path) ----------------------------------------------
+ * NCCL's point-to-point calls block their stream until the peer's matching
+ * call runs, and match the i-th send between two ranks with the i-th
+ * receive (no tags). The device path therefore gives every link (stage i to
+ * (i + 1) mod pp) two one-way channels, each its own communicator and
+ * stream: activations towards the higher stage (direction 0), gradients
+ * back (direction 1). A send then waits only for its own receive, never
+ * behind a receive of its stage, so the device runs a list exactly as MPI
+ * does with non-blocking sends and blocking receives — provided each
+ * channel's messages are sent and received in the same order. */
+/* The channel of a message action of `stage`. */
+void td_sched_channel(const td_schedule *s, int stage, int op, int *link, int *dir);
+/* Proof for the device path: every channel carries its messages in one
+ * order at both ends, and the lists run to the end when sends never block
+ * (td_schedule_simulate). TD_ERR_INTERNAL naming schedule and channel. */
+td_status td_schedule_check_channels(const td_schedule *s);
+
 #endif

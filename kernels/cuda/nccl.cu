@@ -17,7 +17,12 @@
  * non-empty part, rooted at the part's owner; allgatherv one ncclBroadcast
  * per part from its owner. Equal parts in rank order use ncclReduceScatter
  * and ncclAllGather. Sums are float32; NCCL's reduction order is fixed for
- * a given communicator and size, so runs repeat bit for bit. */
+ * a given communicator and size, so runs repeat bit for bit.
+ *
+ * Point-to-point (send, recv): ncclSend / ncclRecv on the communication
+ * stream, one call each. The pipeline uses them on one-way channels (a
+ * communicator per direction of each link, app/pipeline.c), so a stream
+ * never holds a send and a receive that could wait on each other. */
 #include <stdio.h>
 #include <string.h>
 
@@ -145,6 +150,24 @@ static td_status nccl_allgatherv(td_dcomm *c, const void *send, void *recv, cons
   return after(c, ticket);
 }
 
+/* Point-to-point on the communication stream (a one-way channel: the
+ * pipeline gives each its own communicator, kernels/td_dcomm.h). */
+static td_status nccl_send(td_dcomm *c, const void *buf, int64_t n, td_dtype t, int peer,
+                           uint64_t *ticket) {
+  TD_CHECK(before(c));
+  if (n > 0)
+    TD_NCCL_CHECK(c, ncclSend(buf, (size_t)n, nccl_type(t), peer, ns(c)->comm, ns(c)->stream));
+  return after(c, ticket);
+}
+
+static td_status nccl_recv(td_dcomm *c, void *buf, int64_t n, td_dtype t, int peer,
+                           uint64_t *ticket) {
+  TD_CHECK(before(c));
+  if (n > 0)
+    TD_NCCL_CHECK(c, ncclRecv(buf, (size_t)n, nccl_type(t), peer, ns(c)->comm, ns(c)->stream));
+  return after(c, ticket);
+}
+
 static td_status check_ticket(td_dcomm *c, uint64_t ticket) {
   if (ticket == 0 || ticket > ns(c)->issued)
     TD_FAIL(TD_ERR_INTERNAL, "%s device collectives: ticket %llu was never issued", c->group,
@@ -197,7 +220,8 @@ static void nccl_destroy(td_dcomm *c, int abort) {
 }
 
 static const td_dcomm_ops nccl_ops = {nccl_allreduce, nccl_reduce_scatterv, nccl_allgatherv,
-                                      nccl_join,      nccl_test,            nccl_destroy};
+                                      nccl_join,      nccl_test,            nccl_destroy,
+                                      nccl_send,      nccl_recv};
 
 static td_status cuda_dcomm_id(td_kernels *k, void *id) {
   ncclUniqueId u;

@@ -55,7 +55,10 @@ endif()
 #   - zero_dcomm: the engine's unit test, every stage and space, bit for bit,
 #     its byte counters the same, on 1–4 ranks (uneven parts, empty parts);
 #   - dcomm_*: the grids of staged_* and dp 2 ZeRO-2, (dp 2, tp 2) ZeRO-3,
-#     with and without TD_TEST_DCOMM=1, bit-identical.
+#     with and without TD_TEST_DCOMM=1, bit-identical; the pipelines' messages
+#     then go through the device channels (one communicator per direction of
+#     each link, untagged: app/pipeline.c), under 1F1B, interleaved (the
+#     wrapping link) and zb-h1 at pp 4.
 if(TARGET test_zero)
   td_add_mpi_test(NAME zero_dcomm COMMAND $<TARGET_FILE:test_zero> RANKS 1 2 3 4 TIMEOUT 120
     LABELS data_parallel staging)
@@ -70,7 +73,9 @@ td_grid_twins(dcomm ARGS --bitwise --steps 10 --run-env TD_TEST_DCOMM=1
         "tp2|1,2,1,0"
         "pp2_1f1b_zero2|1,1,2,2,2|--set|training.global_batch=16"
         "212_zero0|2,1,2,0,2|--set|training.global_batch=16"
-        "dp2_tp2_zero3|2,2,1,3|--set|training.global_batch=12")
+        "dp2_tp2_zero3|2,2,1,3|--set|training.global_batch=12"
+        "pp2_interleaved|1,1,2,1,2|--set|training.global_batch=16|--set|parallel.pp_schedule=interleaved|--set|parallel.virtual_stages=2"
+        "pp4_zbh1|1,1,4,3,1|--set|training.global_batch=8|--set|parallel.pp_schedule=zb-h1")
 
 # The device collectives on their own (tests/unit/test_dcomm.c): every call,
 # unequal and empty parts, in place, bf16, completion, counters. dcomm: the

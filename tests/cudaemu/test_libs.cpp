@@ -727,6 +727,57 @@ static int nccl_child(int rank, int n, const ncclUniqueId *ids) {
     one.down();
     check(one.getf(0, false) == (float)n, "allreduce of ones: %g", (double)one.getf(0, false));
   }
+  /* point-to-point: a ring in one group (each rank sends to the next and
+   * receives from the one before: without the group a rendezvous send would
+   * wait forever), several chunks, f32 and bf16; one way, two messages in a
+   * row; a send completes only once its receive has run */
+  {
+    const size_t N2 = 3000; /* 12 KB: three 4 KiB chunks */
+    for (int bf = 0; bf < 2; bf++) {
+      Buf send(N2 * 4), recv(N2 * 4);
+      for (size_t i = 0; i < N2; i++) send.setf(i, val(rank, i), bf);
+      send.up();
+      ncclDataType_t t = bf ? ncclBfloat16 : ncclFloat32;
+      check(ncclGroupStart() == ncclSuccess, "group start (ring)");
+      ncclSend(send.d, N2, t, (rank + 1) % n, comm, s);
+      ncclRecv(recv.d, N2, t, (rank + n - 1) % n, comm, s);
+      r = ncclGroupEnd();
+      check(r == ncclSuccess && sync_err(comm, s) == ncclSuccess, "ring bf%d: %s", bf,
+            ncclGetErrorString(r));
+      recv.down();
+      size_t bad = 0;
+      for (size_t i = 0; i < N2; i++)
+        if (recv.getf(i, bf) != f_of_bf16(bf16_of(val((rank + n - 1) % n, i))) && bf) bad++;
+        else if (!bf && recv.getf(i, false) != val((rank + n - 1) % n, i)) bad++;
+      check(bad == 0, "ring bf%d: %zu wrong", bf, bad);
+    }
+    if (n > 1 && rank < 2) {
+      Buf a(N2 * 4), b(N2 * 4);
+      if (rank == 0) {
+        for (size_t i = 0; i < N2; i++) a.setf(i, val(7, i), false), b.setf(i, val(8, i), false);
+        a.up(), b.up();
+        double t0 = now_s();
+        r = ncclSend(a.d, N2, ncclFloat32, 1, comm, s);
+        ncclResult_t r2 = ncclSend(b.d, N2 / 2, ncclFloat32, 1, comm, s);
+        check(r == ncclSuccess && r2 == ncclSuccess && sync_err(comm, s) == ncclSuccess,
+              "two sends in a row");
+        check(now_s() - t0 > 0.25, "a send waited for its receive (%.3f s)", now_s() - t0);
+      } else {
+        usleep(400000); /* the sends must wait for these */
+        r = ncclRecv(a.d, N2, ncclFloat32, 0, comm, s);
+        ncclResult_t r2 = ncclRecv(b.d, N2 / 2, ncclFloat32, 0, comm, s);
+        check(r == ncclSuccess && r2 == ncclSuccess && sync_err(comm, s) == ncclSuccess,
+              "two receives in a row");
+        a.down(), b.down();
+        size_t bad = 0;
+        for (size_t i = 0; i < N2; i++) bad += a.getf(i, false) != val(7, i);
+        for (size_t i = 0; i < N2 / 2; i++) bad += b.getf(i, false) != val(8, i);
+        check(bad == 0, "one way, two messages: %zu wrong", bad);
+      }
+    }
+    r = ncclSend(nullptr, 4, ncclFloat32, n, comm, s);
+    check(r == ncclInvalidArgument, "send to a peer out of range: %s", ncclGetErrorString(r));
+  }
   /* ranks that disagree (different counts): an error on every rank */
   if (n > 1) {
     Buf b(64 * 4);

@@ -10,6 +10,10 @@
  *     case (NCCL: ncclReduceScatter);
  *   - all-gatherv with unequal parts (float32 and bf16) and in place with equal
  *     parts (NCCL: ncclAllGather);
+ *   - point-to-point between pairs (ranks 2i and 2i + 1): two messages one
+ *     way, only the last joined, then one back (the i-th send matches the
+ *     i-th receive; a send may wait for its receive, so each side's calls
+ *     are in an order that never waits for itself);
  *   - test() reaches done, td_dcomm_wait returns, a ticket never issued is an
  *     error naming the group, and the byte counters hold the ring volumes. */
 #include <math.h>
@@ -167,6 +171,52 @@ static void test_allgather(td_kernels *k, struct td_dcomm *c, int uniform, td_dt
   free(mine);
 }
 
+static void test_p2p(td_kernels *k, struct td_dcomm *c, td_coll_stats *st) {
+  const int64_t n = 777;
+  int peer = g_rank ^ 1;
+  if (peer >= g_size) { /* odd one out: nothing to do, but the check is collective */
+    check(1, "point-to-point between pairs (two one way, one back)");
+    return;
+  }
+  float *h = malloc(n * sizeof *h), *want = malloc(n * sizeof *want);
+  float *a = dev_of(k, NULL, n * sizeof *h), *b = dev_of(k, NULL, n * sizeof *h);
+  uint64_t t1 = 0, t2 = 0, t3 = 0;
+  td_status s = TD_OK;
+  int ok = 1, even = g_rank % 2 == 0;
+  if (even) {
+    for (int64_t i = 0; i < n; ++i) h[i] = val(g_rank, i);
+    k->to_device(k, a, h, n * sizeof *h);
+    for (int64_t i = 0; i < n; ++i) h[i] = 2.0f * val(g_rank, i);
+    k->to_device(k, b, h, n * sizeof *h);
+    s = td_dcomm_send(c, a, n, peer, st, &t1);
+    if (s == TD_OK) s = td_dcomm_send(c, b, n, peer, st, &t2);
+    if (s == TD_OK) s = td_dcomm_join(c, t2);
+    if (s == TD_OK) s = td_dcomm_recv(c, a, n, peer, st, &t3);
+    if (s == TD_OK) s = td_dcomm_join(c, t3);
+    for (int64_t i = 0; i < n; ++i) want[i] = 3.0f * val(peer, i);
+    ok = s == TD_OK && holds(k, a, want, n);
+  } else {
+    s = td_dcomm_recv(c, a, n, peer, st, &t1);
+    if (s == TD_OK) s = td_dcomm_recv(c, b, n, peer, st, &t2);
+    if (s == TD_OK) s = td_dcomm_join(c, t2);
+    for (int64_t i = 0; i < n; ++i) want[i] = val(peer, i);
+    ok = s == TD_OK && holds(k, a, want, n);
+    for (int64_t i = 0; i < n; ++i) want[i] = 2.0f * val(peer, i);
+    ok = ok && holds(k, b, want, n);
+    for (int64_t i = 0; i < n; ++i) h[i] = 3.0f * val(g_rank, i);
+    k->to_device(k, a, h, n * sizeof *h);
+    if (s == TD_OK) s = td_dcomm_send(c, a, n, peer, st, &t3);
+    if (s == TD_OK) s = td_dcomm_join(c, t3);
+  }
+  if (s != TD_OK) fprintf(stderr, "[rank %d] %s\n", g_rank, td_error_message());
+  check(ok && st->calls[TD_COLL_SENDRECV] == 3 && near(st->bytes[TD_COLL_SENDRECV], 3.0 * n * 4),
+        "point-to-point between pairs (two one way, one back)");
+  k->free(k, a);
+  k->free(k, b);
+  free(h);
+  free(want);
+}
+
 static void test_completion(td_kernels *k, struct td_dcomm *c) {
   float h[64];
   for (int i = 0; i < 64; ++i) h[i] = 1.0f;
@@ -245,6 +295,9 @@ int main(int argc, char **argv) {
   test_allgather(k, c, 0, TD_DTYPE_F32, &st);
   test_allgather(k, c, 1, TD_DTYPE_F32, &st);
   test_allgather(k, c, 0, TD_DTYPE_BF16, &st);
+  td_coll_stats pst;
+  memset(&pst, 0, sizeof pst);
+  test_p2p(k, c, &pst);
   /* ring volumes: 3 all-reduces of 1001 floats, reduce-scatters and
    * all-gathers of their totals */
   double f = (double)(g_size - 1) / g_size;

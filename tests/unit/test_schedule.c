@@ -118,7 +118,53 @@ static void check(td_sched_kind kind, int p, int v, int64_t m) {
   td_schedule_destroy(&s);
 }
 
+/* The device path's channels (td_schedule_check_channels): for every
+ * schedule, every p ≤ 8 and m up to 3p (interleaved: v 2 and 3), each
+ * one-way channel between neighbours carries its messages in one order at
+ * both ends. */
+static void check_channels_all(void) {
+  for (int kind = 0; kind < TD_SCHED_COUNT; ++kind)
+    for (int p = 1; p <= 8; ++p)
+      for (int v = kind == TD_SCHED_INTERLEAVED ? 2 : 1; v <= (kind == TD_SCHED_INTERLEAVED ? 3 : 1);
+           ++v)
+        for (int64_t m = 1; m <= 3 * p; ++m) {
+          td_schedule *s = NULL;
+          if (kind == TD_SCHED_INTERLEAVED && (p < 2 || m % p != 0)) continue;
+          if (td_schedule_build((td_sched_kind)kind, p, v, m, &s) != TD_OK) {
+            EXPECT(0, "%s p %d v %d m %lld: build failed", td_sched_kind_name(kind), p, v,
+                   (long long)m);
+            td_error_clear();
+            continue;
+          }
+          td_status st = td_schedule_check_channels(s);
+          EXPECT(st == TD_OK, "%s p %d v %d m %lld: channels: %s", td_sched_kind_name(kind), p, v,
+                 (long long)m, td_error_message());
+          td_error_clear();
+          td_schedule_destroy(&s);
+        }
+  /* the check itself: two activations of stage 0 swapped in its list are
+   * sent in another order than stage 1 receives them */
+  td_schedule *s = NULL;
+  if (td_schedule_build(TD_SCHED_1F1B, 2, 1, 4, &s) == TD_OK) {
+    td_sched_action *a = s->acts[0];
+    int64_t x = -1, y = -1;
+    for (int64_t i = 0; i < s->count[0]; ++i)
+      if (a[i].op == TD_OP_SEND_ACT) {
+        if (x < 0) x = i;
+        else if (y < 0) y = i;
+      }
+    if (y > 0) {
+      int32_t t = a[x].micro;
+      a[x].micro = a[y].micro, a[y].micro = t;
+    }
+    EXPECT(td_schedule_check_channels(s) != TD_OK, "a channel out of order passed the check");
+    td_error_clear();
+    td_schedule_destroy(&s);
+  }
+}
+
 int main(void) {
+  check_channels_all();
   int ps[] = {2, 4, 8};
   for (int i = 0; i < 3; ++i)
     for (int f = 1; f <= 4; f *= 2) {

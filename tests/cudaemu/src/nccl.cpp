@@ -33,7 +33,20 @@
  * broken, so peers blocked on this rank see ncclRemoteError at once.
  * Group calls (NCCL docs, "Group Calls"): between ncclGroupStart and
  * ncclGroupEnd operations are checked and held; ncclGroupEnd issues them
- * together, one queued job per (communicator, stream), in call order. */
+ * together, one queued job per (communicator, stream), in call order.
+ *
+ * Point-to-point (ncclSend/ncclRecv, NCCL docs "Point-to-point
+ * communication"): every ordered pair of ranks (a → b) has a channel in the
+ * segment: a chunk buffer (TD_CUDAEMU_NCCL_P2P_CHUNK_BYTES, default 64 KiB)
+ * and counters of receives posted, chunks written and chunks taken. The
+ * i-th send from a to b matches b's i-th receive from a; the sender checks
+ * count and type against the receive's. Strict rendezvous, the most a real
+ * NCCL may ask: a send writes nothing before its receive is posted and
+ * completes only when the receiver has taken its last chunk — so a send
+ * blocks its stream until the peer's receive runs, and code that would
+ * deadlock on some NCCL deadlocks here (until the timeout names it). The
+ * sends and receives of one group progress together; those on one channel
+ * in call order. */
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -91,6 +104,18 @@ struct Header {
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 
+/* One point-to-point channel (a → b), in the segment after the collective
+ * buffers: counters only the two ends touch. */
+struct Chan {
+  std::atomic<uint64_t> posted; /* receives b has posted from a */
+  std::atomic<uint64_t> wrote;  /* chunks a has written (all messages) */
+  std::atomic<uint64_t> taken;  /* chunks b has taken */
+  std::atomic<uint64_t> rcount; /* the last posted receive's count and type */
+  std::atomic<int32_t> rtype;
+  char pad[64 - 4 * 8 - 4];
+};
+static_assert(sizeof(Chan) == 64, "a channel is one cache line");
+
 const size_t kHeaderBytes = (sizeof(Header) + 4095) & ~(size_t)4095;
 
 /* ---- last error (ncclGetLastError) and the debug print ------------------- */
@@ -117,6 +142,14 @@ double env_seconds(const char *name, double dflt) {
   char *end = nullptr;
   double v = strtod(e, &end);
   return end && end != e && v > 0 ? v : dflt;
+}
+
+uint64_t p2p_chunk_bytes() {
+  const char *e = getenv("TD_CUDAEMU_NCCL_P2P_CHUNK_BYTES");
+  uint64_t v = e && *e ? strtoull(e, nullptr, 10) : 0;
+  if (v == 0) v = 64u << 10;
+  v = std::max<uint64_t>(v, 64);
+  return (v + 63) & ~(uint64_t)63;
 }
 
 uint64_t chunk_bytes() {
@@ -173,6 +206,15 @@ struct Impl {
     if (h) munmap(h, map_bytes);
   }
   char *slot(int q) { return data + (size_t)q * chunk; }
+  /* point-to-point: channels (nranks², from → to) and their buffers */
+  Chan *chans = nullptr;
+  char *pdata = nullptr;
+  uint64_t pchunk = 0;
+  std::vector<uint64_t> nsent; /* sends issued to each peer (only the job holding op_mu) */
+  Chan &chan(int from, int to) { return chans[(size_t)from * (size_t)nranks + (size_t)to]; }
+  char *pbuf(int from, int to) {
+    return pdata + ((size_t)from * (size_t)nranks + (size_t)to) * pchunk;
+  }
 };
 
 } // namespace
@@ -304,7 +346,7 @@ void reduce(char *dst, const char *const *src, int n, size_t cnt, int type, int 
 }
 
 /* ---- operations -------------------------------------------------------------- */
-enum Kind { K_ALLREDUCE, K_REDUCE, K_BROADCAST, K_REDUCESCATTER, K_ALLGATHER };
+enum Kind { K_ALLREDUCE, K_REDUCE, K_BROADCAST, K_REDUCESCATTER, K_ALLGATHER, K_SEND, K_RECV };
 
 const char *kind_name(int k) {
   switch (k) {
@@ -312,6 +354,8 @@ const char *kind_name(int k) {
   case K_REDUCE: return "ncclReduce";
   case K_BROADCAST: return "ncclBroadcast";
   case K_REDUCESCATTER: return "ncclReduceScatter";
+  case K_SEND: return "ncclSend";
+  case K_RECV: return "ncclRecv";
   default: return "ncclAllGather";
   }
 }
@@ -322,7 +366,7 @@ struct Op {
   char *recv;
   size_t count; /* AllReduce/Reduce/Broadcast: count; ReduceScatter: recvcount; AllGather:
                    sendcount */
-  int type, red, root;
+  int type, red, root; /* root: the peer of a send or receive */
 };
 
 /* Publish this rank's signature, meet, compare everyone's. */
@@ -410,10 +454,140 @@ ncclResult_t run_op(Impl &c, const Op &o) {
   return ncclSuccess;
 }
 
+/* ---- point-to-point ------------------------------------------------------------ */
+struct P2p {
+  const Op *o;
+  uint64_t msg = 0;       /* send: this message's number on its channel */
+  uint64_t first = 0;     /* the channel's chunk counter at this message's first chunk */
+  uint64_t chunks = 0, moved = 0;
+  bool posted = false, done = false;
+};
+
+/* One step of p: post, move a chunk, or finish; true when it did something. */
+ncclResult_t p2p_step(Impl &c, P2p &p, bool *acted) {
+  const Op &o = *p.o;
+  const size_t es = type_size(o.type), bytes = o.count * es;
+  *acted = false;
+  if (o.kind == K_RECV) {
+    Chan &ch = c.chan(o.root, c.rank);
+    if (!p.posted) { /* name it, then count it: the sender reads the name after the count */
+      p.first = ch.taken.load(std::memory_order_acquire);
+      p.chunks = (bytes + c.pchunk - 1) / c.pchunk;
+      ch.rcount.store(o.count, std::memory_order_relaxed);
+      ch.rtype.store(o.type, std::memory_order_relaxed);
+      ch.posted.fetch_add(1, std::memory_order_release);
+      p.posted = *acted = true;
+      return ncclSuccess;
+    }
+    if (ch.wrote.load(std::memory_order_acquire) > p.first + p.moved) {
+      size_t off = (size_t)(p.moved * c.pchunk), m = std::min<size_t>(c.pchunk, bytes - off);
+      memcpy(o.recv + off, c.pbuf(o.root, c.rank), m);
+      ch.taken.fetch_add(1, std::memory_order_release);
+      p.done = ++p.moved == p.chunks;
+      *acted = true;
+    }
+    return ncclSuccess;
+  }
+  Chan &ch = c.chan(c.rank, o.root);
+  if (!p.posted) { /* wait for the matching receive */
+    if (ch.posted.load(std::memory_order_acquire) <= p.msg) return ncclSuccess;
+    uint64_t rc = ch.rcount.load(std::memory_order_relaxed);
+    int32_t rt = ch.rtype.load(std::memory_order_relaxed);
+    if (rc != o.count || rt != o.type) {
+      mark_broken(c, WHY_MISMATCH);
+      return fail(ncclInvalidUsage,
+                  "ncclSend: rank %d sends message %llu to rank %d with count %zu type %d, "
+                  "which receives it with count %llu type %d",
+                  c.rank, (unsigned long long)p.msg, o.root, o.count, o.type,
+                  (unsigned long long)rc, rt);
+    }
+    p.first = ch.wrote.load(std::memory_order_relaxed);
+    p.chunks = (bytes + c.pchunk - 1) / c.pchunk;
+    p.posted = *acted = true;
+    return ncclSuccess;
+  }
+  uint64_t w = ch.wrote.load(std::memory_order_relaxed), t = ch.taken.load(std::memory_order_acquire);
+  if (p.moved < p.chunks && w == t) { /* the buffer is free: the next chunk */
+    size_t off = (size_t)(p.moved * c.pchunk), m = std::min<size_t>(c.pchunk, bytes - off);
+    memcpy(c.pbuf(c.rank, o.root), o.send + off, m);
+    ch.wrote.fetch_add(1, std::memory_order_release);
+    p.moved++;
+    *acted = true;
+  } else if (p.moved == p.chunks && t >= p.first + p.chunks) { /* all taken: complete */
+    p.done = *acted = true;
+  }
+  return ncclSuccess;
+}
+
+/* The sends and receives ops[from, to) of one job, progressing together;
+ * on one channel in call order. */
+ncclResult_t run_p2p(Impl &c, const std::vector<Op> &ops, size_t from, size_t to) {
+  std::vector<P2p> ps(to - from);
+  for (size_t i = from; i < to; i++) {
+    ps[i - from].o = &ops[i];
+    if (ops[i].kind == K_SEND) ps[i - from].msg = c.nsent[(size_t)ops[i].root]++;
+  }
+  double t0 = now_s();
+  int spins = 0;
+  for (size_t left = ps.size(); left > 0;) {
+    bool any = false;
+    for (size_t i = 0; i < ps.size(); i++) {
+      if (ps[i].done) continue;
+      bool earlier = false; /* an earlier unfinished op on the same channel goes first */
+      for (size_t j = 0; j < i && !earlier; j++)
+        earlier = !ps[j].done && ps[j].o->kind == ps[i].o->kind && ps[j].o->root == ps[i].o->root;
+      if (earlier) continue;
+      bool acted = false;
+      TRY(p2p_step(c, ps[i], &acted));
+      if (ps[i].done) left--;
+      any = any || acted;
+    }
+    if (any) {
+      spins = 0;
+      t0 = now_s();
+      continue;
+    }
+    int32_t b = c.h->broken.load();
+    if (c.local_abort.load()) return fail(ncclInvalidUsage, "ncclSend/ncclRecv: communicator aborted");
+    if (b)
+      return fail(ncclRemoteError, "ncclSend/ncclRecv: rank %d %s", b - 1,
+                  why_text(c.h->broken_why.load()));
+    for (const P2p &p : ps)
+      if (!p.done && c.h->left[p.o->root].load())
+        return fail(ncclRemoteError, "%s: rank %d destroyed its communicator while rank %d "
+                    "waited for it", kind_name(p.o->kind), p.o->root, c.rank);
+    if (now_s() - t0 > c.coll_timeout) {
+      mark_broken(c, WHY_TIMEOUT);
+      for (const P2p &p : ps)
+        if (!p.done)
+          return fail(ncclSystemError, "%s: rank %d waited %.0f s for rank %d (%s; "
+                      "TD_CUDAEMU_NCCL_COLL_TIMEOUT_S)", kind_name(p.o->kind), c.rank,
+                      c.coll_timeout, p.o->root,
+                      p.o->kind == K_SEND ? "its receive was not posted or not taken"
+                                          : "its send did not come");
+    }
+    backoff(spins);
+  }
+  return ncclSuccess;
+}
+
 /* A queued job: the operations of one call or one group on one stream. */
 void run_ops(Impl &c, const std::vector<Op> &ops) {
   std::lock_guard<std::mutex> l(c.op_mu);
-  for (const Op &o : ops) {
+  for (size_t i = 0; i < ops.size(); i++) {
+    const Op &o = ops[i];
+    if (o.kind == K_SEND || o.kind == K_RECV) { /* a run of them progresses together */
+      size_t j = i;
+      while (j < ops.size() && (ops[j].kind == K_SEND || ops[j].kind == K_RECV)) j++;
+      if (c.async.load() != ncclSuccess) break;
+      ncclResult_t r = run_p2p(c, ops, i, j);
+      if (r != ncclSuccess) {
+        set_async(c, r);
+        break;
+      }
+      i = j - 1;
+      continue;
+    }
     if (c.async.load() != ncclSuccess) break;
     if (c.local_abort.load()) {
       set_async(c, fail(ncclInvalidUsage, "%s: communicator aborted", kind_name(o.kind)));
@@ -516,7 +690,8 @@ ncclResult_t issue(ncclComm_t comm, cudaStream_t stream, Op o) {
     r = fail(ncclInvalidArgument, "%s : invalid reduction operation %d", name, o.red);
     goto done;
   }
-  if ((o.kind == K_REDUCE || o.kind == K_BROADCAST) && (o.root < 0 || o.root >= c->nranks)) {
+  if ((o.kind == K_REDUCE || o.kind == K_BROADCAST || o.kind == K_SEND || o.kind == K_RECV) &&
+      (o.root < 0 || o.root >= c->nranks)) {
     r = fail(ncclInvalidArgument, "%s : invalid root %d (communicator of %d ranks)", name,
              o.root, c->nranks);
     goto done;
@@ -535,6 +710,8 @@ ncclResult_t issue(ncclComm_t comm, cudaStream_t stream, Op o) {
     if (o.kind == K_ALLGATHER) rbytes = o.count * n * es;
     if (o.kind == K_REDUCE) use_recv = c->rank == o.root;  /* "only used on rank root" */
     if (o.kind == K_BROADCAST) use_send = c->rank == o.root;
+    if (o.kind == K_SEND) use_recv = false;
+    if (o.kind == K_RECV) use_send = false;
     if (use_send && (r = check_buf(*c, name, "sendbuff", o.send, sbytes)) != ncclSuccess)
       goto done;
     if (use_recv && (r = check_buf(*c, name, "recvbuff", o.recv, rbytes)) != ncclSuccess)
@@ -647,7 +824,11 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
   c->chunk = chunk_bytes();
   c->coll_timeout = env_seconds("TD_CUDAEMU_NCCL_COLL_TIMEOUT_S", 600);
   const double timeout = env_seconds("TD_CUDAEMU_NCCL_TIMEOUT_S", 60);
-  c->map_bytes = kHeaderBytes + (size_t)nranks * c->chunk;
+  c->pchunk = std::min<uint64_t>(p2p_chunk_bytes(), c->chunk);
+  const size_t chan_bytes = ((size_t)nranks * (size_t)nranks * sizeof(Chan) + 4095) & ~(size_t)4095;
+  c->map_bytes = kHeaderBytes + (size_t)nranks * c->chunk + chan_bytes +
+                 (size_t)nranks * (size_t)nranks * c->pchunk;
+  c->nsent.assign((size_t)nranks, 0);
 
   int fd = shm_open(c->name.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) return fail(ncclSystemError, "%s : shm_open %s: %s", fn, c->name.c_str(), strerror(errno));
@@ -663,6 +844,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
   if (p == MAP_FAILED) return fail(ncclSystemError, "%s : mmap: %s", fn, strerror(errno));
   c->h = (Header *)p;
   c->data = (char *)p + kHeaderBytes;
+  c->chans = (Chan *)(c->data + (size_t)nranks * c->chunk);
+  c->pdata = (char *)c->chans + chan_bytes;
   Header *h = c->h;
 
   ncclResult_t r = ncclSuccess;
@@ -815,6 +998,17 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   return issue(comm, stream, Op{K_ALLGATHER, (const char *)sendbuff, (char *)recvbuff,
                                 sendcount, datatype, ncclSum, 0});
+}
+
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  return issue(comm, stream, Op{K_SEND, (const char *)sendbuff, nullptr, count, datatype, ncclSum,
+                                peer});
+}
+
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  return issue(comm, stream, Op{K_RECV, nullptr, (char *)recvbuff, count, datatype, ncclSum, peer});
 }
 
 ncclResult_t ncclGroupStart(void) {
