@@ -81,7 +81,7 @@ static td_status alloc_blocks(td_model *m, td_acts *a, int64_t nl) {
   ACT(ln1_rstd, L * N);
   ACT(qkv, L * N * m->C3);
   ACTM(atty, L * N * m->Cl);
-  ACT(att, L * m->B * m->NH * m->T * m->T);
+  ACT(att, (m->recompute_att ? 0 : L) * m->B * m->NH * m->T * m->T);
   ACT(res2, L * N * C);
   ACTM(ln2, L * N * C);
   ACT(ln2_mean, means * L * N);
@@ -102,6 +102,12 @@ static void use_chunk(td_model *m, int c) {
 
 /* ... the chunk a slot belongs to. */
 static void use_slot(td_model *m, int slot) { use_chunk(m, m->slot_chunk[slot]); }
+
+/* Layer li's attention probabilities in the set a: its own, or the one
+ * buffer selective recomputation fills again before each backward. */
+static float *att_at(const td_model *m, const td_acts *a, int64_t li) {
+  return m->recompute_att ? m->att_re : a->att + li * m->B * m->NH * m->T * m->T;
+}
 
 static td_status alloc_slot(td_model *m, td_acts *a) {
   int64_t N = m->B * m->T, L = m->L_count, C = m->C;
@@ -158,6 +164,7 @@ static td_status alloc_buffers(td_model *m) {
   SCR(datty, N * m->Cl);
   SCR(dfch, N * m->F * (m->llama ? 3 : 1)); /* llama: d gate, d up, d (silu(gate)·up) */
   SCR(datt_scratch, m->B * m->NH * m->T * m->T);
+  if (m->recompute_att) SCR(att_re, m->B * m->NH * m->T * m->T);
   if (m->at == TD_DTYPE_BF16) { /* the widest gradient a matmul reads */
     int64_t w = C > m->C3 ? C : m->C3;
     w = w > m->F ? w : m->F;
@@ -228,6 +235,7 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->valid_rows = B * m->T;
   m->pt = m->at = strcmp(cfg->training_precision, "bf16") == 0 ? TD_DTYPE_BF16 : TD_DTYPE_F32;
   m->recompute = strcmp(cfg->training_recompute, "blocks") == 0;
+  m->recompute_att = strcmp(cfg->training_recompute, "attention") == 0;
   m->split = strcmp(cfg->parallel_pp_schedule, "zb-h1") == 0;
   m->staged = k ? !k->host_memory : !td_kernels_host_memory(cfg->run_device);
   m->dcomm = dcomm;
@@ -255,7 +263,8 @@ void td_model_destroy(td_model **mp) {
       for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; ++j)
         if (bufs[j]) m->k->free(m->k, bufs[j]);
     }
-    void *scr[] = {m->dres, m->dtmp, m->dln, m->dqkv, m->datty, m->dfch, m->datt_scratch, m->dmm};
+    void *scr[] = {m->dres,  m->dtmp,         m->dln, m->dqkv,  m->datty,
+                   m->dfch, m->datt_scratch, m->dmm, m->att_re};
     for (size_t j = 0; j < sizeof scr / sizeof scr[0]; ++j)
       if (scr[j]) m->k->free(m->k, scr[j]);
   }
@@ -395,7 +404,7 @@ static td_status gpt2_block_fwd(td_model *m, td_acts *a, int64_t li, int layer,
   layer_params(m, layer, &w);
   void *ln1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * m->Cl);
   void *ln2 = at_(m, a->ln2, li * N * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
-  float *qkv = a->qkv + li * N * m->C3, *att = a->att + li * B * m->NH * T * T;
+  float *qkv = a->qkv + li * N * m->C3, *att = att_at(m, a, li);
   float *res2 = a->res2 + li * N * C, *fch = a->fch + li * N * m->F;
   TD_CHECK(k->layernorm_fwd(k, ln1, at, a->ln1_mean + li * N, a->ln1_rstd + li * N, resid,
                             w.ln1w, w.ln1b, pt, N, C));
@@ -441,7 +450,7 @@ static td_status llama_block_fwd(td_model *m, td_acts *a, int64_t li, int layer,
   void *n1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * Cq);
   void *n2 = at_(m, a->ln2, li * N * C), *h = at_(m, a->fch_gelu, li * N * F);
   float *q = a->qkv + li * N * m->C3, *kk = q + N * Cq, *v = kk + N * Ckv;
-  float *att = a->att + li * B * m->NH * T * T;
+  float *att = att_at(m, a, li);
   float *res2 = a->res2 + li * N * C, *gate = a->fch + li * N * 2 * F, *up = gate + N * F;
   TD_CHECK(k->rmsnorm_fwd(k, n1, at, a->ln1_rstd + li * N, resid, pw(m, TD_PK_ATTN_NORM, layer),
                           pt, m->norm_eps, N, C));
@@ -715,7 +724,7 @@ static td_status gpt2_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
   float *g1 = NULL, *g2 = NULL;
   const void *ln1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * m->Cl);
   const void *ln2 = at_(m, a->ln2, li * N * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
-  const float *qkv = a->qkv + li * N * m->C3, *att = a->att + li * B * m->NH * T * T;
+  const float *qkv = a->qkv + li * N * m->C3, *att = att_at(m, a, li);
   const float *res2 = a->res2 + li * N * C, *fch = a->fch + li * N * m->F;
   /* MLP: res3 = res2 + gelu(ln2·Wfc + bfc)·Wfcp + bfcp */
   TD_CHECK(wdst(m, TD_PK_FCPROJ_B, layer, &g1));
@@ -733,6 +742,8 @@ static td_status gpt2_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
   /* m->dres now holds d loss / d res2. Attention: res2 = x + attn(...)·Wproj + bproj */
   TD_CHECK(wdst(m, TD_PK_ATTPROJ_B, layer, &g1));
   TD_CHECK(k->bias_bwd(k, g1, m->dres, N, C));
+  if (m->recompute_att) /* the probabilities again (the output, already kept, into datty) */
+    TD_CHECK(k->attention_fwd(k, m->datty, m->att_re, qkv, B, T, m->NH, m->HS));
   TD_CHECK(conv_bwd(m, m->dres, C, atty, keep, m->Cl, w.wproj, TD_PK_ATTPROJ_W, layer, m->datty));
   TD_CHECK(k->attention_bwd(k, m->dqkv, m->datt_scratch, m->datty, qkv, att, B, T, m->NH, m->HS));
   TD_CHECK(wdst(m, TD_PK_QKV_B, layer, &g1));
@@ -772,7 +783,7 @@ static td_status llama_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
   const void *n1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * Cq);
   const void *n2 = at_(m, a->ln2, li * N * C), *h = at_(m, a->fch_gelu, li * N * F);
   const float *q = a->qkv + li * N * m->C3, *kk = q + N * Cq, *v = kk + N * Ckv;
-  const float *att = a->att + li * B * m->NH * T * T;
+  const float *att = att_at(m, a, li);
   const float *res2 = a->res2 + li * N * C, *gate = a->fch + li * N * 2 * F, *up = gate + N * F;
   float *dgate = m->dfch, *dup = dgate + N * F, *dh = dup + N * F;
   float *dq = m->dqkv, *dk = dq + N * Cq, *dv = dk + N * Ckv;
@@ -786,6 +797,8 @@ static td_status llama_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
   TD_CHECK(k->rmsnorm_bwd(k, m->dres, gn, m->dln, res2, pw(m, TD_PK_MLP_NORM, layer), pt,
                           a->ln2_rstd + li * N, N, C));
   /* m->dres now holds d loss / d res2. Attention: res2 = x + o(attn(...)) */
+  if (m->recompute_att) /* the probabilities again (the output, already kept, into datty) */
+    TD_CHECK(k->gqa_fwd(k, m->datty, m->att_re, q, kk, v, Cq, Ckv, B, T, m->NH, m->KV, m->HS));
   TD_CHECK(linear_bwd(m, m->dres, C, atty, keep, Cq, TD_PK_O_W, layer, 0.0f, m->datty));
   TD_CHECK(k->gqa_bwd(k, dq, dk, dv, m->datt_scratch, m->datty, q, kk, v, att, Cq, Ckv, B, T,
                       m->NH, m->KV, m->HS));

@@ -75,9 +75,10 @@
   X(training, steps, INT, "", 0, TD_BIG, NULL, TD_F_REQ, "optimizer steps")                   \
   X(training, precision, STR, "fp32", 0, 0, "fp32|bf16", 0, "compute precision")              \
   X(training, grad_clip, FLOAT, "1.0", 0, 1.0e30, NULL, 0, "max global gradient norm (0: off)") \
-  X(training, recompute, STR, "none", 0, 0, "none|blocks", 0,                                 \
+  X(training, recompute, STR, "none", 0, 0, "none|blocks|attention", 0,                       \
     "activation recomputation: blocks keeps each block's input only and recomputes the "    \
-    "block in backward (same numbers, less memory)")                                         \
+    "block in backward; attention keeps everything but the attention probabilities (B, "    \
+    "heads, T, T) and recomputes those (same numbers, less memory)")                         \
   X(optimizer, name, STR, "adamw", 0, 0, "adamw", 0, "optimizer")                             \
   X(optimizer, lr, FLOAT, "3.0e-4", 0, 100, NULL, 0, "peak learning rate")                     \
   X(optimizer, betas, FLOATS, "[0.9, 0.95]", 0, 0.999999999, NULL, TD_F_LEN2, "AdamW betas [b1, b2]") \

@@ -109,6 +109,12 @@ struct td_model {
    * by a recomputation before each block's backward */
   int recompute;
   td_acts work;
+  /* training.recompute: attention (selective recomputation, Korthikanti et
+   * al. 2022): no layer keeps its attention probabilities; the forward and
+   * the recomputation before each attention backward use the one att_re
+   * (B, NH, T, T) */
+  int recompute_att;
+  float *att_re;
   /* split backward (parallel.pp_schedule: zb-h1): per slot the list of
    * weight-gradient work its B recorded for W, with copies of the gradients
    * it reads (model.c); wcur the list B fills now, defer set during a B */
