@@ -145,14 +145,23 @@ static td_status cuda_sync(td_kernels *k) {
   return TD_OK;
 }
 
+td_status td_cuda_retire(td_cuda_state *s, void *p) {
+  if (s->nretired == s->cap_retired) {
+    int cap = s->cap_retired ? 2 * s->cap_retired : 8;
+    void **v = (void **)realloc(s->retired, (size_t)cap * sizeof *v);
+    if (!v) TD_FAIL(TD_ERR_NOMEM, "CUDA back-end: out of host memory");
+    s->retired = v, s->cap_retired = cap;
+  }
+  s->retired[s->nretired++] = p;
+  return TD_OK;
+}
+
 td_status td_cuda_scratch(td_kernels *k, size_t bytes, void **out) {
   td_cuda_state *s = td_cuda_st(k);
   *out = NULL;
   if (bytes > s->scratch_bytes) {
-    if (s->scratch) {
-      TD_CUDA_CHECK(cudaStreamSynchronize(s->stream)); /* queued work may read it */
-      TD_CUDA_CHECK(cudaFree(s->scratch));
-      s->bytes_now -= s->scratch_bytes;
+    if (s->scratch) { /* queued work may read it: retired, not freed (td_cuda_retire) */
+      TD_CHECK(td_cuda_retire(s, s->scratch));
       s->scratch = NULL;
       s->scratch_bytes = 0;
     }
@@ -184,6 +193,8 @@ static void cuda_destroy(td_kernels *k) {
     if (s->lt_ws) cudaFree(s->lt_ws);
     if (s->scratch) cudaFree(s->scratch);
     if (s->rope) cudaFree(s->rope);
+    for (int i = 0; i < s->nretired; i++) cudaFree(s->retired[i]);
+    free(s->retired);
     if (s->host_f64) cudaFreeHost(s->host_f64);
     for (int64_t i = 0; i < be->blocks.n; i++) cudaFree(be->blocks.v[i].p);
     free(be->blocks.v);

@@ -39,6 +39,8 @@ typedef struct {
   int64_t rope_T, rope_half;   /* for rope_theta: made once, read by every call */
   float rope_theta;
   size_t bytes_now, bytes_peak; /* device bytes allocated through the table */
+  void **retired;              /* td_cuda_retire: outgrown buffers, freed at destroy */
+  int nretired, cap_retired;
 } td_cuda_state;
 
 /* ---- checking (STYLE.md 5 and 8): the library's message and the call ---------- */
@@ -77,6 +79,13 @@ static inline td_cuda_state *td_cuda_st(td_kernels *k) { return (td_cuda_state *
  * grows to the largest request and is never freed before the back-end: the
  * first step's calls size it, later steps allocate nothing. */
 td_status td_cuda_scratch(td_kernels *k, size_t bytes, void **out);
+/* An outgrown buffer that queued work may still read: kept (and counted)
+ * until the back-end is destroyed, never cudaFree'd during training —
+ * cudaFree waits for the whole device, and a device-wide wait in the middle
+ * of a step deadlocks where a pipeline send on its own stream waits for a
+ * peer that waits for this rank (the emulated device showed it: pp 2,
+ * ZeRO-2, one sequence per micro-batch, the scratch growing in a backward). */
+td_status td_cuda_retire(td_cuda_state *s, void *p);
 
 /* ---- launch sizes ------------------------------------------------------------ */
 /* The checks of a row-wise op (one block per row of N rows of C): N >= 0,

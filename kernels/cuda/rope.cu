@@ -53,10 +53,8 @@ td_status td_cuda_rope(td_kernels *k, float *x, int64_t B, int64_t T, int64_t H,
   cudaStream_t st = s->stream;
   if (!s->rope || s->rope_T != T || s->rope_half != hh || s->rope_theta != theta) {
     size_t bytes = (size_t)(2 * T * hh) * sizeof(float);
-    if (s->rope) {
-      TD_CUDA_CHECK(cudaStreamSynchronize(st)); /* queued rotations may read it */
-      TD_CUDA_CHECK(cudaFree(s->rope));
-      s->bytes_now -= (size_t)(2 * s->rope_T * s->rope_half) * sizeof(float);
+    if (s->rope) { /* queued rotations may read it: retired, not freed (td_cuda_retire) */
+      TD_CHECK(td_cuda_retire(s, s->rope));
       s->rope = NULL;
     }
     float *table = NULL;

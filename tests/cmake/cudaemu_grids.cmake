@@ -60,7 +60,11 @@ if(TD_CUDA_EMULATE)
   td_cudaemu_grid(tp2 ${_cu} ${TD_GRID_BIN} ${_cu_work} tp2 1,1,1,0 1,2,1,0 ${_small})
   td_cudaemu_grid(llama_tp2 ${_cu} ${_llama} ${TD_GRID_BIN} ${_cu_work} llama_tp2 1,1,1,0 1,2,1,0
     ${_small})
-  td_cudaemu_grid(pp2_1f1b ${_cu} ${TD_GRID_BIN} ${_cu_work} pp2_1f1b 1,1,1,0 1,1,2,0,1 ${_small})
+  # pp 2 at ZeRO-2 (the tied embedding's gradient summed over the first and
+  # last stage every micro-batch) with one sequence a micro-batch: a
+  # device-wide wait in the step (cudaFree of an outgrown workspace) used to
+  # deadlock against a pipeline send waiting on its own channel stream
+  td_cudaemu_grid(pp2_1f1b ${_cu} ${TD_GRID_BIN} ${_cu_work} pp2_1f1b 1,1,1,0 1,1,2,2,1 ${_small})
   # the other pipeline schedules on the device path (messages on the NCCL
   # channels, one communicator per direction of each link)
   td_cudaemu_grid(pp2_zbh1 ${_cu} --run-set parallel.pp_schedule=zb-h1

@@ -559,12 +559,18 @@ ncclResult_t run_p2p(Impl &c, const std::vector<Op> &ops, size_t from, size_t to
     if (now_s() - t0 > c.coll_timeout) {
       mark_broken(c, WHY_TIMEOUT);
       for (const P2p &p : ps)
-        if (!p.done)
-          return fail(ncclSystemError, "%s: rank %d waited %.0f s for rank %d (%s; "
-                      "TD_CUDAEMU_NCCL_COLL_TIMEOUT_S)", kind_name(p.o->kind), c.rank,
-                      c.coll_timeout, p.o->root,
+        if (!p.done) {
+          Chan &ch = p.o->kind == K_SEND ? c.chan(c.rank, p.o->root) : c.chan(p.o->root, c.rank);
+          return fail(ncclSystemError, "%s: rank %d waited %.0f s for rank %d (%s; message %llu, "
+                      "chunk %llu of %llu; the channel: %llu receives posted, %llu chunks "
+                      "written, %llu taken; TD_CUDAEMU_NCCL_COLL_TIMEOUT_S)",
+                      kind_name(p.o->kind), c.rank, c.coll_timeout, p.o->root,
                       p.o->kind == K_SEND ? "its receive was not posted or not taken"
-                                          : "its send did not come");
+                                          : "its send did not come",
+                      (unsigned long long)p.msg, (unsigned long long)p.moved,
+                      (unsigned long long)p.chunks, (unsigned long long)ch.posted.load(),
+                      (unsigned long long)ch.wrote.load(), (unsigned long long)ch.taken.load());
+        }
     }
     backoff(spins);
   }
