@@ -63,6 +63,57 @@ static void print_json(const rank_info *all, int n) {
   printf("}}\n");
 }
 
+/* Groups of kind ('t', 'd', 'p') that lie inside node n, of all such groups:
+ * each group counted at its first member (coordinate 0 of its dimension). */
+static void groups_inside(const td_grid *g, char kind, int n, int *inside, int *total) {
+  *inside = *total = 0;
+  for (int r = 0; r < g->size; ++r) {
+    int c = kind == 't' ? r % g->tp : kind == 'd' ? (r / g->tp) % g->dp : r / (g->tp * g->dp);
+    if (c != 0) continue;
+    ++*total;
+    *inside += g->node_of[r] == n && td_grid_group_nodes(g, kind, r) == 1;
+  }
+}
+
+/* The rank -> node -> device map, the groups inside each node, and a
+ * warning when a tensor-parallel group spans nodes (rank 0). */
+static void print_nodes(const td_grid *g, const rank_info *all, int cuda) {
+  printf("nodes: %d; rank -> node -> %s:\n", g->nodes, cuda ? "GPU" : "device");
+  for (int n = 0; n < g->nodes; ++n) {
+    int first = -1, count = 0;
+    for (int r = 0; r < g->size; ++r)
+      if (g->node_of[r] == n) {
+        if (first < 0) first = r;
+        ++count;
+      }
+    printf("  node %d %-16.16s %d rank%s:", n, all[first].host, count, count == 1 ? "" : "s");
+    for (int r = 0; r < g->size; ++r) {
+      if (g->node_of[r] != n) continue;
+      if (cuda && all[r].gpu >= 0) printf(" %d->gpu%d", r, all[r].gpu);
+      else printf(" %d->%s", r, cuda ? "none" : "cpu");
+    }
+    int ti, tt, di, dt, pi, pt;
+    groups_inside(g, 't', n, &ti, &tt);
+    groups_inside(g, 'd', n, &di, &dt);
+    groups_inside(g, 'p', n, &pi, &pt);
+    printf("; groups inside: tp %d of %d, dp %d of %d, pp %d of %d\n", ti, tt, di, dt, pi, pt);
+  }
+  int span = 0, example = -1;
+  for (int r = 0; r < g->size; ++r)
+    if (r % g->tp == 0 && td_grid_group_nodes(g, 't', r) > 1) {
+      ++span;
+      if (example < 0) example = r;
+    }
+  if (span > 0)
+    td_warn("%d of %d tensor-parallel groups span nodes (the one of ranks %d..%d over %d nodes, "
+            "first on %s): every layer's tp all-reduces, forward and backward, then cross the "
+            "inter-node network instead of the node's shared memory; give each node a multiple "
+            "of tp = %d consecutive ranks (block distribution, --ntasks-per-node a multiple of "
+            "tp) so that tp stays inside a node",
+            span, g->size / g->tp, example, example + g->tp - 1,
+            td_grid_group_nodes(g, 't', example), all[example].host, g->tp);
+}
+
 static td_status check_main(td_app *app, const td_config *cfg, int json) {
   td_status st = TD_OK;
   td_grid *g = NULL;
@@ -155,6 +206,7 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
            dcomm == TD_DCOMM_OFF && why[0] ? ": " : "", dcomm == TD_DCOMM_OFF ? why : "");
   printf("communicators: tp %d, dp %d, pp %d ranks each; embedding group %d (first/last stage)\n",
          all[0].tp_size, all[0].dp_size, all[0].pp_size, all[0].embed_size);
+  print_nodes(g, all, cuda);
   td_model_dims dm;
   td_config_dims(cfg, &dm);
   printf("\n# model: %s, %lld layers, dim %lld, %lld heads", cfg->model_arch,

@@ -551,6 +551,28 @@ static void writer_free(td_ckpt_writer *w) {
   td_free(w);
 }
 
+/* Whether this rank can create a file in dir: a probe file
+ * "<dir>/.probe.<step>.<rank>", created and removed. The error names this
+ * rank's node (MPI_Get_processor_name). Not collective. */
+static td_status probe_dir(const char *dir, int64_t step, int rank) {
+  char path[TD_CKPT_PATH_MAX + 64];
+  snprintf(path, sizeof path, "%s/.probe.%lld.%d", dir, (long long)step, rank);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd >= 0) {
+    close(fd);
+    unlink(path);
+    return TD_OK;
+  }
+  int e = errno;
+  char host[MPI_MAX_PROCESSOR_NAME] = "?";
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  return td_error_set(TD_ERR_IO, __FILE__, __LINE__, __func__,
+                      "checkpoint of step %lld not saved: the checkpoint folder %s cannot be "
+                      "written on node %s (rank %d): %s; no rank saved, the previous checkpoint "
+                      "is kept", (long long)step, dir, host, rank, strerror(e));
+}
+
 td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
                              td_ckpt_writer **out) {
   td_status st = TD_OK;
@@ -581,6 +603,11 @@ td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
     TD_CHECK_GOTO(td_agree(w->comm, st));
     snprintf(cc->made_dir, sizeof cc->made_dir, "%s", dir);
   }
+  /* every rank can write the folder, or none starts: a folder that one
+   * node cannot write (or see: a parallel file system not mounted there)
+   * fails the save on every rank with the node named, before the file is
+   * created and with `latest` untouched */
+  TD_CHECK_GOTO(td_agree(w->comm, probe_dir(dir, step, w->rank)));
   w->dxpl = make_dxpl();
   w->dxpl_ind = make_dxpl_mode(H5FD_MPIO_INDEPENDENT);
   if (w->dxpl < 0)

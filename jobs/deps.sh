@@ -68,7 +68,7 @@ td_mpi || return 2 2>/dev/null || exit 2
 
 TD_BUILD_PACKAGES="cmake make gcc g++ pkg-config $TD_MPI_PACKAGES hdf5-tools \
 libyaml-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libutf8proc-dev libcjson-dev"
-TD_TEST_PACKAGES="python3-torch python3-numpy python3-h5py python3-regex slurm-wlm munge \
+TD_TEST_PACKAGES="python3-torch python3-numpy python3-h5py python3-regex slurm-wlm munge iproute2 \
 python3-protobuf protobuf-compiler python3-crcmod python3-matplotlib"
 
 # td_mpi_cmake_args — prints the CMake arguments naming $TD_MPI's tools, one
