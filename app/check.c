@@ -34,6 +34,7 @@ typedef struct {
   int gpu, gpus; /* run.device: cuda: the GPU this rank drives (-1: none), of the node's visible */
   char host[64];
   td_mem_plan mem;
+  int64_t dev_plain; /* optimizer.offload: the device bytes the same rank allocates without it */
   int tp_size, dp_size, pp_size, embed_size;
 } rank_info;
 
@@ -45,7 +46,7 @@ static int64_t mem_total(const td_mem_plan *m) {
 static void print_json(const rank_info *all, int n) {
   static const char *const keys[] = {"param_bytes", "grad_bytes", "optim_bytes", "work_bytes",
                                      "act_bytes", "total_bytes"};
-  int64_t mx[6] = {0};
+  int64_t mx[6] = {0}, hmx = 0;
   printf("{\"ranks\": [");
   for (int i = 0; i < n; ++i) {
     const td_mem_plan *m = &all[i].mem;
@@ -56,11 +57,12 @@ static void print_json(const rank_info *all, int n) {
       printf(", \"%s\": %lld", keys[j], (long long)v[j]);
       if (v[j] > mx[j]) mx[j] = v[j];
     }
-    printf("}");
+    printf(", \"host_bytes\": %lld}", (long long)m->host); /* optimizer.offload's state */
+    if (m->host > hmx) hmx = m->host;
   }
   printf("],\n \"max\": {");
   for (int j = 0; j < 6; ++j) printf("%s\"%s\": %lld", j ? ", " : "", keys[j], (long long)mx[j]);
-  printf("}}\n");
+  printf(", \"host_bytes\": %lld}}\n", (long long)hmx);
 }
 
 /* Groups of kind ('t', 'd', 'p') that lie inside node n, of all such groups:
@@ -141,6 +143,14 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   TD_CHECK_GOTO(td_trainer_node_place(app, &local_rank, &local_size));
   TD_CHECK_GOTO(td_trainer_dcomm_kind(app, cfg, local_size, &dcomm, why, sizeof why));
   if (st == TD_OK) st = td_trainer_plan(cfg, g, dcomm, &me.mem);
+  int offload = strcmp(cfg->optimizer_offload, "cpu") == 0;
+  if (st == TD_OK && offload) { /* the same rank without offload: what moves */
+    td_config plain = *cfg;
+    td_mem_plan pm;
+    snprintf(plain.optimizer_offload, sizeof plain.optimizer_offload, "none");
+    st = td_trainer_plan(&plain, g, dcomm, &pm);
+    me.dev_plain = mem_total(&pm);
+  }
   TD_CHECK_GOTO(td_agree(app->world, st));
   me.rank = g->rank, me.dp = g->dp_rank, me.tp = g->tp_rank, me.pp = g->pp_rank;
   int len = 0;
@@ -243,6 +253,28 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
          : zero == 2 ? " (unit gradients, reduce-scatter shares)" : " (none)",
          (long long)all[0].mem.live_micro, cfg->parallel_virtual_stages > 1 ? "chunk " : "",
          all[0].mem.live_micro == 1 ? "" : "es");
+  if (offload) {
+    /* the rank whose device memory is largest: its host state and what moved */
+    const rank_info *x = &all[0];
+    for (int i = 1; i < app->size; ++i)
+      if (mem_total(&all[i].mem) > mem_total(&x->mem)) x = &all[i];
+    int64_t dev = mem_total(&x->mem), moved = x->dev_plain - dev;
+    int64_t owned = zero == 0 ? x->mem.params_local
+                              : (x->mem.params_local + cfg->parallel_dp - 1) / cfg->parallel_dp;
+    char hb[32], db[32], pb[32], mb[32];
+    human_bytes((double)x->mem.host, hb, sizeof hb);
+    human_bytes((double)dev, db, sizeof db);
+    human_bytes((double)x->dev_plain, pb, sizeof pb);
+    human_bytes((double)moved, mb, sizeof mb);
+    printf("offload: optimizer.offload = cpu: device %s (without offload %s: %s, %.1f bytes per "
+           "owned parameter, moved off the device); host %s pinned for the optimizer (fp32 "
+           "masters, AdamW moments, a copy of the owned gradients%s: %.1f bytes per owned "
+           "parameter); AdamW runs on the CPU, each step copies the owned gradients to the host "
+           "and the updated %s parameters back\n",
+           db, pb, mb, owned > 0 ? (double)moved / (double)owned : 0.0, hb,
+           bf16 ? ", their bf16 upload buffer" : "",
+           owned > 0 ? (double)x->mem.host / (double)owned : 0.0, bf16 ? "bf16" : "fp32");
+  }
   if (cfg->parallel_pp > 1) {
     td_sched_sim sim;
     TD_CHECK_GOTO(td_pipe_predict(cfg, &sim));

@@ -135,9 +135,11 @@ static td_status save_impl(td_trainer *t, char *path_out, size_t cap) {
   td_zero_owned(t->zero, &ob, &oe);
   size_t nown = (size_t)(oe > ob ? oe - ob : 1);
   double t0 = td_now();
-  /* Host back-ends write straight from their buffers; device back-ends
-   * stage through one host buffer kept for every save (no page faults). */
-  if (!k->host_memory && !t->ckpt_stage)
+  /* Host back-ends (and the optimizer's offloaded state) write straight
+   * from their buffers; device back-ends stage through one host buffer kept
+   * for every save (no page faults). */
+  int on_host = td_zero_state_on_host(t->zero);
+  if (!on_host && !t->ckpt_stage)
     TD_CHECK(td_alloc((void **)&t->ckpt_stage, nown * sizeof(float), "checkpoint staging"));
   host = t->ckpt_stage;
   TD_CHECK_GOTO(td_ckpt_save_begin(t->app->world, c->checkpoint_dir, t->step, &w));
@@ -157,7 +159,7 @@ static td_status save_impl(td_trainer *t, char *path_out, size_t cap) {
                    td_zero_owned_exp_avg_sq(t->zero)};
   for (int which = 0; which < 3; ++which) {
     const float *from = src[which];
-    if (!k->host_memory && oe > ob) {
+    if (!on_host && oe > ob) {
       TD_CHECK_GOTO(k->to_host(k, host, src[which], (size_t)(oe - ob) * sizeof(float)));
       from = host;
     }
@@ -336,7 +338,9 @@ static td_status load_impl(td_trainer *t, const char *path, int load_optim) {
       st = read_group(t, r, prefix[which], lo, hi, host, verify);
       if (st == TD_OK) st = td_ckpt_read_finish(r);
       if (st == TD_OK) st = check_values(t, path, prefix[which], lo, hi, host, which == 1);
-      if (st == TD_OK && hi > lo)
+      if (st == TD_OK && hi > lo && td_zero_state_on_host(t->zero)) /* host back-end, offload */
+        memcpy(mv[which], host, (size_t)(hi - lo) * sizeof(float));
+      else if (st == TD_OK && hi > lo)
         st = k->to_device(k, mv[which], host, (size_t)(hi - lo) * sizeof(float));
       /* before the next group's reads, which every rank must make */
       TD_CHECK_GOTO(td_agree(t->app->world, st));

@@ -707,6 +707,10 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
             (long long)cfg->training_steps);
   if (cfg->data_train[0] == '\0')
     TD_FAIL(TD_ERR_DECK, "%s: data.train is empty", WHERE(data, train));
+  if (strcmp(cfg->optimizer_offload, "cpu") == 0 && strcmp(cfg->run_device, "cuda") != 0)
+    TD_FAIL(TD_ERR_DECK, "%s: optimizer.offload = cpu moves the optimizer from a device to the "
+            "host, and needs a device: run.device is %s (set run.device: cuda, or "
+            "optimizer.offload: none)", WHERE(optimizer, offload), cfg->run_device);
   return check_sizes(cfg, mk);
 }
 

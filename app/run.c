@@ -111,7 +111,8 @@ static td_status dump_begin(td_trainer *t, dump_state *d) {
   TD_CHECK(td_h5_attr_write_i64(f, "tie_embeddings", dm.tied));
   TD_CHECK(td_h5_attr_write_f64(f, "norm_eps", c->model_norm_eps));
   TD_CHECK(td_h5_attr_write_f64(f, "rope_theta", c->model_rope_theta));
-  TD_CHECK(dump_tensors(t, f, "/model", td_zero_owned_params(t->zero), 0));
+  TD_CHECK(dump_tensors(t, f, "/model", td_zero_owned_params(t->zero),
+                        td_zero_state_on_host(t->zero)));
   TD_CHECK(td_alloc((void **)&t->grad_snapshot, (size_t)t->model->reg->total_local * sizeof(float),
                     "gradient snapshot"));
   return TD_OK;
@@ -274,10 +275,10 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
    * trident check prints, from the same code: t->mem), in one reduction */
   const td_mem_plan *mem = &t->mem;
   int64_t dev = t->k->device_peak ? (int64_t)t->k->device_peak(t->k) : 0;
-  int64_t mine[8] = {peak_rss_bytes(), (int64_t)cb, mem->param, mem->grad, mem->optim,
-                     mem->work, mem->act, dev}, mx[8];
+  int64_t mine[9] = {peak_rss_bytes(), (int64_t)cb, mem->param, mem->grad, mem->optim,
+                     mem->work, mem->act, dev, mem->host}, mx[9];
   MPI_Request r = MPI_REQUEST_NULL;
-  TD_MPI_CHECK(td_watched(MPI_Iallreduce(mine, mx, 8, MPI_INT64_T, MPI_MAX, t->app->world, &r),
+  TD_MPI_CHECK(td_watched(MPI_Iallreduce(mine, mx, 9, MPI_INT64_T, MPI_MAX, t->app->world, &r),
                           "MPI_Allreduce (metrics)", t->app->world, &r));
   int64_t rss_max = mx[0], *zmax = mx + 2;
   double cbmax = (double)mx[1];
@@ -334,6 +335,7 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
             (long long)zmax[0], (long long)zmax[1], (long long)zmax[2], (long long)zmax[3],
             (long long)zmax[4]);
     if (mx[7] > 0) fprintf(t->metrics, ", \"device_mem_bytes\": %lld", (long long)mx[7]);
+    if (mx[8] > 0) fprintf(t->metrics, ", \"host_optim_bytes\": %lld", (long long)mx[8]);
     if (pp > 1 && pp <= 256) {
       fprintf(t->metrics, ", \"pp_idle\": [");
       for (int i = 0; i < pp; ++i) fprintf(t->metrics, "%s%.4f", i ? ", " : "", fr[i]);
@@ -370,6 +372,7 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
     TB("memory/workspace(GiB)", (double)zmax[3] / gib);
     TB("memory/activations(GiB)", (double)zmax[4] / gib);
     if (mx[7] > 0) TB("memory/device_peak(GiB)", (double)mx[7] / gib);
+    if (mx[8] > 0) TB("memory/host_optimizer(GiB)", (double)mx[8] / gib);
     TB("comm/MiB", cbmax / (1024.0 * 1024.0));
     TB("comm/ms", cms);
     if (pp > 1 && pp <= 256) {
@@ -477,7 +480,8 @@ td_status td_trainer_run(td_trainer *t) {
       d.losses[s] = loss, d.norms[s] = norm, d.lrs[s] = lr;
       if (s == 0) {
         TD_CHECK_GOTO(dump_tensors(t, d.file, "/grad", t->grad_snapshot, 1));
-        TD_CHECK_GOTO(dump_tensors(t, d.file, "/model_after", td_zero_owned_params(t->zero), 0));
+        TD_CHECK_GOTO(dump_tensors(t, d.file, "/model_after", td_zero_owned_params(t->zero),
+                                   td_zero_state_on_host(t->zero)));
       }
     }
     if (pause_ms > 0) test_pause(pause_ms);

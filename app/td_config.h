@@ -84,6 +84,9 @@
   X(optimizer, betas, FLOATS, "[0.9, 0.95]", 0, 0.999999999, NULL, TD_F_LEN2, "AdamW betas [b1, b2]") \
   X(optimizer, eps, FLOAT, "1.0e-8", 1.0e-30, 1, NULL, 0, "AdamW epsilon")                    \
   X(optimizer, weight_decay, FLOAT, "0.0", 0, 100, NULL, 0, "decoupled weight decay (2-D weights only)") \
+  X(optimizer, offload, STR, "none", 0, 0, "none|cpu", 0,                                    \
+    "cpu: fp32 master weights and AdamW moments in host memory, AdamW on the CPU "          \
+    "(run.device: cuda only; the same numbers, 12 bytes per parameter off the device in bf16)") \
   X(schedule, warmup, INT, "0", 0, TD_BIG, NULL, 0, "linear warm-up steps")                   \
   X(schedule, decay, STR, "cosine", 0, 0, "cosine|linear|constant", 0, "decay after warm-up") \
   X(schedule, min_lr, FLOAT, "0.0", 0, 100, NULL, 0, "learning rate at the last step")          \

@@ -26,6 +26,8 @@
  * act. */
 typedef struct td_mem_plan {
   int64_t param, grad, optim, work, act;
+  int64_t host;         /* optimizer.offload: the optimizer's state in host memory (not in
+                           the five above; td_zero_host_bytes) */
   int64_t params_local; /* parameters of this rank's shard (td_trainer_plan) */
   int64_t live_micro;   /* activation slots (micro-batches alive at once) */
 } td_mem_plan;
@@ -35,6 +37,7 @@ typedef struct td_trainer {
   td_config cfg;
   td_grid *grid;
   td_kernels *k;
+  td_kernels *hk;      /* optimizer.offload: the CPU back-end AdamW runs on, else NULL */
   td_model *model;
   td_zero *zero;       /* parameters, gradients, moments (ZeRO stage 0–3) */
   td_pipe *pipe;       /* micro-batch schedule over the pipeline stages */

@@ -232,6 +232,7 @@ static td_status zero_opts(const td_config *c, const td_grid *g, const td_model 
   o->pt = m->pt;
   /* for the size query (with a back-end the engine decides from k and o->dcomm) */
   o->staged = m->staged && dcomm == TD_DCOMM_OFF;
+  o->offload = strcmp(c->optimizer_offload, "cpu") == 0; /* the host back-end: create_zero */
   return TD_OK;
 }
 
@@ -248,6 +249,7 @@ static td_status model_slots(const td_config *c, const td_grid *g, int **out) {
 static void mem_of(const td_config *c, const td_grid *g, const td_model *m, const td_zero *z,
                    td_mem_plan *mem) {
   td_zero_bytes(z, &mem->param, &mem->grad, &mem->optim, &mem->work);
+  mem->host = td_zero_host_bytes(z);
   mem->act = (int64_t)m->act_bytes + td_pipe_bytes(g->pp, g->pp_rank, m->nchunks, m->nslots,
                                                    m->B * c->model_seq_len, c->model_dim,
                                                    m->staged && !m->dcomm);
@@ -337,6 +339,10 @@ static td_status create_zero(td_trainer *t) {
   td_zero_opts o;
   TD_CHECK_GOTO(zero_opts(c, t->grid, m, t->dcomm, &o, &tens));
   o.dcomm = t->dc_dp;
+  if (o.offload) { /* AdamW on the host: the CPU back-end's kernel and threads */
+    TD_CHECK_GOTO(td_kernels_cpu_create(t->threads, &t->hk));
+    o.host = t->hk;
+  }
   TD_CHECK_GOTO(td_zero_create(&o, t->k, &t->stats, &t->zero));
   TD_CHECK_GOTO(td_alloc((void **)&host, (size_t)r->total_local * sizeof(float), "initial parameters"));
   td_registry_init_params(r, c, host);
@@ -442,6 +448,7 @@ void td_trainer_destroy(td_trainer **tp) {
   if (td_error_alone()) return;
   td_pipe_destroy(&t->pipe);
   td_zero_destroy(&t->zero);
+  td_kernels_destroy(&t->hk);
   td_model_destroy(&t->model);
   td_dcomm_destroy(&t->dc_dp);
   td_dcomm_destroy(&t->dc_tp);

@@ -45,7 +45,20 @@ struct td_kernels {
   td_status (*alloc)(td_kernels *k, void **out, size_t bytes, const char *what);
   void (*free)(td_kernels *k, void *p);
   td_status (*zero)(td_kernels *k, void *p, size_t bytes);
+  /* Host memory the device copies to and from at full speed (pinned,
+   * page-locked: cudaMallocHost), zeroed; NULL for a back-end in host memory
+   * (callers then use td_alloc / td_free). A to_device from it may still be
+   * reading it after the call returns: sync before writing it again. */
+  td_status (*host_alloc)(td_kernels *k, void **out, size_t bytes, const char *what);
+  void (*host_free)(td_kernels *k, void *p);
   td_status (*to_host)(td_kernels *k, void *dst_host, const void *src, size_t bytes);
+  /* dst (host_alloc memory) = src, copied once the work queued so far is
+   * done, without waiting for it (a copy stream: the copy overlaps the work
+   * queued after it); src must not change and dst must not be read before
+   * host_wait, which waits for every such copy. NULL: not available (a
+   * back-end in host memory; use to_host). */
+  td_status (*to_host_async)(td_kernels *k, void *dst_host, const void *src, size_t bytes);
+  td_status (*host_wait)(td_kernels *k);
   td_status (*to_device)(td_kernels *k, void *dst, const void *src_host, size_t bytes);
   td_status (*sync)(td_kernels *k); /* wait until queued work is done */
   /* dst = src converted, n elements (bf16: round to nearest even). */

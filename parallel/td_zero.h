@@ -71,6 +71,14 @@ typedef struct td_zero_opts {
   int staged;              /* size query only (k == NULL): the back-end's memory is not host
                               memory, so count the host staging buffers (with a back-end,
                               !k->host_memory decides) */
+  int offload;             /* optimizer offload (optimizer.offload: cpu): the fp32 master
+                              parameters, the AdamW moments and a copy of the owned
+                              gradients live in host memory (pinned where k has host_alloc),
+                              AdamW runs there on `host` and the updated parameters go back
+                              to the device in type pt; the device keeps no fp32 parameters
+                              in bf16 (only the working copy) and no moments */
+  td_kernels *host;        /* offload: the CPU back-end that runs AdamW and the bf16 casts on
+                              the host (not owned; NULL for a size query) */
 } td_zero_opts;
 
 typedef struct td_zero td_zero;
@@ -85,8 +93,9 @@ void td_zero_destroy(td_zero **z);
 /* Set the parameters from a full local host buffer of n floats (every rank
  * passes the same values; stage 3 keeps its shard). */
 td_status td_zero_set_params(td_zero *z, const float *host);
-/* The full parameter buffer (stages 0–2; NULL at stage 3) and the full
- * gradient buffer (stages 0–1; NULL at stages 2–3). */
+/* The full parameter buffer (stages 0–2; NULL at stage 3 and with offload
+ * in bf16, where the device holds only the bf16 copy) and the full gradient
+ * buffer (stages 0–1; NULL at stages 2–3). */
 float *td_zero_params_full(td_zero *z);
 float *td_zero_grads_full(td_zero *z);
 /* This rank's shard [begin, end) of the local space (clipped to n) and the
@@ -94,6 +103,10 @@ float *td_zero_grads_full(td_zero *z);
  * one; checkpoints write it, so replicated data is written once, spread over
  * the replicas. */
 void td_zero_owned(const td_zero *z, int64_t *begin, int64_t *end);
+/* 1 if the owned parameters and the moments below are host memory (a
+ * back-end in host memory, or opts.offload), 0 if they are the back-end's
+ * device memory (copy with k->to_host / k->to_device). */
+int td_zero_state_on_host(const td_zero *z);
 float *td_zero_owned_params(td_zero *z);
 float *td_zero_owned_grads(td_zero *z); /* valid after td_zero_finish_grads */
 float *td_zero_owned_exp_avg(td_zero *z);
@@ -154,6 +167,11 @@ td_status td_zero_gather_params(td_zero *z);
  * of its buffer and one of this rank's part of a unit, and at dp > 1 one of
  * the full buffer (stages 0–2) and of the gradient shard (stage 1)). */
 void td_zero_bytes(const td_zero *z, int64_t *param, int64_t *grad, int64_t *optim, int64_t *work);
+/* Offload: the bytes of host memory holding the optimizer's state (fp32
+ * master parameters, the two moments, the owned gradients' host copy and the
+ * bf16 upload buffer); 0 without offload. Not part of td_zero_bytes, which
+ * counts the back-end's memory (and the MPI staging copies). */
+int64_t td_zero_host_bytes(const td_zero *z);
 /* Stages 2–3: the smallest number of gradient reductions launched between a
  * block slot's launch and its reuse (INT64_MAX if none was reused). With the
  * oldest slot reused first it is at least TD_ZERO_BLOCK_SLOTS; 1 would mean a

@@ -15,7 +15,22 @@
  * and no host waits. Each call returns a ticket; the place that waits for an
  * MPI request joins the ticket instead (the back-end's queue waits for the
  * call), so the kernels that read a result, or overwrite a buffer a call
- * reads, are queued behind it. */
+ * reads, are queued behind it.
+ *
+ * Offload (opts.offload). The fp32 masters of the owned range, both moments
+ * and a host copy of the owned gradients live in host memory (pinned where
+ * the back-end has host_alloc); the device keeps its working parameters
+ * (fp32, or in bf16 only the bf16 copy) and the gradients. At the optimizer
+ * step the owned gradients come to the host (stages 2–3: unit by unit during
+ * the backward pass, on the back-end's copy stream, as each unit's last
+ * reduction lands: finish_grad_slot), the CPU back-end's AdamW
+ * (opts.host, its threads) updates the masters and moments there, and the
+ * owned parameters go back in the working precision, rounded on the host by
+ * the CPU's cast (round to nearest even, as the device's): stages 1–2 then
+ * all-gather them on the device as before (in bf16, the bf16 copy: half the
+ * bytes). The CPU's and the CUDA back-end's AdamW are the same arithmetic
+ * (kernels/cuda/adamw.cu), so the numbers are those of a run without
+ * offload, bit for bit. */
 #include "parallel/td_zero.h"
 
 #include <limits.h>
@@ -47,6 +62,7 @@ typedef struct {
                         received (of recv), parameters the part sent */
   int64_t recv_off;  /* where recv goes in the gradient shard */
   int recv_n;
+  int last;          /* gradients: launched in the step's last micro-batch (its share is final) */
 } slot;
 
 /* Stages 0–1: a reduction in flight and, when staging, the copy back to the
@@ -60,7 +76,7 @@ typedef struct {
 } reduction;
 
 /* What the engine allocates, by kind (td_zero_bytes). */
-enum { ZB_PARAM, ZB_GRAD, ZB_OPTIM, ZB_WORK, ZB_KINDS };
+enum { ZB_PARAM, ZB_GRAD, ZB_OPTIM, ZB_WORK, ZB_HOST, ZB_KINDS };
 
 struct td_zero {
   td_zero_opts o;
@@ -93,6 +109,14 @@ struct td_zero {
   int64_t bytes[ZB_KINDS];  /* allocated (or, for a size query, planned) */
   int64_t launches;         /* gradient reductions launched (slot ages) */
   int64_t reuse_min;        /* smallest launches − seq of a reused block slot */
+  /* offload (o.offload): host state over the local range [hb, hb + hn) */
+  int off;
+  td_kernels *hk;  /* the CPU back-end doing the host's arithmetic (o.host) */
+  int64_t hb, hn;
+  float *hp, *hm, *hv, *hg; /* fp32 masters, moments, the owned gradients' copy */
+  void *h16;                /* bf16: the working copy of the owned range, uploaded */
+  int streamed;             /* stages 2–3: this step's owned gradients are on their way to hg,
+                               unit by unit (k->to_host_async), as their last reduction lands */
   int *ucounts;  /* (nunits, dp): elements of unit u in dp rank r's shard */
   int *udispls;  /* (nunits, dp): where they start inside the unit */
 };
@@ -152,6 +176,23 @@ static td_status halloc(td_zero *z, void **p, size_t bytes, const char *what) {
   z->bytes[ZB_WORK] += (int64_t)bytes;
   if (!z->k) return TD_OK;
   return td_alloc(p, bytes, what);
+}
+
+/* Offload: host memory for the optimizer's state (pinned when the back-end
+ * has it), counted apart from the back-end's memory (ZB_HOST). */
+static td_status oalloc(td_zero *z, float **p, size_t bytes, const char *what) {
+  z->bytes[ZB_HOST] += (int64_t)bytes;
+  if (!z->k) return TD_OK;
+  if (z->k->host_alloc) return z->k->host_alloc(z->k, (void **)p, bytes, what);
+  return td_alloc((void **)p, bytes, what);
+}
+
+static void ofree(td_zero *z, void *p) {
+  if (!p) return;
+  if (z->k->host_alloc)
+    z->k->host_free(z->k, p);
+  else
+    td_free(p);
 }
 
 /* The unit whose gradients accumulate over the step (opts.step_accum). */
@@ -232,14 +273,33 @@ td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *st
   int stage = o->stage;
   size_t full = (size_t)z->npad * sizeof(float), shard = (size_t)z->S * sizeof(float);
   z->psz = td_dtype_size(o->pt);
-  TD_CHECK_GOTO(zalloc(z, &z->params, stage < 3 ? full : shard, ZB_PARAM, "parameters"));
+  z->off = o->offload;
+  z->hk = o->host;
+  if (z->off && k && !z->hk)
+    TD_FAIL_GOTO(TD_ERR_INTERNAL, "ZeRO engine: offload without a host back-end");
+  /* offload in bf16: the device keeps only the bf16 working copy */
+  if (!(z->off && o->pt == TD_DTYPE_BF16))
+    TD_CHECK_GOTO(zalloc(z, &z->params, stage < 3 ? full : shard, ZB_PARAM, "parameters"));
   if (o->pt == TD_DTYPE_BF16)
     TD_CHECK_GOTO(zalloc(z, (float **)&z->p16, (stage < 3 ? full : shard) / 2, ZB_PARAM,
                          "bf16 working copy of the parameters"));
   if (stage < 2) TD_CHECK_GOTO(zalloc(z, &z->grads, full, ZB_GRAD, "gradients"));
   if (stage >= 1) TD_CHECK_GOTO(zalloc(z, &z->gshard, shard, ZB_GRAD, "gradient shard"));
-  TD_CHECK_GOTO(zalloc(z, &z->m, stage == 0 ? full : shard, ZB_OPTIM, "AdamW first moments"));
-  TD_CHECK_GOTO(zalloc(z, &z->v, stage == 0 ? full : shard, ZB_OPTIM, "AdamW second moments"));
+  if (z->off) { /* stage 0: the whole local space; else the owned range */
+    z->hb = stage == 0 ? 0 : z->own_b;
+    z->hn = stage == 0 ? z->npad : z->S;
+    size_t hbytes = (size_t)z->hn * sizeof(float);
+    TD_CHECK_GOTO(oalloc(z, &z->hp, hbytes, "fp32 master parameters (host, offload)"));
+    TD_CHECK_GOTO(oalloc(z, &z->hm, hbytes, "AdamW first moments (host, offload)"));
+    TD_CHECK_GOTO(oalloc(z, &z->hv, hbytes, "AdamW second moments (host, offload)"));
+    TD_CHECK_GOTO(oalloc(z, &z->hg, hbytes, "owned gradients (host, offload)"));
+    if (o->pt == TD_DTYPE_BF16)
+      TD_CHECK_GOTO(oalloc(z, (float **)&z->h16, hbytes / 2,
+                           "bf16 parameters on their way to the device (host, offload)"));
+  } else {
+    TD_CHECK_GOTO(zalloc(z, &z->m, stage == 0 ? full : shard, ZB_OPTIM, "AdamW first moments"));
+    TD_CHECK_GOTO(zalloc(z, &z->v, stage == 0 ? full : shard, ZB_OPTIM, "AdamW second moments"));
+  }
   /* working buffers: slots 0 and 1 for the persistent units, then block slots */
   z->nslots = stage >= 2 ? 2 + TD_ZERO_BLOCK_SLOTS : 0;
   for (int i = 0; i < z->nslots; ++i) {
@@ -310,6 +370,9 @@ void td_zero_destroy(td_zero **zp) {
   void *bufs[] = {z->params, z->grads, z->gshard, z->m, z->v, z->p16};
   for (int i = 0; i < 6; ++i)
     if (z->k && bufs[i]) z->k->free(z->k, bufs[i]);
+  void *hbufs[] = {z->hp, z->hm, z->hv, z->hg, z->h16};
+  for (int i = 0; i < 5; ++i)
+    if (z->k) ofree(z, hbufs[i]);
   free(z->ucounts);
   free(z->udispls);
   free(z->scounts);
@@ -322,14 +385,57 @@ void td_zero_destroy(td_zero **zp) {
 
 /* The bf16 working copy after the masters changed (no-op in float32). */
 static td_status refresh16(td_zero *z) {
-  if (!z->p16) return TD_OK;
+  if (!z->p16 || !z->params) return TD_OK; /* offload in bf16: uploaded in bf16 */
   int64_t n = z->o.stage < 3 ? z->npad : z->S;
   return z->k->cast(z->k, z->p16, TD_DTYPE_BF16, z->params, TD_DTYPE_F32, n);
+}
+
+/* Offload in bf16: the device's working copy at element `at` (of its
+ * buffer) = n floats of host src rounded to bf16 on the host, through h16 in
+ * pieces of hn. */
+static td_status upload16(td_zero *z, int64_t at, const float *src, int64_t n) {
+  for (int64_t off = 0; off < n; off += z->hn) {
+    int64_t c = imin(n - off, z->hn);
+    TD_CHECK(z->hk->cast(z->hk, z->h16, TD_DTYPE_BF16, src + off, TD_DTYPE_F32, c));
+    TD_CHECK(z->k->to_device(z->k, (char *)z->p16 + (size_t)(at + off) * 2, z->h16,
+                             (size_t)c * 2));
+    TD_CHECK(z->k->sync(z->k)); /* h16 is rewritten next: the copy may still read it */
+  }
+  return TD_OK;
+}
+
+/* Offload: elements of the owned range on the host (stage 0: all n) and where
+ * its first one sits in the device's parameter buffers. */
+static int64_t off_count(const td_zero *z) {
+  return z->o.stage == 0 ? z->o.n : imax(z->own_e - z->own_b, 0);
+}
+static int64_t off_dev_at(const td_zero *z) {
+  return z->o.stage < 3 ? z->hb : 0;
+}
+
+/* Offload: the owned masters to the device's working parameters (fp32, or
+ * rounded to bf16 on the host); stages 1–2 gather the rest afterwards. */
+static td_status offload_upload(td_zero *z) {
+  int64_t c = off_count(z), at = off_dev_at(z);
+  if (c == 0) return TD_OK;
+  if (!z->params) return upload16(z, at, z->hp, c);
+  TD_CHECK(z->k->to_device(z->k, z->params + at, z->hp, (size_t)c * sizeof(float)));
+  return z->k->sync(z->k); /* hp is rewritten by the next step's AdamW */
 }
 
 td_status td_zero_set_params(td_zero *z, const float *host) {
   td_kernels *k = z->k;
   for (int i = 0; i < z->nslots; ++i) z->pslots[i].valid = 0; /* gathered copies are stale */
+  if (z->off) {
+    int64_t c = off_count(z);
+    memset(z->hp, 0, (size_t)z->hn * sizeof(float));
+    if (c > 0) memcpy(z->hp, host + z->hb, (size_t)c * sizeof(float));
+    if (!z->params) { /* bf16: only the working copy on the device */
+      if (z->o.stage < 3) return upload16(z, 0, host, z->o.n);
+      TD_CHECK(k->zero(k, z->p16, (size_t)z->S * 2));
+      return upload16(z, 0, host + z->own_b, off_count(z));
+    }
+  }
   if (z->o.stage < 3) {
     TD_CHECK(k->to_device(k, z->params, host, (size_t)z->o.n * sizeof(float)));
     return refresh16(z);
@@ -343,13 +449,23 @@ td_status td_zero_set_params(td_zero *z, const float *host) {
 float *td_zero_params_full(td_zero *z) { return z->o.stage < 3 ? z->params : NULL; }
 float *td_zero_grads_full(td_zero *z) { return z->o.stage < 2 ? z->grads : NULL; }
 void td_zero_owned(const td_zero *z, int64_t *b, int64_t *e) { *b = z->own_b, *e = z->own_e; }
-float *td_zero_owned_params(td_zero *z) { return z->o.stage < 3 ? z->params + z->own_b : z->params; }
+int td_zero_state_on_host(const td_zero *z) { return z->off || (z->k && z->k->host_memory); }
+float *td_zero_owned_params(td_zero *z) {
+  if (z->off) return z->o.stage == 0 ? z->hp + z->own_b : z->hp;
+  return z->o.stage < 3 ? z->params + z->own_b : z->params;
+}
 float *td_zero_owned_grads(td_zero *z) { return z->o.stage == 0 ? z->grads + z->own_b : z->gshard; }
-float *td_zero_owned_exp_avg(td_zero *z) { return z->o.stage == 0 ? z->m + z->own_b : z->m; }
-float *td_zero_owned_exp_avg_sq(td_zero *z) { return z->o.stage == 0 ? z->v + z->own_b : z->v; }
+float *td_zero_owned_exp_avg(td_zero *z) {
+  float *m = z->off ? z->hm : z->m;
+  return z->o.stage == 0 ? m + z->own_b : m;
+}
+float *td_zero_owned_exp_avg_sq(td_zero *z) {
+  float *v = z->off ? z->hv : z->v;
+  return z->o.stage == 0 ? v + z->own_b : v;
+}
 
 void td_zero_moments(td_zero *z, float **m, float **v, int64_t *b, int64_t *e) {
-  *m = z->m, *v = z->v;
+  *m = z->off ? z->hm : z->m, *v = z->off ? z->hv : z->v;
   *b = z->o.stage == 0 ? 0 : z->own_b;
   *e = z->o.stage == 0 ? z->o.n : z->own_e;
 }
@@ -358,6 +474,8 @@ void td_zero_bytes(const td_zero *z, int64_t *param, int64_t *grad, int64_t *opt
   *param = z->bytes[ZB_PARAM], *grad = z->bytes[ZB_GRAD];
   *optim = z->bytes[ZB_OPTIM], *work = z->bytes[ZB_WORK];
 }
+
+int64_t td_zero_host_bytes(const td_zero *z) { return z->bytes[ZB_HOST]; }
 
 int64_t td_zero_slot_reuse_min(const td_zero *z) { return z->reuse_min; }
 
@@ -454,6 +572,9 @@ static td_status finish_grad_slot(td_zero *z, slot *s) {
     TD_CHECK(z->k->to_device(z->k, s->recv, s->hpart, (size_t)s->recv_n * sizeof(float)));
   if (s->recv_n > 0)
     TD_CHECK(z->k->add(z->k, z->gshard + s->recv_off, z->gshard + s->recv_off, s->recv, s->recv_n));
+  if (z->streamed && s->last && s->recv_n > 0) /* final: to the host while backward goes on */
+    TD_CHECK(z->k->to_host_async(z->k, z->hg + s->recv_off, z->gshard + s->recv_off,
+                                 (size_t)s->recv_n * sizeof(float)));
   return TD_OK;
 }
 
@@ -491,6 +612,7 @@ static td_status launch_grad_slot(td_zero *z, int u, slot *s) {
   s->recv_n = hi > lo ? (int)(hi - lo) : 0;
   s->recv_off = hi > lo ? lo - (int64_t)z->rank * z->S : 0;
   s->pending = 1;
+  s->last = z->last_micro;
   s->seq = z->launches++;
   if (z->dc) {
     TD_CHECK(td_dcomm_reduce_scatterv(z->dc, s->buf, s->recv, UCOUNTS(z, u), UDISPLS(z, u),
@@ -597,6 +719,9 @@ td_status td_zero_begin_step(td_zero *z, int64_t micro) {
   z->micro = micro;
   z->last_micro = micro <= 1;
   z->step_started = 0;
+  /* offload at stages 2–3: each unit's owned gradients leave the device as
+   * soon as they are final (finish_grad_slot), on the copy stream */
+  z->streamed = z->off && z->o.stage >= 2 && k->to_host_async && k->host_wait;
   return TD_OK;
 }
 
@@ -751,14 +876,59 @@ td_status td_zero_grad_sumsq_tensors(td_zero *z, double *per) {
 }
 
 td_status td_zero_scale_grads(td_zero *z, float s) {
+  if (z->streamed) { /* the copies read the shard: let them land, copy again after */
+    TD_CHECK(z->k->host_wait(z->k));
+    z->streamed = 0;
+  }
   if (z->o.stage == 0) return z->k->scale(z->k, z->grads, s, z->npad);
   return z->k->scale(z->k, z->gshard, s, z->S);
+}
+
+#define OFFLOAD_PIECE ((int64_t)1 << 20) /* elements updated and uploaded at a time */
+
+static td_status gather(td_zero *z, int upload);
+
+/* Offload: the owned gradients to the host, AdamW there on the masters and
+ * moments (the CPU back-end's kernel and threads, tensor by tensor as on the
+ * device, in pieces), each piece's parameters sent back to the device in the
+ * working precision as soon as it is updated: the copy of one piece (from
+ * pinned memory, asynchronous) overlaps the update of the next, which writes
+ * other bytes of hp and h16. Then the stage's gather. */
+static td_status offload_adamw(td_zero *z, float gscale, float lr, float beta1, float beta2,
+                               float eps, float wd, int64_t t) {
+  td_kernels *k = z->k, *h = z->hk;
+  int64_t c = off_count(z), dev = off_dev_at(z);
+  if (z->streamed) /* stages 2–3: sent unit by unit during the backward pass */
+    TD_CHECK(k->host_wait(k));
+  else if (c > 0)
+    TD_CHECK(k->to_host(k, z->hg, z->o.stage == 0 ? z->grads : z->gshard,
+                        (size_t)c * sizeof(float)));
+  z->streamed = 0;
+  for (int i = 0; i < z->o.ntensors; ++i) {
+    const td_zero_tensor *x = &z->tensors[i];
+    int64_t lo = imax(x->offset, z->hb), hi = imin(x->offset + x->numel, z->hb + c);
+    for (int64_t a = lo; a < hi; a += OFFLOAD_PIECE) {
+      int64_t at = a - z->hb, n = imin(hi - a, OFFLOAD_PIECE);
+      TD_CHECK(h->adamw(h, z->hp + at, z->hg + at, z->hm + at, z->hv + at, n, gscale, lr, beta1,
+                        beta2, eps, x->decay ? wd : 0.0f, t));
+      if (z->params) {
+        TD_CHECK(k->to_device(k, z->params + dev + at, z->hp + at, (size_t)n * sizeof(float)));
+      } else {
+        uint16_t *b = (uint16_t *)z->h16 + at;
+        TD_CHECK(h->cast(h, b, TD_DTYPE_BF16, z->hp + at, TD_DTYPE_F32, n));
+        TD_CHECK(k->to_device(k, (uint16_t *)z->p16 + dev + at, b, (size_t)n * 2));
+      }
+    }
+  }
+  TD_CHECK(k->sync(k)); /* hp and h16 are rewritten by the next step */
+  return gather(z, 0);
 }
 
 td_status td_zero_adamw(td_zero *z, float gscale, float lr, float beta1, float beta2, float eps,
                         float wd, int64_t t) {
   int stage = z->o.stage;
   td_kernels *k = z->k;
+  if (z->off) return offload_adamw(z, gscale, lr, beta1, beta2, eps, wd, t);
   for (int i = 0; i < z->o.ntensors; ++i) {
     const td_zero_tensor *x = &z->tensors[i];
     int64_t lo = x->offset, hi = x->offset + x->numel;
@@ -778,11 +948,51 @@ td_status td_zero_adamw(td_zero *z, float gscale, float lr, float beta1, float b
   return TD_OK;
 }
 
-td_status td_zero_gather_params(td_zero *z) {
+/* Offload in bf16, stages 1–2: all-gather the bf16 working copy (each
+ * rank's owned range was uploaded into it). Collective on dp_comm. */
+static td_status gather16(td_zero *z) {
+  int c = 0;
+  TD_CHECK(td_mpi_count(z->S, &c));
+  char *own = (char *)z->p16 + (size_t)z->rank * (size_t)z->S * 2;
+  if (z->dc) {
+    uint64_t t = 0;
+    TD_CHECK(td_dcomm_allgatherv(z->dc, own, z->p16, z->scounts, z->sdispls, TD_DTYPE_BF16,
+                                 z->stats, &t));
+    z->last_ticket = t;
+    return td_dcomm_join(z->dc, t);
+  }
+  TD_CHECK(z->k->sync(z->k));
+  double t0 = td_now();
+  MPI_Request r = MPI_REQUEST_NULL;
+  /* staging: the owned range into the host copy (hfull holds npad floats:
+   * room for npad bf16), gathered there, all copied back */
+  char *buf = z->staged ? (char *)z->hfull : (char *)z->p16;
+  if (z->staged)
+    TD_CHECK(z->k->to_host(z->k, buf + (size_t)z->rank * (size_t)z->S * 2, own, (size_t)z->S * 2));
+  TD_MPI_CHECK(td_watched(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c,
+                                         MPI_UINT16_T, z->o.dp_comm, &r),
+                          "MPI_Allgather (ZeRO bf16 parameters after the offloaded optimizer)",
+                          z->o.dp_comm, &r));
+  if (z->staged) TD_CHECK(z->k->to_device(z->k, z->p16, buf, (size_t)z->npad * 2));
+  if (z->stats) {
+    z->stats->ms[TD_COLL_ALLGATHER] += 1e3 * (td_now() - t0);
+    count_stats(z, TD_COLL_ALLGATHER, (double)z->npad * 2.0 * (double)(z->dp - 1) / z->dp);
+  }
+  return TD_OK;
+}
+
+td_status td_zero_gather_params(td_zero *z) { return gather(z, 1); }
+
+/* upload: offload's owned masters go to the device first (not when AdamW
+ * has just sent them piece by piece). */
+static td_status gather(td_zero *z, int upload) {
   int stage = z->o.stage;
   for (int i = 0; i < z->nslots; ++i) z->pslots[i].valid = 0; /* gathered copies are stale */
+  if (z->off && upload) TD_CHECK(offload_upload(z)); /* the owned masters are the host's */
   if (z->dp == 1) return refresh16(z);
-  if ((stage == 1 || stage == 2) && z->dc) {
+  if ((stage == 1 || stage == 2) && !z->params) {
+    TD_CHECK(gather16(z));
+  } else if ((stage == 1 || stage == 2) && z->dc) {
     uint64_t t = 0;
     float *own = z->params + (int64_t)z->rank * z->S;
     TD_CHECK(td_dcomm_allgatherv(z->dc, own, z->params, z->scounts, z->sdispls, TD_DTYPE_F32,

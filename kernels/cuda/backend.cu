@@ -29,6 +29,8 @@ typedef struct {
 typedef struct {
   td_cuda_state s;
   cuda_blocks blocks;
+  cudaStream_t copy; /* to_host_async's stream (made on first use) */
+  cudaEvent_t queued; /* the compute stream's work a copy waits for */
 } cuda_backend;
 
 td_status td_cuda_fail(cudaError_t e, const char *call, const char *file, int line,
@@ -117,6 +119,32 @@ static void cuda_free(td_kernels *k, void *p) {
   cudaFree(p);
 }
 
+/* Pinned host memory (the optimizer's offloaded state), zeroed. Not counted
+ * as device memory. */
+static td_status cuda_host_alloc(td_kernels *k, void **out, size_t bytes, const char *what) {
+  (void)k;
+  void *p = NULL;
+  *out = NULL;
+  if (bytes == 0) bytes = 1;
+  cudaError_t e = cudaMallocHost(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    TD_FAIL(TD_ERR_NOMEM, "CUDA back-end: cannot allocate %zu bytes of pinned host memory for %s (%s)",
+            bytes, what, cudaGetErrorString(e));
+  }
+  memset(p, 0, bytes);
+  *out = p;
+  return TD_OK;
+}
+
+/* Waits for the stream: a queued copy may still read the memory. */
+static void cuda_host_free(td_kernels *k, void *p) {
+  if (!p) return;
+  cudaStreamSynchronize(td_cuda_st(k)->stream);
+  if (cuda_be(k)->copy) cudaStreamSynchronize(cuda_be(k)->copy);
+  cudaFreeHost(p);
+}
+
 static td_status cuda_zero(td_kernels *k, void *p, size_t bytes) {
   if (bytes) TD_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, td_cuda_st(k)->stream));
   return TD_OK;
@@ -137,6 +165,27 @@ static td_status cuda_to_device(td_kernels *k, void *dst, const void *src, size_
   td_cuda_state *s = td_cuda_st(k);
   if (!bytes) return TD_OK;
   TD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->stream));
+  return TD_OK;
+}
+
+/* dst (pinned host) = src (device) on the copy stream, once the work queued
+ * on the compute stream so far is done; returns at once (host_wait waits). */
+static td_status cuda_to_host_async(td_kernels *k, void *dst, const void *src, size_t bytes) {
+  cuda_backend *be = cuda_be(k);
+  if (!bytes) return TD_OK;
+  if (!be->copy) {
+    TD_CUDA_CHECK(cudaStreamCreateWithFlags(&be->copy, cudaStreamNonBlocking));
+    TD_CUDA_CHECK(cudaEventCreateWithFlags(&be->queued, cudaEventDisableTiming));
+  }
+  TD_CUDA_CHECK(cudaEventRecord(be->queued, be->s.stream));
+  TD_CUDA_CHECK(cudaStreamWaitEvent(be->copy, be->queued, 0));
+  TD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, be->copy));
+  return TD_OK;
+}
+
+static td_status cuda_host_wait(td_kernels *k) {
+  cuda_backend *be = cuda_be(k);
+  if (be->copy) TD_CUDA_CHECK(cudaStreamSynchronize(be->copy));
   return TD_OK;
 }
 
@@ -187,6 +236,11 @@ static void cuda_destroy(td_kernels *k) {
   if (be) {
     td_cuda_state *s = &be->s;
     if (s->stream) cudaStreamSynchronize(s->stream);
+    if (be->copy) {
+      cudaStreamSynchronize(be->copy);
+      cudaStreamDestroy(be->copy);
+      cudaEventDestroy(be->queued);
+    }
     td_cuda_plans_clear(s);
     free(s->plans);
     if (s->lt) cublasLtDestroy(s->lt);
@@ -275,6 +329,10 @@ td_status td_kernels_cuda_create(int threads, td_kernels **out) {
   k->alloc = cuda_alloc;
   k->free = cuda_free;
   k->zero = cuda_zero;
+  k->host_alloc = cuda_host_alloc;
+  k->host_free = cuda_host_free;
+  k->to_host_async = cuda_to_host_async;
+  k->host_wait = cuda_host_wait;
   k->to_host = cuda_to_host;
   k->to_device = cuda_to_device;
   k->sync = cuda_sync;

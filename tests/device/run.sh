@@ -25,6 +25,9 @@
 #   ckpt_cpu_gpu   reverse (1e-4 against the uninterrupted CPU run)
 #   bench_124m     GPT-2 124M bf16, T 1024, batch 16: tok/s, MFU and GPU memory
 #                  of trident and of PyTorch eager and torch.compile
+#   bench_offload  optimizer.offload cpu against none: GPT-2 124M bf16 tok/s and
+#                  device/host memory each way, and the largest GPT-2/LLaMA shape
+#                  that trains on the one GPU each way (tests/device/bench_offload.sh)
 # A check that cannot run yet says why in the table. Usable here too (no GPU:
 # the build runs, the checks skip), e.g. to test the script itself:
 #   OUT=/tmp/devout TD_DEVICE_PREFIX=/tmp/td-prefix bash tests/device/run.sh
@@ -53,6 +56,7 @@ finish() {
     printf '%s\n' "${rows[@]}"
     echo "total $(($(date +%s) - t_start)) s"
     [ -f "$chk/bench_124m.txt" ] && grep -E '^\||^GPT' "$chk/bench_124m.txt"
+    [ -f "$chk/bench_offload.txt" ] && grep -E '^\||^optimizer offload' "$chk/bench_offload.txt"
   } | tee "$summary"
 }
 
@@ -200,6 +204,7 @@ check ckpt_gpu_cpu 150 tests/e2e/ckpt_reshard.sh --src-set run.device=cuda \
 check ckpt_cpu_gpu 150 tests/e2e/ckpt_reshard.sh --dst-set run.device=cuda \
   build-device/trident $work cpu_to_gpu 1,1,1,0 1,1,1,0
 check bench_124m 300 tests/device/bench_124m.sh build-device/trident build-device/bench
+check bench_offload 420 tests/device/bench_offload.sh build-device/trident build-device/bench_offload
 
 finish
 # keep $OUT within what comes back: the summary, the log and the check outputs

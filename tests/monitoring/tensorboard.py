@@ -106,6 +106,7 @@ TAGS = {
     "work_bytes": ("memory/workspace(GiB)", 1 / GIB),
     "act_bytes": ("memory/activations(GiB)", 1 / GIB),
     "device_mem_bytes": ("memory/device_peak(GiB)", 1 / GIB),
+    "host_optim_bytes": ("memory/host_optimizer(GiB)", 1 / GIB),
     "comm_bytes": ("comm/MiB", 1 / MIB),
     "comm_ms": ("comm/ms", 1.0),
     "pp_idle": ("pipeline/bubble", max),

@@ -54,6 +54,14 @@
  * non-blocking collectives completed only when joined): the code written for
  * NCCL, every check above the same, bit for bit.
  *
+ * Offload: under TD_TEST_OFFLOAD=1 every engine offloads its optimizer
+ * (opts.offload, opts.host = the same CPU back-end): the masters, moments
+ * and the gradients' copy in host buffers of 16 bytes per owned element
+ * (td_zero_host_bytes), no moments in the back-end's memory, AdamW on the
+ * host, the parameters uploaded and gathered — every check above the same,
+ * bit for bit (CTest zero_offload, also with staging and device
+ * collectives).
+ *
  * Staging: under TD_TEST_STAGED=1 the CPU back-end reports host_memory 0 and
  * the engine hands MPI only its host staging copies (parallel/zero.c); every
  * check above must hold unchanged, bit for bit, the working bytes counting
@@ -78,6 +86,7 @@
 
 static int g_pass, g_fail, g_rank, g_size;
 static struct td_dcomm *g_dc; /* TD_TEST_DCOMM=1: the engines' device communicator */
+static int g_offload;         /* TD_TEST_OFFLOAD=1: the engines offload the optimizer */
 
 /* Checks are agreed over all ranks in batches (one all-reduce per batch, not
  * per check: at 8 ranks on 2 cores every collective is slow); rank 0 prints
@@ -522,6 +531,8 @@ static void run_engine(const space *sp, int stage, td_kernels *k, float *final) 
   o.persistent_units[0] = sp->persistent ? 0 : -1;
   o.persistent_units[1] = sp->persistent ? sp->nu - 1 : -1;
   o.dcomm = g_dc;
+  o.offload = g_offload;
+  o.host = g_offload ? k : NULL;
   td_coll_stats stats;
   memset(&stats, 0, sizeof stats);
   td_zero *z = NULL;
@@ -565,7 +576,12 @@ static void run_engine(const space *sp, int stage, td_kernels *k, float *final) 
   int64_t bp = -1, bg = -1, bo = -1, bw = -1;
   td_zero_bytes(z, &bp, &bg, &bo, &bw);
   int64_t wp = 4 * (stage < 3 ? npad : S), wg = 4 * ((stage < 2 ? npad : 0) + (stage >= 1 ? S : 0));
-  int64_t wo = 8 * (stage == 0 ? npad : S);
+  int64_t wo = g_offload ? 0 : 8 * (stage == 0 ? npad : S);
+  if (g_offload) { /* masters, moments, gradients' copy: on the host, counted apart */
+    int64_t hb = td_zero_host_bytes(z), want = 16 * (stage == 0 ? npad : S);
+    snprintf(d, sizeof d, "host %lld bytes, expected %lld", (long long)hb, (long long)want);
+    check(hb == want, d, "%s: offload: td_zero_host_bytes = 16 bytes per owned element", label);
+  }
   /* staging adds host copies to the work bytes: bw_dev, the back-end's
    * share, from a size query without staging; a size query with
    * opts.staged must count exactly what the staged engine allocated */
@@ -717,7 +733,9 @@ static void run_engine(const space *sp, int stage, td_kernels *k, float *final) 
   for (int64_t i = 0; i < n; ++i) host[i] = pref[i] * -0.5f + 0.125f;
   c.bad = c.acquires = c.errors = 0;
   c.detail[0] = '\0';
-  if (stage == 0) memcpy(td_zero_params_full(z), host, (size_t)n * sizeof(float));
+  if (stage == 0) /* offload: the host masters cover the whole space at stage 0 */
+    memcpy(g_offload ? td_zero_owned_params(z) - ob : td_zero_params_full(z), host,
+           (size_t)n * sizeof(float));
   else if (oe > ob) memcpy(td_zero_owned_params(z), host + ob, (size_t)(oe - ob) * sizeof(float));
   if (td_zero_gather_params(z) != TD_OK) note_error(&c, "td_zero_gather_params", -1);
   forward(&c);
@@ -834,6 +852,9 @@ int main(int argc, char **argv) {
                     space_tiny(0, 0),   space_tiny(1, 1),   space_blocks(),
                     space_embed_heavy()};
   test_coll_staged(k);
+  const char *off = getenv("TD_TEST_OFFLOAD");
+  g_offload = off && strcmp(off, "1") == 0;
+  if (g_offload && g_rank == 0) printf("test_zero: engines offload the optimizer to the host\n");
   const char *dc = getenv("TD_TEST_DCOMM");
   if (dc && strcmp(dc, "1") == 0) {
     td_status st = td_dcomm_create(MPI_COMM_WORLD, k, TD_DCOMM_TEST_MPI, "data-parallel", &g_dc);
