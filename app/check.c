@@ -179,9 +179,11 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   printf("# resolved deck (%s)\n", cfg->deck_path);
   td_config_print(cfg, stdout);
   char a[32], b[32], c[32], d[32], w[32], f[32], h[32], t[32];
-  printf("\n# grid: dp %lld × tp %lld × pp %lld = %d ranks (rank = tp + tp·(dp + dp·pp))\n",
+  printf("\n# grid: dp %lld × tp %lld × pp %lld = %d ranks (rank = tp + tp·(dp + dp·pp))%s\n",
          (long long)cfg->parallel_dp, (long long)cfg->parallel_tp, (long long)cfg->parallel_pp,
-         app->size);
+         app->size,
+         cfg->parallel_sequence_parallel ? "; sequence parallel: each tp rank holds seq/tp "
+                                           "tokens of the residual stream and norms" : "");
   int cuda = strcmp(cfg->run_device, "cuda") == 0;
   printf("%5s %4s %4s %4s  %-16s%s %10s %10s %10s %10s %10s %10s %10s\n", "rank", "dp", "tp", "pp",
          "host", cuda ? "  gpu" : "", "params", "param mem", "grad mem", "optim mem", "work mem",

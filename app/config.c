@@ -608,6 +608,17 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
             "%s: model.heads = %lld is not divisible by parallel.tp = %lld (each tensor-parallel "
             "rank holds whole heads)",
             WHERE(parallel, tp), (long long)cfg->model_heads, (long long)tp);
+  if (cfg->parallel_sequence_parallel && tp < 2)
+    TD_FAIL(TD_ERR_DECK,
+            "%s: parallel.sequence_parallel = true needs parallel.tp > 1 (it splits the tokens "
+            "of the tensor-parallel group's replicated regions; tp is %lld)",
+            WHERE(parallel, sequence_parallel), (long long)tp);
+  if (cfg->parallel_sequence_parallel && cfg->model_seq_len % tp != 0)
+    TD_FAIL(TD_ERR_DECK,
+            "%s: parallel.sequence_parallel = true needs model.seq_len = %lld divisible by "
+            "parallel.tp = %lld (each tensor-parallel rank holds seq_len / tp tokens of every "
+            "sequence's norms and residual stream)",
+            WHERE(parallel, sequence_parallel), (long long)cfg->model_seq_len, (long long)tp);
   td_model_dims dm;
   td_config_dims(cfg, &dm);
   if (dm.llama) {

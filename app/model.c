@@ -12,6 +12,16 @@
  * Replicated parameters (LayerNorms, row-parallel biases, wpe) get identical
  * gradients on every tp rank because their inputs are identical after the
  * all-reduces, so they stay consistent without communication.
+ * Sequence parallelism (parallel.sequence_parallel, Korthikanti et al.
+ * 2022): the residual stream, the norms and their statistics hold the tp
+ * rank's Nl = N / tp contiguous rows; every all-reduce after a row-parallel
+ * matmul (and the embedding's) becomes a reduce-scatter to those rows, every
+ * column-parallel matmul (and the head) reads its input all-gathered (again
+ * in backward, for its weight gradient), and backward mirrors it (all-gather
+ * of the residual gradient before a row-parallel matmul's backward,
+ * reduce-scatter of the input gradient after a column-parallel one). The
+ * replicated parameters' gradients then come from the local rows only: they
+ * are summed over tp once a block (rep_dst, rep_flush).
  *
  * Chunks (interleaved schedules): a rank holds several model chunks; each
  * activation slot belongs to one, and forward/backward first make the
@@ -74,18 +84,18 @@ static td_status dev_alloc(td_model *m, void **out, int64_t n, size_t es, const 
 /* The activations inside the blocks, for nl blocks (a slot's L_count, none
  * under recomputation, or the one shared block of m->work). */
 static td_status alloc_blocks(td_model *m, td_acts *a, int64_t nl) {
-  int64_t N = m->B * m->T, C = m->C, L = nl;
+  int64_t N = m->B * m->T, Nl = m->Nl, C = m->C, L = nl;
   int64_t means = m->llama ? 0 : 1; /* RMSNorm keeps no mean */
-  ACTM(ln1, L * N * C);
-  ACT(ln1_mean, means * L * N);
-  ACT(ln1_rstd, L * N);
+  ACTM(ln1, L * Nl * C);
+  ACT(ln1_mean, means * L * Nl);
+  ACT(ln1_rstd, L * Nl);
   ACT(qkv, L * N * m->C3);
   ACTM(atty, L * N * m->Cl);
   ACT(att, (m->recompute_att ? 0 : L) * m->B * m->NH * m->T * m->T);
-  ACT(res2, L * N * C);
-  ACTM(ln2, L * N * C);
-  ACT(ln2_mean, means * L * N);
-  ACT(ln2_rstd, L * N);
+  ACT(res2, L * Nl * C);
+  ACTM(ln2, L * Nl * C);
+  ACT(ln2_mean, means * L * Nl);
+  ACT(ln2_rstd, L * Nl);
   ACT(fch, L * N * m->F * (m->llama ? 2 : 1));
   ACTM(fch_gelu, L * N * m->F);
   return TD_OK;
@@ -110,13 +120,13 @@ static float *att_at(const td_model *m, const td_acts *a, int64_t li) {
 }
 
 static td_status alloc_slot(td_model *m, td_acts *a) {
-  int64_t N = m->B * m->T, L = m->L_count, C = m->C;
-  ACT(encoded, N * C);
+  int64_t N = m->B * m->T, Nl = m->Nl, L = m->L_count, C = m->C;
+  ACT(encoded, Nl * C);
   TD_CHECK(alloc_blocks(m, a, m->recompute ? 0 : L));
-  ACT(res3, L * N * C); /* block outputs = the next blocks' inputs: always kept */
-  ACTM(lnf, N * C);
-  ACT(lnf_mean, (m->llama ? 0 : 1) * N);
-  ACT(lnf_rstd, N);
+  ACT(res3, L * Nl * C); /* block outputs = the next blocks' inputs: always kept */
+  ACTM(lnf, Nl * C);
+  ACT(lnf_mean, (m->llama ? 0 : 1) * Nl);
+  ACT(lnf_rstd, Nl);
   ACT(logits, m->last_stage ? N * m->Vs : 1);
   ACT(rowmax, N);
   ACT(sumexp, 2 * N); /* sumexp and tlogit adjacent: one all-reduce */
@@ -127,7 +137,7 @@ static td_status alloc_slot(td_model *m, td_acts *a) {
 }
 
 static td_status alloc_buffers(td_model *m) {
-  int64_t N = m->B * m->T, C = m->C;
+  int64_t N = m->B * m->T, Nl = m->Nl, C = m->C;
   m->acts = calloc((size_t)m->nslots, sizeof *m->acts);
   if (!m->acts) TD_FAIL(TD_ERR_NOMEM, "out of memory for activations");
   int any_last = 0;
@@ -139,7 +149,7 @@ static td_status alloc_buffers(td_model *m) {
   if (m->recompute && m->L_count > 0) { /* one block's activations and output */
     td_acts *a = &m->work;
     TD_CHECK(alloc_blocks(m, a, 1));
-    ACT(res3, N * C);
+    ACT(res3, Nl * C);
   }
   if (m->split) { /* per slot: the weight-gradient work its B leaves for W */
     int64_t nops = 0;
@@ -157,8 +167,15 @@ static td_status alloc_buffers(td_model *m) {
                          "weight-gradient stash of the split backward"));
     }
   }
-  SCR(dres, N * C);
-  SCR(dtmp, N * C);
+  SCR(dres, Nl * C);
+  SCR(dtmp, N * C); /* sequence parallel: also the gathered gradient of the residual stream */
+  if (m->sp) { /* the gathered input of a column-parallel matmul; the replicated gradients */
+    TD_CHECK(dev_alloc(m, &m->xg, N * C, td_dtype_size(m->at),
+                       "sequence-parallel gather scratch xg"));
+    SCR(gsp, 6 * C);
+    if (m->k && !(m->sp_counts = calloc((size_t)2 * m->grid->tp, sizeof(int))))
+      TD_FAIL(TD_ERR_NOMEM, "out of memory for the model");
+  }
   SCR(dln, N * C);
   SCR(dqkv, N * m->C3);
   SCR(datty, N * m->Cl);
@@ -180,6 +197,10 @@ static td_status alloc_buffers(td_model *m) {
   int64_t hs = 0;
   int staged = m->staged && !m->dcomm;
   if (staged && m->grid->tp > 1) hs = N * C > 2 * N ? N * C : 2 * N;
+  if (staged && m->sp) { /* a reduce-scatter's whole and part; the replicated gradients */
+    hs = hs > N * C + Nl * C ? hs : N * C + Nl * C;
+    hs = hs > 6 * C ? hs : 6 * C;
+  }
   const td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);
   if (staged && m->grid->pp > 1 && m->tied && wte->present &&
       m->grid->embed_comm != MPI_COMM_NULL && wte->local_numel > hs)
@@ -239,6 +260,8 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->split = strcmp(cfg->parallel_pp_schedule, "zb-h1") == 0;
   m->staged = k ? !k->host_memory : !td_kernels_host_memory(cfg->run_device);
   m->dcomm = dcomm;
+  m->sp = cfg->parallel_sequence_parallel && tp > 1;
+  m->Nl = td_model_rows(cfg, B);
   TD_CHECK_GOTO(alloc_buffers(m));
   TD_CHECK_GOTO(units_create(m));
 done:
@@ -248,6 +271,11 @@ done:
   }
   *out = m;
   return TD_OK;
+}
+
+int64_t td_model_rows(const td_config *cfg, int64_t B) {
+  int64_t N = B * cfg->model_seq_len, tp = cfg->parallel_tp;
+  return cfg->parallel_sequence_parallel && tp > 1 ? N / tp : N;
 }
 
 void td_model_destroy(td_model **mp) {
@@ -264,7 +292,7 @@ void td_model_destroy(td_model **mp) {
         if (bufs[j]) m->k->free(m->k, bufs[j]);
     }
     void *scr[] = {m->dres,  m->dtmp,         m->dln, m->dqkv,  m->datty,
-                   m->dfch, m->datt_scratch, m->dmm, m->att_re};
+                   m->dfch, m->datt_scratch, m->dmm, m->att_re, m->xg, m->gsp};
     for (size_t j = 0; j < sizeof scr / sizeof scr[0]; ++j)
       if (scr[j]) m->k->free(m->k, scr[j]);
   }
@@ -276,6 +304,7 @@ void td_model_destroy(td_model **mp) {
   free(m->acts);
   free(m->chunks);
   free(m->slot_chunk);
+  free(m->sp_counts);
   td_free(m->rowstat_host);
   td_free(m->host_stage);
   free(m->unit_begin);
@@ -391,6 +420,95 @@ static td_status tp_sum(td_model *m, float *x, int64_t n) {
   return TD_OK;
 }
 
+/* ---- sequence parallelism ------------------------------------------------------- */
+
+/* full (N rows of cols, type t) = the Nl rows x of every tp rank, rank r's
+ * at row r·Nl. Collective on tp_comm. */
+static td_status sp_gather(td_model *m, const void *x, void *full, td_dtype t, int64_t cols) {
+  int64_t n = m->Nl * cols;
+  if (m->dc_tp) {
+    int p = m->grid->tp, *counts = m->sp_counts, *displs = counts + p, all = 0;
+    TD_CHECK(td_mpi_count(n * p, &all));
+    for (int r = 0; r < p; ++r) counts[r] = (int)n, displs[r] = (int)(r * n);
+    uint64_t tk = 0;
+    TD_CHECK(td_dcomm_allgatherv(m->dc_tp, x, full, counts, displs, t, m->stats, &tk));
+    return td_dcomm_join(m->dc_tp, tk);
+  }
+  TD_CHECK(m->k->sync(m->k));
+  return td_coll_allgather_staged(m->grid->tp_comm, m->k, x, full, m->host_stage, n, t, m->stats);
+}
+
+/* x (Nl rows of cols floats) = the sum over tp of rows [r·Nl, (r+1)·Nl) of
+ * the partial full (N rows), r this rank. Collective on tp_comm. */
+static td_status sp_scatter(td_model *m, const float *full, float *x, int64_t cols) {
+  int64_t n = m->Nl * cols;
+  if (m->dc_tp) {
+    int p = m->grid->tp, *counts = m->sp_counts, *displs = counts + p, all = 0;
+    TD_CHECK(td_mpi_count(n * p, &all));
+    for (int r = 0; r < p; ++r) counts[r] = (int)n, displs[r] = (int)(r * n);
+    uint64_t tk = 0;
+    TD_CHECK(td_dcomm_reduce_scatterv(m->dc_tp, full, x, counts, displs, m->stats, &tk));
+    return td_dcomm_join(m->dc_tp, tk);
+  }
+  TD_CHECK(m->k->sync(m->k));
+  return td_coll_reduce_scatter_f32_staged(m->grid->tp_comm, m->k, full, x, m->host_stage, n,
+                                           m->stats);
+}
+
+/* The input of a column-parallel matmul (qkv, fc; q, k, v, gate, up; the
+ * head): the norm output x (type at) itself, or under sequence parallelism
+ * its rows of every tp rank gathered into m->xg (valid until the next
+ * gather). Collective on tp_comm (sequence parallel). */
+static td_status col_in(td_model *m, const void *x, const void **out) {
+  *out = x;
+  if (!m->sp) return TD_OK;
+  TD_CHECK(sp_gather(m, x, m->xg, m->at, m->C));
+  *out = m->xg;
+  return TD_OK;
+}
+
+/* After a row-parallel matmul (attention projection, MLP projection; o,
+ * down) whose partial (N, C) is in m->dtmp: out = resid + (its sum over tp
+ * + bias) (bias NULL: none) — on all N rows, or under sequence parallelism
+ * on this rank's Nl rows (a reduce-scatter instead of the all-reduce).
+ * Collective on tp_comm. */
+static td_status row_out(td_model *m, const void *bias, const float *resid, float *out) {
+  td_kernels *k = m->k;
+  int64_t C = m->C;
+  if (!m->sp) {
+    int64_t N = m->B * m->T;
+    TD_CHECK(tp_sum(m, m->dtmp, N * C));
+    if (bias) TD_CHECK(k->bias_fwd(k, m->dtmp, bias, m->pt, N, C));
+    return k->add(k, out, resid, m->dtmp, N * C);
+  }
+  TD_CHECK(sp_scatter(m, m->dtmp, out, C));
+  if (bias) TD_CHECK(k->bias_fwd(k, out, bias, m->pt, m->Nl, C));
+  return k->add(k, out, resid, out, m->Nl * C);
+}
+
+/* The output gradient a row-parallel matmul's backward reads: m->dres, or
+ * under sequence parallelism its rows of every tp rank gathered into
+ * m->dtmp (N, C). Collective on tp_comm (sequence parallel). */
+static td_status row_grad(td_model *m, const float **dy) {
+  *dy = m->dres;
+  if (!m->sp) return TD_OK;
+  TD_CHECK(sp_gather(m, m->dres, m->dtmp, TD_DTYPE_F32, m->C));
+  *dy = m->dtmp;
+  return TD_OK;
+}
+
+/* The input gradient of a column-parallel matmul, partial over tp in m->dln
+ * (N, C): summed over tp in place (all rows), or under sequence
+ * parallelism reduce-scattered to this rank's rows in m->dtmp. Collective
+ * on tp_comm. */
+static td_status col_grad(td_model *m, const float **dx) {
+  *dx = m->dln;
+  if (!m->sp) return tp_sum(m, m->dln, m->B * m->T * m->C);
+  TD_CHECK(sp_scatter(m, m->dln, m->dtmp, m->C));
+  *dx = m->dtmp;
+  return TD_OK;
+}
+
 /* ---- forward -------------------------------------------------------------------- */
 
 /* GPT-2 block `layer` (resid: its input, out: its output) with its
@@ -398,17 +516,19 @@ static td_status tp_sum(td_model *m, float *x, int64_t n) {
 static td_status gpt2_block_fwd(td_model *m, td_acts *a, int64_t li, int layer,
                                 const float *resid, float *res3) {
   td_kernels *k = m->k;
-  int64_t B = m->B, T = m->T, C = m->C, N = B * T;
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T, Nl = m->Nl;
   td_dtype pt = m->pt, at = m->at;
   layer_w w;
   layer_params(m, layer, &w);
-  void *ln1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * m->Cl);
-  void *ln2 = at_(m, a->ln2, li * N * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
+  void *ln1 = at_(m, a->ln1, li * Nl * C), *atty = at_(m, a->atty, li * N * m->Cl);
+  void *ln2 = at_(m, a->ln2, li * Nl * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
   float *qkv = a->qkv + li * N * m->C3, *att = att_at(m, a, li);
-  float *res2 = a->res2 + li * N * C, *fch = a->fch + li * N * m->F;
-  TD_CHECK(k->layernorm_fwd(k, ln1, at, a->ln1_mean + li * N, a->ln1_rstd + li * N, resid,
-                            w.ln1w, w.ln1b, pt, N, C));
-  TD_CHECK(mm(m, 0, 0, N, m->C3, C, ln1, at, w.wqkv, pt, 0.0f, qkv));
+  float *res2 = a->res2 + li * Nl * C, *fch = a->fch + li * N * m->F;
+  const void *x = NULL; /* a column-parallel matmul's input */
+  TD_CHECK(k->layernorm_fwd(k, ln1, at, a->ln1_mean + li * Nl, a->ln1_rstd + li * Nl, resid,
+                            w.ln1w, w.ln1b, pt, Nl, C));
+  TD_CHECK(col_in(m, ln1, &x));
+  TD_CHECK(mm(m, 0, 0, N, m->C3, C, x, at, w.wqkv, pt, 0.0f, qkv));
   TD_CHECK(poll(m));
   TD_CHECK(k->bias_fwd(k, qkv, w.bqkv, pt, N, m->C3));
   if (at == TD_DTYPE_F32) {
@@ -419,20 +539,17 @@ static td_status gpt2_block_fwd(td_model *m, td_acts *a, int64_t li, int layer,
   }
   TD_CHECK(mm(m, 0, 0, N, C, m->Cl, atty, at, w.wproj, pt, 0.0f, m->dtmp));
   TD_CHECK(poll(m));
-  TD_CHECK(tp_sum(m, m->dtmp, N * C));
-  TD_CHECK(k->bias_fwd(k, m->dtmp, w.bproj, pt, N, C));
-  TD_CHECK(k->add(k, res2, resid, m->dtmp, N * C));
-  TD_CHECK(k->layernorm_fwd(k, ln2, at, a->ln2_mean + li * N, a->ln2_rstd + li * N, res2,
-                            w.ln2w, w.ln2b, pt, N, C));
-  TD_CHECK(mm(m, 0, 0, N, m->F, C, ln2, at, w.wfc, pt, 0.0f, fch));
+  TD_CHECK(row_out(m, w.bproj, resid, res2));
+  TD_CHECK(k->layernorm_fwd(k, ln2, at, a->ln2_mean + li * Nl, a->ln2_rstd + li * Nl, res2,
+                            w.ln2w, w.ln2b, pt, Nl, C));
+  TD_CHECK(col_in(m, ln2, &x));
+  TD_CHECK(mm(m, 0, 0, N, m->F, C, x, at, w.wfc, pt, 0.0f, fch));
   TD_CHECK(poll(m));
   TD_CHECK(k->bias_fwd(k, fch, w.bfc, pt, N, m->F));
   TD_CHECK(k->gelu_fwd(k, fcg, at, fch, N * m->F));
   TD_CHECK(mm(m, 0, 0, N, C, m->F, fcg, at, w.wfcp, pt, 0.0f, m->dtmp));
   TD_CHECK(poll(m));
-  TD_CHECK(tp_sum(m, m->dtmp, N * C));
-  TD_CHECK(k->bias_fwd(k, m->dtmp, w.bfcp, pt, N, C));
-  TD_CHECK(k->add(k, res3, res2, m->dtmp, N * C));
+  TD_CHECK(row_out(m, w.bfcp, res2, res3));
   return TD_OK;
 }
 
@@ -444,19 +561,21 @@ static td_status gpt2_block_fwd(td_model *m, td_acts *a, int64_t li, int layer,
 static td_status llama_block_fwd(td_model *m, td_acts *a, int64_t li, int layer,
                                  const float *resid, float *res3) {
   td_kernels *k = m->k;
-  int64_t B = m->B, T = m->T, C = m->C, N = B * T, F = m->F;
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T, F = m->F, Nl = m->Nl;
   int64_t Cq = m->Cl, Ckv = m->KV * m->HS;
   td_dtype pt = m->pt, at = m->at;
-  void *n1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * Cq);
-  void *n2 = at_(m, a->ln2, li * N * C), *h = at_(m, a->fch_gelu, li * N * F);
+  void *n1 = at_(m, a->ln1, li * Nl * C), *atty = at_(m, a->atty, li * N * Cq);
+  void *n2 = at_(m, a->ln2, li * Nl * C), *h = at_(m, a->fch_gelu, li * N * F);
   float *q = a->qkv + li * N * m->C3, *kk = q + N * Cq, *v = kk + N * Ckv;
   float *att = att_at(m, a, li);
-  float *res2 = a->res2 + li * N * C, *gate = a->fch + li * N * 2 * F, *up = gate + N * F;
-  TD_CHECK(k->rmsnorm_fwd(k, n1, at, a->ln1_rstd + li * N, resid, pw(m, TD_PK_ATTN_NORM, layer),
-                          pt, m->norm_eps, N, C));
-  TD_CHECK(mm(m, 0, 1, N, Cq, C, n1, at, pw(m, TD_PK_Q_W, layer), pt, 0.0f, q));
-  TD_CHECK(mm(m, 0, 1, N, Ckv, C, n1, at, pw(m, TD_PK_K_W, layer), pt, 0.0f, kk));
-  TD_CHECK(mm(m, 0, 1, N, Ckv, C, n1, at, pw(m, TD_PK_V_W, layer), pt, 0.0f, v));
+  float *res2 = a->res2 + li * Nl * C, *gate = a->fch + li * N * 2 * F, *up = gate + N * F;
+  const void *x = NULL; /* a column-parallel matmul's input */
+  TD_CHECK(k->rmsnorm_fwd(k, n1, at, a->ln1_rstd + li * Nl, resid,
+                          pw(m, TD_PK_ATTN_NORM, layer), pt, m->norm_eps, Nl, C));
+  TD_CHECK(col_in(m, n1, &x));
+  TD_CHECK(mm(m, 0, 1, N, Cq, C, x, at, pw(m, TD_PK_Q_W, layer), pt, 0.0f, q));
+  TD_CHECK(mm(m, 0, 1, N, Ckv, C, x, at, pw(m, TD_PK_K_W, layer), pt, 0.0f, kk));
+  TD_CHECK(mm(m, 0, 1, N, Ckv, C, x, at, pw(m, TD_PK_V_W, layer), pt, 0.0f, v));
   TD_CHECK(poll(m));
   TD_CHECK(k->rope(k, q, B, T, m->NH, m->HS, Cq, m->rope_theta, 0));
   TD_CHECK(k->rope(k, kk, B, T, m->KV, m->HS, Ckv, m->rope_theta, 0));
@@ -465,18 +584,17 @@ static td_status llama_block_fwd(td_model *m, td_acts *a, int64_t li, int layer,
   if (at != TD_DTYPE_F32) TD_CHECK(k->cast(k, atty, at, m->datty, TD_DTYPE_F32, N * Cq));
   TD_CHECK(mm(m, 0, 1, N, C, Cq, atty, at, pw(m, TD_PK_O_W, layer), pt, 0.0f, m->dtmp));
   TD_CHECK(poll(m));
-  TD_CHECK(tp_sum(m, m->dtmp, N * C));
-  TD_CHECK(k->add(k, res2, resid, m->dtmp, N * C));
-  TD_CHECK(k->rmsnorm_fwd(k, n2, at, a->ln2_rstd + li * N, res2, pw(m, TD_PK_MLP_NORM, layer),
-                          pt, m->norm_eps, N, C));
-  TD_CHECK(mm(m, 0, 1, N, F, C, n2, at, pw(m, TD_PK_GATE_W, layer), pt, 0.0f, gate));
-  TD_CHECK(mm(m, 0, 1, N, F, C, n2, at, pw(m, TD_PK_UP_W, layer), pt, 0.0f, up));
+  TD_CHECK(row_out(m, NULL, resid, res2));
+  TD_CHECK(k->rmsnorm_fwd(k, n2, at, a->ln2_rstd + li * Nl, res2,
+                          pw(m, TD_PK_MLP_NORM, layer), pt, m->norm_eps, Nl, C));
+  TD_CHECK(col_in(m, n2, &x));
+  TD_CHECK(mm(m, 0, 1, N, F, C, x, at, pw(m, TD_PK_GATE_W, layer), pt, 0.0f, gate));
+  TD_CHECK(mm(m, 0, 1, N, F, C, x, at, pw(m, TD_PK_UP_W, layer), pt, 0.0f, up));
   TD_CHECK(poll(m));
   TD_CHECK(k->swiglu_fwd(k, h, at, gate, up, N * F));
   TD_CHECK(mm(m, 0, 1, N, C, F, h, at, pw(m, TD_PK_DOWN_W, layer), pt, 0.0f, m->dtmp));
   TD_CHECK(poll(m));
-  TD_CHECK(tp_sum(m, m->dtmp, N * C));
-  TD_CHECK(k->add(k, res3, res2, m->dtmp, N * C));
+  TD_CHECK(row_out(m, NULL, res2, res3));
   return TD_OK;
 }
 
@@ -486,7 +604,7 @@ static td_status block_fwd(td_model *m, td_acts *a, int64_t li, const float *res
   int layer = (int)(m->L_first + li);
   td_acts *w = m->recompute ? &m->work : a;
   int64_t ix = m->recompute ? 0 : li;
-  float *out = a->res3 + li * m->B * m->T * m->C;
+  float *out = a->res3 + li * m->Nl * m->C;
   return m->llama ? llama_block_fwd(m, w, ix, layer, resid, out)
                   : gpt2_block_fwd(m, w, ix, layer, resid, out);
 }
@@ -503,7 +621,7 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
   td_kernels *k = m->k;
   td_acts *a = &m->acts[slot];
   use_slot(m, slot);
-  int64_t B = m->B, T = m->T, C = m->C, N = B * T;
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T, Nl = m->Nl;
   size_t tokbytes = (size_t)N * sizeof(int32_t);
   if (m->first_stage) TD_CHECK(k->to_device(k, a->inputs, inputs, tokbytes));
   if (targets && m->last_stage) TD_CHECK(k->to_device(k, a->targets, targets, tokbytes));
@@ -515,13 +633,15 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
   if (m->first_stage) {
     const void *wte = pw(m, TD_PK_WTE, -1);
     const void *wpe = m->llama || m->grid->tp_rank != 0 ? NULL : pw(m, TD_PK_WPE, -1);
-    TD_CHECK(k->embed_fwd(k, x, a->inputs, wte, m->v0, m->Vs, wpe, pt, B, T, C));
-    TD_CHECK(tp_sum(m, x, N * C));
+    /* partial over tp (a vocabulary shard): all-reduced, or under sequence
+     * parallelism reduce-scattered to the rank's rows */
+    TD_CHECK(k->embed_fwd(k, m->sp ? m->dtmp : x, a->inputs, wte, m->v0, m->Vs, wpe, pt, B, T, C));
+    TD_CHECK(m->sp ? sp_scatter(m, m->dtmp, x, C) : tp_sum(m, x, N * C));
   }
   for (int64_t li = 0; li < m->L_count; ++li) {
     int layer = (int)(m->L_first + li);
     TD_CHECK(hook(m, 1, 1 + layer, TD_PHASE_FORWARD));
-    const float *resid = li == 0 ? x : a->res3 + (li - 1) * N * C;
+    const float *resid = li == 0 ? x : a->res3 + (li - 1) * Nl * C;
     TD_CHECK(block_fwd(m, a, li, resid));
     TD_CHECK(hook(m, 0, 1 + layer, TD_PHASE_FORWARD));
   }
@@ -531,14 +651,16 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
   }
   TD_CHECK(hook(m, 1, U, TD_PHASE_FORWARD));
 
-  const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * N * C : x;
+  const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * Nl * C : x;
   if (m->llama)
     TD_CHECK(k->rmsnorm_fwd(k, a->lnf, at, a->lnf_rstd, last, pw(m, TD_PK_LNF_W, -1), pt,
-                            m->norm_eps, N, C));
+                            m->norm_eps, Nl, C));
   else
     TD_CHECK(k->layernorm_fwd(k, a->lnf, at, a->lnf_mean, a->lnf_rstd, last,
-                              pw(m, TD_PK_LNF_W, -1), pw(m, TD_PK_LNF_B, -1), pt, N, C));
-  TD_CHECK(mm(m, 0, 1, N, m->Vs, C, a->lnf, at, pw(m, head_kind(m), -1), pt, 0.0f, a->logits));
+                              pw(m, TD_PK_LNF_W, -1), pw(m, TD_PK_LNF_B, -1), pt, Nl, C));
+  const void *xf = NULL; /* the head reads all N rows */
+  TD_CHECK(col_in(m, a->lnf, &xf));
+  TD_CHECK(mm(m, 0, 1, N, m->Vs, C, xf, at, pw(m, head_kind(m), -1), pt, 0.0f, a->logits));
   TD_CHECK(poll(m));
   TD_CHECK(hook(m, 0, U, TD_PHASE_FORWARD));
   if (uses_unit0(m)) TD_CHECK(hook(m, 0, 0, TD_PHASE_FORWARD));
@@ -577,8 +699,8 @@ float *td_model_stage_input(td_model *m, int slot) { return m->acts[slot].encode
 
 const float *td_model_stage_output(const td_model *m, int slot) {
   const td_acts *a = &m->acts[slot];
-  int64_t N = m->B * m->T, L = m->chunks[m->slot_chunk[slot]].L_count;
-  return L > 0 ? a->res3 + (L - 1) * N * m->C : a->encoded;
+  int64_t L = m->chunks[m->slot_chunk[slot]].L_count;
+  return L > 0 ? a->res3 + (L - 1) * m->Nl * m->C : a->encoded;
 }
 
 int td_model_head_slot(const td_model *m) { return m->chunks[m->nchunks - 1].slot0; }
@@ -602,11 +724,15 @@ static size_t wl_bytes(const td_model *m, int64_t *nops) {
       if (m->recompute) /* h, n2 twice, atty, n1 three times */
         PIECE(N * F, at), PIECE(N * C, at), PIECE(N * C, at), PIECE(N * m->Cl, at),
             PIECE(N * C, at), PIECE(N * C, at), PIECE(N * C, at);
+      else if (m->sp) /* n2 twice, n1 three times: gathered, transient */
+        PIECE(N * C, at), PIECE(N * C, at), PIECE(N * C, at), PIECE(N * C, at),
+            PIECE(N * C, at);
       PIECE(C, 4), PIECE(C, 4);
       ops += 7 + 2 + 2;
     } else {
       PIECE(N * C, at), PIECE(N * F, at), PIECE(N * C, at), PIECE(N * m->C3, at);
       if (m->recompute) PIECE(N * F, at), PIECE(N * C, at), PIECE(N * m->Cl, at), PIECE(N * C, at);
+      else if (m->sp) PIECE(N * C, at), PIECE(N * C, at); /* ln2, ln1 gathered */
       PIECE(C, 4), PIECE(F, 4), PIECE(C, 4), PIECE(C, 4), PIECE(C, 4), PIECE(m->C3, 4);
       PIECE(C, 4), PIECE(C, 4);
       ops += 4 + 8 + 2;
@@ -614,6 +740,7 @@ static size_t wl_bytes(const td_model *m, int64_t *nops) {
   }
   if (m->last_stage) {
     if (m->at != TD_DTYPE_F32) PIECE(N * m->Vs, at);
+    if (m->sp) PIECE(N * C, at); /* lnf gathered */
     PIECE(C, 4), PIECE(C, 4);
     ops += 5;
   }
@@ -686,6 +813,40 @@ static td_status wdst(td_model *m, td_param_kind kind, int layer, float **out) {
   return TD_OK;
 }
 
+/* Where the gradient of a parameter replicated over tp goes that a backward
+ * computes from the rows of the residual stream (norm scales and shifts,
+ * the row-parallel layers' biases): wdst, or under sequence parallelism
+ * (the rank's rows give a partial sum) a zeroed piece of m->gsp that
+ * rep_flush sums over tp and adds to wdst — the accumulated gradient itself
+ * is never all-reduced, so earlier micro-batches are not summed twice. */
+static td_status rep_dst(td_model *m, td_param_kind kind, int layer, float **out) {
+  if (!m->sp) return wdst(m, kind, layer, out);
+  const td_param *p = td_registry_find(m->reg, kind, layer);
+  int i = m->nrep;
+  if (i == (int)(sizeof m->rep / sizeof m->rep[0]) || m->rep_used + p->local_numel > 6 * m->C)
+    TD_FAIL(TD_ERR_INTERNAL, "sequence parallel: too many replicated gradients in one block");
+  m->rep[i].kind = kind, m->rep[i].layer = layer;
+  m->rep[i].off = m->rep_used, m->rep[i].n = p->local_numel;
+  m->nrep++, m->rep_used += p->local_numel;
+  *out = m->gsp + m->rep[i].off;
+  return m->k->zero(m->k, *out, (size_t)p->local_numel * sizeof(float));
+}
+
+/* Sum the pieces rep_dst handed out over tp (one all-reduce) and add each to
+ * its gradient (or the split backward's stash). Collective on tp_comm
+ * (sequence parallel). */
+static td_status rep_flush(td_model *m) {
+  if (!m->sp || m->nrep == 0) return TD_OK;
+  TD_CHECK(tp_sum(m, m->gsp, m->rep_used));
+  for (int i = 0; i < m->nrep; ++i) {
+    float *g = NULL;
+    TD_CHECK(wdst(m, m->rep[i].kind, m->rep[i].layer, &g));
+    TD_CHECK(m->k->add(m->k, g, g, m->gsp + m->rep[i].off, m->rep[i].n));
+  }
+  m->nrep = 0, m->rep_used = 0;
+  return TD_OK;
+}
+
 /* Unit hooks of the backward: the whole backward places a unit's parameters
  * and gradients; B only its parameters and records the unit for W. */
 static td_status bhook(td_model *m, int acquire, int u) {
@@ -716,45 +877,52 @@ static td_status conv_bwd(td_model *m, const float *dy, int64_t out, const void 
 static td_status gpt2_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
                                 const float *resid) {
   td_kernels *k = m->k;
-  int64_t B = m->B, T = m->T, C = m->C, N = B * T;
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T, Nl = m->Nl;
   td_dtype pt = m->pt;
   int keep = a != &m->work; /* a slot's activations outlive B */
+  int keepx = keep && !m->sp; /* a gathered norm output does not */
   layer_w w;
   layer_params(m, layer, &w);
   float *g1 = NULL, *g2 = NULL;
-  const void *ln1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * m->Cl);
-  const void *ln2 = at_(m, a->ln2, li * N * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
+  const void *ln1 = at_(m, a->ln1, li * Nl * C), *atty = at_(m, a->atty, li * N * m->Cl);
+  const void *ln2 = at_(m, a->ln2, li * Nl * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
   const float *qkv = a->qkv + li * N * m->C3, *att = att_at(m, a, li);
-  const float *res2 = a->res2 + li * N * C, *fch = a->fch + li * N * m->F;
+  const float *res2 = a->res2 + li * Nl * C, *fch = a->fch + li * N * m->F;
+  const float *dy = NULL, *dx = NULL; /* a row-parallel output's / column-parallel input's */
+  const void *x = NULL;               /* a column-parallel matmul's input */
   /* MLP: res3 = res2 + gelu(ln2·Wfc + bfc)·Wfcp + bfcp */
-  TD_CHECK(wdst(m, TD_PK_FCPROJ_B, layer, &g1));
-  TD_CHECK(k->bias_bwd(k, g1, m->dres, N, C));
-  TD_CHECK(conv_bwd(m, m->dres, C, fcg, keep, m->F, w.wfcp, TD_PK_FCPROJ_W, layer, m->dfch));
+  TD_CHECK(rep_dst(m, TD_PK_FCPROJ_B, layer, &g1));
+  TD_CHECK(k->bias_bwd(k, g1, m->dres, Nl, C));
+  TD_CHECK(row_grad(m, &dy));
+  TD_CHECK(conv_bwd(m, dy, C, fcg, keep, m->F, w.wfcp, TD_PK_FCPROJ_W, layer, m->dfch));
   TD_CHECK(k->gelu_bwd(k, m->dfch, fch, m->dfch, N * m->F));
   TD_CHECK(wdst(m, TD_PK_FC_B, layer, &g1));
   TD_CHECK(k->bias_bwd(k, g1, m->dfch, N, m->F));
-  TD_CHECK(conv_bwd(m, m->dfch, m->F, ln2, keep, C, w.wfc, TD_PK_FC_W, layer, m->dln));
-  TD_CHECK(tp_sum(m, m->dln, N * C));
-  TD_CHECK(wdst(m, TD_PK_LN2_W, layer, &g1));
-  TD_CHECK(wdst(m, TD_PK_LN2_B, layer, &g2));
-  TD_CHECK(k->layernorm_bwd(k, m->dres, g1, g2, m->dln, res2, w.ln2w, pt,
-                            a->ln2_mean + li * N, a->ln2_rstd + li * N, N, C));
+  TD_CHECK(col_in(m, ln2, &x));
+  TD_CHECK(conv_bwd(m, m->dfch, m->F, x, keepx, C, w.wfc, TD_PK_FC_W, layer, m->dln));
+  TD_CHECK(col_grad(m, &dx));
+  TD_CHECK(rep_dst(m, TD_PK_LN2_W, layer, &g1));
+  TD_CHECK(rep_dst(m, TD_PK_LN2_B, layer, &g2));
+  TD_CHECK(k->layernorm_bwd(k, m->dres, g1, g2, dx, res2, w.ln2w, pt,
+                            a->ln2_mean + li * Nl, a->ln2_rstd + li * Nl, Nl, C));
   /* m->dres now holds d loss / d res2. Attention: res2 = x + attn(...)·Wproj + bproj */
-  TD_CHECK(wdst(m, TD_PK_ATTPROJ_B, layer, &g1));
-  TD_CHECK(k->bias_bwd(k, g1, m->dres, N, C));
+  TD_CHECK(rep_dst(m, TD_PK_ATTPROJ_B, layer, &g1));
+  TD_CHECK(k->bias_bwd(k, g1, m->dres, Nl, C));
   if (m->recompute_att) /* the probabilities again (the output, already kept, into datty) */
     TD_CHECK(k->attention_fwd(k, m->datty, m->att_re, qkv, B, T, m->NH, m->HS));
-  TD_CHECK(conv_bwd(m, m->dres, C, atty, keep, m->Cl, w.wproj, TD_PK_ATTPROJ_W, layer, m->datty));
+  TD_CHECK(row_grad(m, &dy));
+  TD_CHECK(conv_bwd(m, dy, C, atty, keep, m->Cl, w.wproj, TD_PK_ATTPROJ_W, layer, m->datty));
   TD_CHECK(k->attention_bwd(k, m->dqkv, m->datt_scratch, m->datty, qkv, att, B, T, m->NH, m->HS));
   TD_CHECK(wdst(m, TD_PK_QKV_B, layer, &g1));
   TD_CHECK(k->bias_bwd(k, g1, m->dqkv, N, m->C3));
-  TD_CHECK(conv_bwd(m, m->dqkv, m->C3, ln1, keep, C, w.wqkv, TD_PK_QKV_W, layer, m->dln));
-  TD_CHECK(tp_sum(m, m->dln, N * C));
-  TD_CHECK(wdst(m, TD_PK_LN1_W, layer, &g1));
-  TD_CHECK(wdst(m, TD_PK_LN1_B, layer, &g2));
-  TD_CHECK(k->layernorm_bwd(k, m->dres, g1, g2, m->dln, resid, w.ln1w, pt,
-                            a->ln1_mean + li * N, a->ln1_rstd + li * N, N, C));
-  return TD_OK;
+  TD_CHECK(col_in(m, ln1, &x));
+  TD_CHECK(conv_bwd(m, m->dqkv, m->C3, x, keepx, C, w.wqkv, TD_PK_QKV_W, layer, m->dln));
+  TD_CHECK(col_grad(m, &dx));
+  TD_CHECK(rep_dst(m, TD_PK_LN1_W, layer, &g1));
+  TD_CHECK(rep_dst(m, TD_PK_LN1_B, layer, &g2));
+  TD_CHECK(k->layernorm_bwd(k, m->dres, g1, g2, dx, resid, w.ln1w, pt,
+                            a->ln1_mean + li * Nl, a->ln1_rstd + li * Nl, Nl, C));
+  return rep_flush(m);
 }
 
 /* dW (rows, C) += dYᵀ · X and dX (N, C) (= or + per beta) += dY · W for the
@@ -775,43 +943,50 @@ static td_status linear_bwd(td_model *m, const float *dy, int64_t rows, const vo
 static td_status llama_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
                                  const float *resid) {
   td_kernels *k = m->k;
-  int64_t B = m->B, T = m->T, C = m->C, N = B * T, F = m->F;
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T, F = m->F, Nl = m->Nl;
   int64_t Cq = m->Cl, Ckv = m->KV * m->HS;
   td_dtype pt = m->pt;
   int keep = a != &m->work;
+  int keepx = keep && !m->sp; /* a gathered norm output does not outlive B */
   float *gn = NULL;
-  const void *n1 = at_(m, a->ln1, li * N * C), *atty = at_(m, a->atty, li * N * Cq);
-  const void *n2 = at_(m, a->ln2, li * N * C), *h = at_(m, a->fch_gelu, li * N * F);
+  const void *n1 = at_(m, a->ln1, li * Nl * C), *atty = at_(m, a->atty, li * N * Cq);
+  const void *n2 = at_(m, a->ln2, li * Nl * C), *h = at_(m, a->fch_gelu, li * N * F);
   const float *q = a->qkv + li * N * m->C3, *kk = q + N * Cq, *v = kk + N * Ckv;
   const float *att = att_at(m, a, li);
-  const float *res2 = a->res2 + li * N * C, *gate = a->fch + li * N * 2 * F, *up = gate + N * F;
+  const float *res2 = a->res2 + li * Nl * C, *gate = a->fch + li * N * 2 * F, *up = gate + N * F;
   float *dgate = m->dfch, *dup = dgate + N * F, *dh = dup + N * F;
   float *dq = m->dqkv, *dk = dq + N * Cq, *dv = dk + N * Ckv;
+  const float *dy = NULL, *dx = NULL; /* a row-parallel output's / column-parallel input's */
+  const void *x = NULL;               /* a column-parallel matmul's input */
   /* MLP: res3 = res2 + down(silu(gate(n2))·up(n2)) */
-  TD_CHECK(linear_bwd(m, m->dres, C, h, keep, F, TD_PK_DOWN_W, layer, 0.0f, dh));
+  TD_CHECK(row_grad(m, &dy));
+  TD_CHECK(linear_bwd(m, dy, C, h, keep, F, TD_PK_DOWN_W, layer, 0.0f, dh));
   TD_CHECK(k->swiglu_bwd(k, dgate, dup, dh, gate, up, N * F));
-  TD_CHECK(linear_bwd(m, dgate, F, n2, keep, C, TD_PK_GATE_W, layer, 0.0f, m->dln));
-  TD_CHECK(linear_bwd(m, dup, F, n2, keep, C, TD_PK_UP_W, layer, 1.0f, m->dln));
-  TD_CHECK(tp_sum(m, m->dln, N * C));
-  TD_CHECK(wdst(m, TD_PK_MLP_NORM, layer, &gn));
-  TD_CHECK(k->rmsnorm_bwd(k, m->dres, gn, m->dln, res2, pw(m, TD_PK_MLP_NORM, layer), pt,
-                          a->ln2_rstd + li * N, N, C));
+  TD_CHECK(col_in(m, n2, &x));
+  TD_CHECK(linear_bwd(m, dgate, F, x, keepx, C, TD_PK_GATE_W, layer, 0.0f, m->dln));
+  TD_CHECK(linear_bwd(m, dup, F, x, keepx, C, TD_PK_UP_W, layer, 1.0f, m->dln));
+  TD_CHECK(col_grad(m, &dx));
+  TD_CHECK(rep_dst(m, TD_PK_MLP_NORM, layer, &gn));
+  TD_CHECK(k->rmsnorm_bwd(k, m->dres, gn, dx, res2, pw(m, TD_PK_MLP_NORM, layer), pt,
+                          a->ln2_rstd + li * Nl, Nl, C));
   /* m->dres now holds d loss / d res2. Attention: res2 = x + o(attn(...)) */
   if (m->recompute_att) /* the probabilities again (the output, already kept, into datty) */
     TD_CHECK(k->gqa_fwd(k, m->datty, m->att_re, q, kk, v, Cq, Ckv, B, T, m->NH, m->KV, m->HS));
-  TD_CHECK(linear_bwd(m, m->dres, C, atty, keep, Cq, TD_PK_O_W, layer, 0.0f, m->datty));
+  TD_CHECK(row_grad(m, &dy));
+  TD_CHECK(linear_bwd(m, dy, C, atty, keep, Cq, TD_PK_O_W, layer, 0.0f, m->datty));
   TD_CHECK(k->gqa_bwd(k, dq, dk, dv, m->datt_scratch, m->datty, q, kk, v, att, Cq, Ckv, B, T,
                       m->NH, m->KV, m->HS));
   TD_CHECK(k->rope(k, dq, B, T, m->NH, m->HS, Cq, m->rope_theta, 1));
   TD_CHECK(k->rope(k, dk, B, T, m->KV, m->HS, Ckv, m->rope_theta, 1));
-  TD_CHECK(linear_bwd(m, dq, Cq, n1, keep, C, TD_PK_Q_W, layer, 0.0f, m->dln));
-  TD_CHECK(linear_bwd(m, dk, Ckv, n1, keep, C, TD_PK_K_W, layer, 1.0f, m->dln));
-  TD_CHECK(linear_bwd(m, dv, Ckv, n1, keep, C, TD_PK_V_W, layer, 1.0f, m->dln));
-  TD_CHECK(tp_sum(m, m->dln, N * C));
-  TD_CHECK(wdst(m, TD_PK_ATTN_NORM, layer, &gn));
-  TD_CHECK(k->rmsnorm_bwd(k, m->dres, gn, m->dln, resid, pw(m, TD_PK_ATTN_NORM, layer), pt,
-                          a->ln1_rstd + li * N, N, C));
-  return TD_OK;
+  TD_CHECK(col_in(m, n1, &x));
+  TD_CHECK(linear_bwd(m, dq, Cq, x, keepx, C, TD_PK_Q_W, layer, 0.0f, m->dln));
+  TD_CHECK(linear_bwd(m, dk, Ckv, x, keepx, C, TD_PK_K_W, layer, 1.0f, m->dln));
+  TD_CHECK(linear_bwd(m, dv, Ckv, x, keepx, C, TD_PK_V_W, layer, 1.0f, m->dln));
+  TD_CHECK(col_grad(m, &dx));
+  TD_CHECK(rep_dst(m, TD_PK_ATTN_NORM, layer, &gn));
+  TD_CHECK(k->rmsnorm_bwd(k, m->dres, gn, dx, resid, pw(m, TD_PK_ATTN_NORM, layer), pt,
+                          a->ln1_rstd + li * Nl, Nl, C));
+  return rep_flush(m);
 }
 
 /* The backward of `slot`: whole (m->defer 0) or its B (m->defer 1, the
@@ -820,7 +995,7 @@ static td_status backward_impl(td_model *m, int slot, float loss_scale, const fl
   td_kernels *k = m->k;
   td_acts *a = &m->acts[slot];
   use_slot(m, slot);
-  int64_t B = m->B, T = m->T, C = m->C, N = B * T;
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T, Nl = m->Nl;
   float *x = a->encoded;
   td_dtype pt = m->pt, at = m->at;
   const void *d = NULL; /* the gradient the next matmuls read (type at) */
@@ -834,32 +1009,37 @@ static td_status backward_impl(td_model *m, int slot, float loss_scale, const fl
     TD_CHECK(k->xent_bwd(k, dl, a->logits, a->rowmax, a->sumexp, a->targets, m->v0,
                          loss_scale, N, m->Vs, vvalid));
     TD_CHECK(mm_grad(m, dl, N * m->Vs, &d));
-    /* d is the slot's logits in float32 (kept until W), a scratch rounding in bf16 */
-    TD_CHECK(wmm(m, 1, 0, m->Vs, C, N, d, at == TD_DTYPE_F32, a->lnf, 1, head_kind(m), -1));
+    /* d is the slot's logits in float32 (kept until W), a scratch rounding in bf16;
+     * the head's input: the slot's lnf, or (sequence parallel) gathered again */
+    const void *xf = NULL;
+    const float *dx = NULL;
+    TD_CHECK(col_in(m, a->lnf, &xf));
+    TD_CHECK(wmm(m, 1, 0, m->Vs, C, N, d, at == TD_DTYPE_F32, xf, !m->sp, head_kind(m), -1));
     TD_CHECK(mm(m, 0, 0, N, C, m->Vs, d, at, pw(m, head_kind(m), -1), pt, 0.0f, m->dln));
     TD_CHECK(poll(m));
-    TD_CHECK(tp_sum(m, m->dln, N * C));
-    const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * N * C : x;
-    TD_CHECK(k->zero(k, m->dres, (size_t)N * C * sizeof(float)));
-    TD_CHECK(wdst(m, TD_PK_LNF_W, -1, &gw));
+    TD_CHECK(col_grad(m, &dx));
+    const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * Nl * C : x;
+    TD_CHECK(k->zero(k, m->dres, (size_t)Nl * C * sizeof(float)));
+    TD_CHECK(rep_dst(m, TD_PK_LNF_W, -1, &gw));
     if (m->llama) {
-      TD_CHECK(k->rmsnorm_bwd(k, m->dres, gw, m->dln, last, pw(m, TD_PK_LNF_W, -1), pt,
-                              a->lnf_rstd, N, C));
+      TD_CHECK(k->rmsnorm_bwd(k, m->dres, gw, dx, last, pw(m, TD_PK_LNF_W, -1), pt,
+                              a->lnf_rstd, Nl, C));
     } else {
-      TD_CHECK(wdst(m, TD_PK_LNF_B, -1, &gb));
-      TD_CHECK(k->layernorm_bwd(k, m->dres, gw, gb, m->dln, last, pw(m, TD_PK_LNF_W, -1), pt,
-                                a->lnf_mean, a->lnf_rstd, N, C));
+      TD_CHECK(rep_dst(m, TD_PK_LNF_B, -1, &gb));
+      TD_CHECK(k->layernorm_bwd(k, m->dres, gw, gb, dx, last, pw(m, TD_PK_LNF_W, -1), pt,
+                                a->lnf_mean, a->lnf_rstd, Nl, C));
     }
+    TD_CHECK(rep_flush(m));
     TD_CHECK(bhook(m, 0, U));
   } else {
     /* gradient of this stage's output, from the next stage: dres = dout */
-    TD_CHECK(k->zero(k, m->dres, (size_t)N * C * sizeof(float)));
-    TD_CHECK(k->add(k, m->dres, m->dres, dout, N * C));
+    TD_CHECK(k->zero(k, m->dres, (size_t)Nl * C * sizeof(float)));
+    TD_CHECK(k->add(k, m->dres, m->dres, dout, Nl * C));
   }
   for (int64_t li = m->L_count - 1; li >= 0; --li) {
     int layer = (int)(m->L_first + li);
     TD_CHECK(bhook(m, 1, 1 + layer));
-    const float *resid = li == 0 ? x : a->res3 + (li - 1) * N * C;
+    const float *resid = li == 0 ? x : a->res3 + (li - 1) * Nl * C;
     td_acts *w = a;
     int64_t ix = li;
     if (m->recompute) { /* the block's activations again, from its kept input */
@@ -871,13 +1051,15 @@ static td_status backward_impl(td_model *m, int slot, float loss_scale, const fl
                       : gpt2_block_bwd(m, w, ix, layer, resid));
     TD_CHECK(bhook(m, 0, 1 + layer));
   }
+  const float *de = m->dres; /* the embedding output's gradient, all N rows */
+  if (m->first_stage) TD_CHECK(row_grad(m, &de));
   if (m->first_stage && !m->defer) {
     TD_CHECK(k->embed_bwd(k, pg(m, TD_PK_WTE, -1), m->llama ? NULL : pg(m, TD_PK_WPE, -1),
-                          m->dres, a->inputs, m->v0, m->Vs, B, T, C));
+                          de, a->inputs, m->v0, m->Vs, B, T, C));
   } else if (m->first_stage) { /* W scatters a copy of the gradient into the embedding */
     void *c = NULL;
     TD_CHECK(wl_take(m, N * C, 4, &c));
-    TD_CHECK(k->cast(k, c, TD_DTYPE_F32, m->dres, TD_DTYPE_F32, N * C));
+    TD_CHECK(k->cast(k, c, TD_DTYPE_F32, de, TD_DTYPE_F32, N * C));
     td_wop op = {WOP_EMBED, 0, 0, -1, TD_PK_WTE, 0, 0, 0, c, a->inputs};
     TD_CHECK(wl_push(m, &op));
   }

@@ -214,7 +214,9 @@ td_status td_pipe_create(struct td_trainer *t, td_pipe **out) {
   for (int c = 0; c < p->v; ++c)
     p->slot0[c] = t->model->chunks[c].slot0, p->nslot[c] = t->model->chunks[c].nslots;
   TD_CHECK_GOTO(td_pipe_schedule(&t->cfg, &p->sched));
-  p->N = t->B * t->cfg.model_seq_len, p->C = t->cfg.model_dim;
+  /* a message: the residual stream's rows this rank holds (its tp part under
+   * sequence parallelism) */
+  p->N = td_model_rows(&t->cfg, t->B), p->C = t->cfg.model_dim;
   p->grad_send = calloc((size_t)p->nslots, sizeof(float *));
   p->req_act = malloc((size_t)p->nslots * sizeof(MPI_Request));
   p->req_grad = malloc((size_t)p->nslots * sizeof(MPI_Request));

@@ -68,6 +68,9 @@
     "model chunks per pipeline stage (pp_schedule: interleaved, at least 2)")               \
   X(parallel, stage_layers, INTS, "[]", 1, 100000, NULL, 0,                                  \
     "layers per pipeline stage (default: even split)")                                      \
+  X(parallel, sequence_parallel, BOOL, "false", 0, 0, NULL, 0,                               \
+    "Megatron sequence parallelism: norms and residual stream split along the tokens over "  \
+    "the tp group (needs parallel.tp > 1; model.seq_len divisible by tp)")                   \
   X(parallel, bucket_mb, FLOAT, "25", 0.001, 1.0e6, NULL, 0, "gradient all-reduce bucket size, MiB") \
   X(data, train, STR, "", 0, 0, NULL, TD_F_REQ, "training tokens (trident HDF5, nanoGPT or llm.c .bin)") \
   X(data, val, STR, "", 0, 0, NULL, 0, "validation tokens (default: data.train's /val_tokens)") \

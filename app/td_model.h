@@ -16,7 +16,9 @@
 #include "parallel/td_coll.h"
 #include "parallel/td_grid.h"
 
-/* Activations of one micro-batch through one stage (all (B·T, ·) row-major).
+/* Activations of one micro-batch through one stage (all (B·T, ·) row-major;
+ * under sequence parallelism the residual stream and the norms — encoded,
+ * ln*, their statistics, res2, res3 — hold the rank's Nl = B·T / tp rows).
  * The matmul inputs (void *) are of the model's activation type m->at:
  * float32, or bf16 under training.precision: bf16; the rest is float32. */
 typedef struct td_acts {
@@ -120,6 +122,22 @@ struct td_model {
    * it reads (model.c); wcur the list B fills now, defer set during a B */
   int split, defer;
   struct td_wlist *wl, *wcur;
+  /* parallel.sequence_parallel (Megatron, Korthikanti et al. 2022): the
+   * residual stream, the norms and their statistics hold this tp rank's Nl =
+   * N / tp contiguous rows of the micro-batch's N = B·T (Nl = N without);
+   * each column-parallel matmul reads its input all-gathered into xg (N, C)
+   * of type at, each row-parallel one's output is reduce-scattered to the
+   * local rows; the gradients of parameters replicated over tp that the
+   * local rows give (norms, row-parallel biases) are computed into gsp and
+   * summed over tp once a block (rep[] says where they go) */
+  int sp;
+  int64_t Nl;
+  void *xg;
+  float *gsp;
+  int *sp_counts; /* (2·tp) counts and displacements of the device collectives */
+  int nrep;
+  int64_t rep_used;
+  struct { td_param_kind kind; int layer; int64_t off, n; } rep[8];
   float *dres, *dtmp, *dln, *dqkv, *datty, *dfch, *datt_scratch;
   void *dmm;             /* bf16: a gradient rounded for the matmuls that read it */
   float *rowstat_host;   /* (3N) host staging for cross-entropy statistics */
@@ -141,6 +159,10 @@ struct td_model {
   float **unit_grad;               /* ... and of the grads */
   td_model_hooks hooks;            /* place units (the trainer's ZeRO engine) */
 };
+
+/* Rows of the residual stream a rank holds for micro-batches of B
+ * sequences: B·T, or B·T / tp under parallel.sequence_parallel. */
+int64_t td_model_rows(const td_config *cfg, int64_t B);
 
 /* Unit of a parameter. */
 int td_model_unit_of(const td_model *m, const td_param *p);

@@ -251,7 +251,7 @@ static void mem_of(const td_config *c, const td_grid *g, const td_model *m, cons
   td_zero_bytes(z, &mem->param, &mem->grad, &mem->optim, &mem->work);
   mem->host = td_zero_host_bytes(z);
   mem->act = (int64_t)m->act_bytes + td_pipe_bytes(g->pp, g->pp_rank, m->nchunks, m->nslots,
-                                                   m->B * c->model_seq_len, c->model_dim,
+                                                   td_model_rows(c, m->B), c->model_dim,
                                                    m->staged && !m->dcomm);
   mem->params_local = m->reg->total_local;
   mem->live_micro = m->nslots;

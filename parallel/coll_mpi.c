@@ -3,6 +3,7 @@
 #include "parallel/td_coll.h"
 
 #include <limits.h>
+#include <stdlib.h>
 
 #include "parallel/td_mpi.h"
 #include "parallel/td_watchdog.h"
@@ -84,4 +85,89 @@ td_status td_coll_bcast_f32(MPI_Comm comm, float *buf, int64_t n, int root, td_c
   }
   count(stats, TD_COLL_BCAST, (double)n * sizeof(float), t0);
   return TD_OK;
+}
+
+/* Equal counts (n each) and their displacements for the v-collectives: the
+ * same MPI calls the device collectives' test implementation makes
+ * (parallel/dcomm_mpi.c), so both paths reduce in the same order. */
+static td_status equal_parts(int p, int64_t n, int **counts, int **displs) {
+  int c = 0, all = 0; /* the whole must have an int count too */
+  TD_CHECK(td_mpi_count(n, &c));
+  TD_CHECK(td_mpi_count(n * p, &all));
+  *counts = malloc((size_t)p * sizeof(int));
+  *displs = malloc((size_t)p * sizeof(int));
+  if (!*counts || !*displs) {
+    free(*counts), free(*displs);
+    *counts = *displs = NULL;
+    TD_FAIL(TD_ERR_NOMEM, "out of memory");
+  }
+  for (int r = 0; r < p; ++r) (*counts)[r] = c, (*displs)[r] = r * c;
+  return TD_OK;
+}
+
+td_status td_coll_reduce_scatter_f32_staged(MPI_Comm comm, td_kernels *k, const float *send,
+                                            float *recv, float *stage, int64_t n,
+                                            td_coll_stats *stats) {
+  int p = comm_size(comm);
+  if (p == 1 || n == 0) return TD_OK;
+  int host = k->host_memory;
+  if (!host && !stage)
+    TD_FAIL(TD_ERR_INTERNAL, "staged reduce-scatter of %lld floats without a host buffer",
+            (long long)n);
+  int *counts = NULL, *displs = NULL;
+  TD_CHECK(equal_parts(p, n, &counts, &displs));
+  td_status st = TD_OK;
+  const float *sb = send;
+  float *rb = recv;
+  if (!host) {
+    sb = stage, rb = stage + (int64_t)p * n;
+    st = k->to_host(k, stage, send, (size_t)(p * n) * sizeof(float));
+  }
+  double t0 = td_now();
+  if (st == TD_OK) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    int rc = td_watched(MPI_Ireduce_scatter(sb, rb, counts, MPI_FLOAT, MPI_SUM, comm, &r),
+                        "MPI_Reduce_scatter", comm, &r);
+    if (rc != MPI_SUCCESS)
+      st = td_mpi_fail(rc, "MPI_Reduce_scatter", __FILE__, __LINE__, __func__);
+  }
+  count(stats, TD_COLL_REDUCE_SCATTER, (double)(p - 1) * (double)n * sizeof(float), t0);
+  if (st == TD_OK && !host) st = k->to_device(k, recv, rb, (size_t)n * sizeof(float));
+  free(counts), free(displs);
+  return st;
+}
+
+td_status td_coll_allgather_staged(MPI_Comm comm, td_kernels *k, const void *send, void *recv,
+                                   void *stage, int64_t n, td_dtype t, td_coll_stats *stats) {
+  int p = comm_size(comm), rank = 0;
+  if (p == 1 || n == 0) return TD_OK;
+  TD_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  int host = k->host_memory;
+  if (!host && !stage)
+    TD_FAIL(TD_ERR_INTERNAL, "staged all-gather of %lld elements without a host buffer",
+            (long long)n);
+  if (t != TD_DTYPE_F32 && t != TD_DTYPE_BF16)
+    TD_FAIL(TD_ERR_INTERNAL, "all-gather: float32 or bf16 only (dtype %d)", (int)t);
+  MPI_Datatype mt = t == TD_DTYPE_F32 ? MPI_FLOAT : MPI_UINT16_T;
+  size_t es = td_dtype_size(t);
+  int *counts = NULL, *displs = NULL;
+  TD_CHECK(equal_parts(p, n, &counts, &displs));
+  td_status st = TD_OK;
+  const void *sb = send;
+  void *rb = recv;
+  if (!host) {
+    sb = MPI_IN_PLACE, rb = stage;
+    st = k->to_host(k, (char *)stage + (size_t)rank * (size_t)n * es, send, (size_t)n * es);
+  }
+  double t0 = td_now();
+  if (st == TD_OK) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    int rc = td_watched(MPI_Iallgatherv(sb, counts[rank], mt, rb, counts, displs, mt, comm, &r),
+                        "MPI_Allgather", comm, &r);
+    if (rc != MPI_SUCCESS) st = td_mpi_fail(rc, "MPI_Allgather", __FILE__, __LINE__, __func__);
+  }
+  count(stats, TD_COLL_ALLGATHER, (double)(p - 1) * (double)n * (double)es, t0);
+  if (st == TD_OK && !host) st = k->to_device(k, recv, stage, (size_t)p * (size_t)n * es);
+  free(counts), free(displs);
+  return st;
 }

@@ -45,6 +45,21 @@ td_status td_coll_allreduce_f64(MPI_Comm comm, double *buf, int64_t n, MPI_Op op
  * queued work). Collective on comm. */
 td_status td_coll_allreduce_f32_staged(MPI_Comm comm, td_kernels *k, float *buf, float *stage,
                                        int64_t n, MPI_Op op, td_coll_stats *stats);
+/* Reduce-scatter of equal parts: recv (n floats) = Σ over comm of part
+ * `rank` of send (size·n floats, member r's part at r·n), send and recv
+ * distinct, both in the memory of back-end k: directly when k->host_memory,
+ * else through `stage` ((size + 1)·n host floats, the caller's). Counted as
+ * TD_COLL_REDUCE_SCATTER (ring volume: (size − 1)·n floats). Collective on
+ * comm. */
+td_status td_coll_reduce_scatter_f32_staged(MPI_Comm comm, td_kernels *k, const float *send,
+                                            float *recv, float *stage, int64_t n,
+                                            td_coll_stats *stats);
+/* All-gather of equal parts: recv (size·n elements of type t, float32 or
+ * bf16) = every member's send (n elements), member r's at r·n, in the memory
+ * of back-end k (staged through `stage`, size·n elements of host memory, when
+ * it is not host memory). Counted as TD_COLL_ALLGATHER. Collective on comm. */
+td_status td_coll_allgather_staged(MPI_Comm comm, td_kernels *k, const void *send, void *recv,
+                                   void *stage, int64_t n, td_dtype t, td_coll_stats *stats);
 /* Broadcast n floats from root. Collective on comm. */
 td_status td_coll_bcast_f32(MPI_Comm comm, float *buf, int64_t n, int root, td_coll_stats *stats);
 

@@ -6,7 +6,7 @@
 # CPU grids use: fp32 1e-4, bf16 the mixed-precision bounds of
 # precision.cmake; final parameters per tensor).
 #   - both families, fp32 and bf16, on 1 rank; recomputation;
-#   - dp 2 ZeRO-1 and ZeRO-3, tp 2, pp 2 (1F1B, zb-h1, interleaved), (dp 2,
+#   - dp 2 ZeRO-1 and ZeRO-3, tp 2 (and with sequence parallelism), pp 2 (1F1B, zb-h1, interleaved), (dp 2,
 #     tp 2) ZeRO-3 bf16: one
 #     emulated device per rank (the default), so the collectives take the
 #     NCCL path (the emulated NCCL between the ranks' processes);
@@ -76,6 +76,10 @@ if(TD_CUDA_EMULATE)
     ${TD_GRID_BIN} ${_cu_work} 221_zero3_bf16 1,1,1,0 2,2,1,3 ${_small} ${_bf16})
   td_cudaemu_grid(staged_dp2_one_device ${_cu} --run-env TD_CUDAEMU_DEVICES=1
     ${TD_GRID_BIN} ${_cu_work} staged_dp2 1,1,1,0 2,1,1,1 ${_small})
+  # sequence parallelism on the device: NCCL reduce-scatters and all-gathers
+  # (the emulated NCCL) in place of the tp all-reduces
+  td_cudaemu_grid(tp2_sp ${_cu} --run-set parallel.sequence_parallel=true
+    ${TD_GRID_BIN} ${_cu_work} tp2_sp 1,1,1,0 1,2,1,0 ${_small})
   set_property(TEST ${_cu_tests} APPEND PROPERTY ENVIRONMENT ${TD_CUDAEMU_TEST_ENV})
   # the parameters cross devices bit for bit (train --dump of the resumed run)
   add_test(NAME cudaemu_ckpt_readback

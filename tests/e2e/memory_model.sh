@@ -71,6 +71,10 @@ case_ bf16_dp2_zero3 2 1 1 3 --set parallel.micro_batch=2 --set training.precisi
 # activation recomputation: the slots keep block inputs, one block's set is shared
 case_ recompute_dp1 1 1 1 0 --set training.recompute=blocks
 case_ recompute_pp2_1f1b 1 1 2 0 --set parallel.micro_batch=1 --set training.recompute=blocks
+# sequence parallelism: local rows of the residual stream, the gather scratch
+case_ sp_tp2 1 2 1 0 --set parallel.sequence_parallel=true
+case_ sp_tp2_pp2_zbh1_bf16 1 2 2 1 --set parallel.micro_batch=2 --set parallel.sequence_parallel=true \
+  --set parallel.pp_schedule=zb-h1 --set training.precision=bf16
 # the LLaMA family (GQA, SwiGLU, untied head)
 deck=llama-tiny
 case_ llama_dp1 1 1 1 0
