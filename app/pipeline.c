@@ -276,13 +276,13 @@ static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src
   struct td_dcomm *dc = chan_of(p, kind == TAG_ACT ? TD_OP_RECV_ACT : TD_OP_RECV_GRAD);
   if (dc) {
     uint64_t tk = 0;
-    TD_CHECK(td_dcomm_recv(dc, buf, p->N * p->C, 1 - dc->rank, &t->stats, &tk));
+    TD_CHECK(td_dcomm_recv(dc, buf, p->N * p->C, 1 - dc->rank, &t->gstats[TD_GROUP_PP], &tk));
     TD_CHECK(td_dcomm_wait(dc, tk,
                            kind == TAG_ACT ? "device receive (activations from the previous "
                                              "pipeline stage)"
                                            : "device receive (gradients from the next pipeline "
                                              "stage)",
-                           t->grid->pp_comm, &t->stats, TD_COLL_SENDRECV));
+                           t->grid->pp_comm, &t->gstats[TD_GROUP_PP], TD_COLL_SENDRECV));
     TD_CHECK(td_dcomm_join(dc, tk));
     p->idle += td_now() - t0;
     return TD_OK;
@@ -294,9 +294,9 @@ static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src
   if (p->host) TD_CHECK(t->k->to_device(t->k, buf, into, (size_t)n * sizeof(float)));
   double dt = td_now() - t0;
   p->idle += dt;
-  t->stats.bytes[TD_COLL_SENDRECV] += (double)n * 4.0;
-  t->stats.ms[TD_COLL_SENDRECV] += 1e3 * dt;
-  t->stats.calls[TD_COLL_SENDRECV]++;
+  t->gstats[TD_GROUP_PP].bytes[TD_COLL_SENDRECV] += (double)n * 4.0;
+  t->gstats[TD_GROUP_PP].ms[TD_COLL_SENDRECV] += 1e3 * dt;
+  t->gstats[TD_GROUP_PP].calls[TD_COLL_SENDRECV]++;
   return TD_OK;
 }
 
@@ -309,7 +309,7 @@ static td_status send_to(struct td_trainer *t, td_pipe *p, const float *buf, int
   TD_CHECK(td_mpi_count(p->N * p->C, &n));
   struct td_dcomm *dc = chan_of(p, kind == TAG_ACT ? TD_OP_SEND_ACT : TD_OP_SEND_GRAD);
   if (dc) /* queued behind the compute that made buf */
-    return td_dcomm_send(dc, buf, p->N * p->C, 1 - dc->rank, &t->stats,
+    return td_dcomm_send(dc, buf, p->N * p->C, 1 - dc->rank, &t->gstats[TD_GROUP_PP],
                          kind == TAG_ACT ? &p->tk_act[slot] : &p->tk_grad[slot]);
   TD_CHECK(t->k->sync(t->k));
   if (p->host) { /* staging: send the slot's host copy */
@@ -318,8 +318,8 @@ static td_status send_to(struct td_trainer *t, td_pipe *p, const float *buf, int
     buf = h;
   }
   TD_MPI_CHECK(MPI_Isend(buf, n, MPI_FLOAT, dst, tag_of(kind, c), t->grid->pp_comm, req));
-  t->stats.bytes[TD_COLL_SENDRECV] += (double)n * 4.0;
-  t->stats.calls[TD_COLL_SENDRECV]++;
+  t->gstats[TD_GROUP_PP].bytes[TD_COLL_SENDRECV] += (double)n * 4.0;
+  t->gstats[TD_GROUP_PP].calls[TD_COLL_SENDRECV]++;
   return TD_OK;
 }
 
@@ -334,7 +334,7 @@ static td_status wait_send(struct td_trainer *t, td_pipe *p, int kind, int slot,
     struct td_dcomm *dc = chan_of(p, kind == TAG_ACT ? TD_OP_SEND_ACT : TD_OP_SEND_GRAD);
     if (host)
       TD_CHECK(td_dcomm_wait(dc, *tk, "device send to a neighbouring pipeline stage",
-                             t->grid->pp_comm, &t->stats, TD_COLL_SENDRECV));
+                             t->grid->pp_comm, &t->gstats[TD_GROUP_PP], TD_COLL_SENDRECV));
     TD_CHECK(td_dcomm_join(dc, *tk));
     *tk = 0;
   }

@@ -269,16 +269,29 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
   td_config *c = &t->cfg;
   int64_t tokens = c->training_global_batch * c->model_seq_len;
   double tps = (double)tokens / step_s;
-  double cb = 0, cms = 0;
-  td_coll_stats_total(&t->stats, &cb, &cms);
+  /* communication, all of it and split by where it goes: a group's traffic
+   * is inter-node when its members are on more than one node */
+  double cb = 0, cms = 0, cb_in = 0, cms_in = 0, cb_out = 0, cms_out = 0;
+  const td_grid *g = t->grid;
+  int stride = g->tp * g->dp, first = g->rank - g->pp_rank * stride;
+  int spans[TD_GROUP_COUNT] = {g->tp_nodes > 1, g->dp_nodes > 1, g->pp_nodes > 1,
+                               g->node_of[first] != g->node_of[first + (g->pp - 1) * stride]};
+  for (int i = 0; i < TD_GROUP_COUNT; ++i) {
+    double b = 0, ms = 0;
+    td_coll_stats_total(&t->gstats[i], &b, &ms);
+    cb += b, cms += ms;
+    if (spans[i]) cb_out += b, cms_out += ms;
+    else cb_in += b, cms_in += ms;
+  }
   /* the largest rank's peak RSS, communication bytes and allocations (what
    * trident check prints, from the same code: t->mem), in one reduction */
   const td_mem_plan *mem = &t->mem;
   int64_t dev = t->k->device_peak ? (int64_t)t->k->device_peak(t->k) : 0;
-  int64_t mine[9] = {peak_rss_bytes(), (int64_t)cb, mem->param, mem->grad, mem->optim,
-                     mem->work, mem->act, dev, mem->host}, mx[9];
+  int64_t mine[11] = {peak_rss_bytes(), (int64_t)cb, mem->param, mem->grad, mem->optim,
+                      mem->work, mem->act, dev, mem->host, (int64_t)cb_in, (int64_t)cb_out},
+          mx[11];
   MPI_Request r = MPI_REQUEST_NULL;
-  TD_MPI_CHECK(td_watched(MPI_Iallreduce(mine, mx, 9, MPI_INT64_T, MPI_MAX, t->app->world, &r),
+  TD_MPI_CHECK(td_watched(MPI_Iallreduce(mine, mx, 11, MPI_INT64_T, MPI_MAX, t->app->world, &r),
                           "MPI_Allreduce (metrics)", t->app->world, &r));
   int64_t rss_max = mx[0], *zmax = mx + 2;
   double cbmax = (double)mx[1];
@@ -336,6 +349,10 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
             (long long)zmax[4]);
     if (mx[7] > 0) fprintf(t->metrics, ", \"device_mem_bytes\": %lld", (long long)mx[7]);
     if (mx[8] > 0) fprintf(t->metrics, ", \"host_optim_bytes\": %lld", (long long)mx[8]);
+    fprintf(t->metrics,
+            ", \"comm_intra_bytes\": %lld, \"comm_inter_bytes\": %lld, \"comm_intra_ms\": %.3f, "
+            "\"comm_inter_ms\": %.3f",
+            (long long)mx[9], (long long)mx[10], cms_in, cms_out);
     if (pp > 1 && pp <= 256) {
       fprintf(t->metrics, ", \"pp_idle\": [");
       for (int i = 0; i < pp; ++i) fprintf(t->metrics, "%s%.4f", i ? ", " : "", fr[i]);
@@ -375,6 +392,10 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
     if (mx[8] > 0) TB("memory/host_optimizer(GiB)", (double)mx[8] / gib);
     TB("comm/MiB", cbmax / (1024.0 * 1024.0));
     TB("comm/ms", cms);
+    TB("comm/intra_node_MiB", (double)mx[9] / (1024.0 * 1024.0));
+    TB("comm/inter_node_MiB", (double)mx[10] / (1024.0 * 1024.0));
+    TB("comm/intra_node_ms", cms_in);
+    TB("comm/inter_node_ms", cms_out);
     if (pp > 1 && pp <= 256) {
       double worst = 0;
       for (int i = 0; i < pp; ++i) worst = fr[i] > worst ? fr[i] : worst;

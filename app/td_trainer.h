@@ -32,6 +32,8 @@ typedef struct td_mem_plan {
   int64_t live_micro;   /* activation slots (micro-batches alive at once) */
 } td_mem_plan;
 
+enum { TD_GROUP_TP, TD_GROUP_DP, TD_GROUP_PP, TD_GROUP_EMBED, TD_GROUP_COUNT };
+
 typedef struct td_trainer {
   td_app *app;
   td_config cfg;
@@ -52,7 +54,11 @@ typedef struct td_trainer {
   td_dataset *train, *val;
   td_tokenizer_files tok; /* data.train's /tokenizer (NULLs: none), copied into checkpoints */
   td_sampler *sampler;
-  td_coll_stats stats;
+  /* communication per group this rank takes part in (tensor-parallel,
+   * data-parallel, pipeline, tied embedding: TD_GROUP_*); the metrics sum
+   * them, and split them into intra- and inter-node by whether the group's
+   * members are on one node or several (td_grid) */
+  td_coll_stats gstats[TD_GROUP_COUNT];
   td_mem_plan mem;     /* what was allocated (metrics: param/grad/optim/work/act_bytes) */
   td_timers timers;
   int64_t step;        /* optimizer steps done */

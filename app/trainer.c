@@ -175,12 +175,14 @@ td_status td_trainer_embed_sync(td_trainer *t, int defer_last) {
     float *g = m->unit_grad[0] + (wte->offset - m->unit_begin[0]);
     if (t->dc_embed) {
       TD_CHECK(
-          td_dcomm_allreduce_joined(t->dc_embed, g, wte->local_numel, 0, &t->stats));
+          td_dcomm_allreduce_joined(t->dc_embed, g, wte->local_numel, 0,
+                                    &t->gstats[TD_GROUP_EMBED]));
       return embed_release(t, how);
     }
     TD_CHECK(t->k->sync(t->k));
     TD_CHECK(td_coll_allreduce_f32_staged(t->grid->embed_comm, t->k, g, m->host_stage,
-                                          wte->local_numel, MPI_SUM, &t->stats));
+                                          wte->local_numel, MPI_SUM,
+                                          &t->gstats[TD_GROUP_EMBED]));
   }
   TD_CHECK(embed_release(t, how));
   return TD_OK;
@@ -343,7 +345,7 @@ static td_status create_zero(td_trainer *t) {
     TD_CHECK_GOTO(td_kernels_cpu_create(t->threads, &t->hk));
     o.host = t->hk;
   }
-  TD_CHECK_GOTO(td_zero_create(&o, t->k, &t->stats, &t->zero));
+  TD_CHECK_GOTO(td_zero_create(&o, t->k, &t->gstats[TD_GROUP_DP], &t->zero));
   TD_CHECK_GOTO(td_alloc((void **)&host, (size_t)r->total_local * sizeof(float), "initial parameters"));
   td_registry_init_params(r, c, host);
   if (c->model_init_from[0]) TD_CHECK_GOTO(init_from(c, r, host));
@@ -406,7 +408,8 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
                                   &t->dc_tp));
   TD_CHECK_GOTO(td_dcomm_create(t->grid->embed_comm, t->k, t->dcomm, "tied-embedding",
                                 &t->dc_embed));
-  st = td_model_create(c, t->grid, t->k, &t->stats, t->B, nslots, t->dcomm != TD_DCOMM_OFF,
+  st = td_model_create(c, t->grid, t->k, &t->gstats[TD_GROUP_TP], t->B, nslots,
+                       t->dcomm != TD_DCOMM_OFF,
                        &t->model);
   free(nslots);
   nslots = NULL;
@@ -501,8 +504,10 @@ static td_status grad_sumsq(td_trainer *t, double *out) {
   /* the engine's tensors are the registry's present ones, in order (zero_opts) */
   for (int i = 0, j = 0; i < r->n; ++i)
     all[i] = r->p[i].present ? mine[j++] : 0.0;
-  TD_CHECK_GOTO(td_coll_allreduce_f64(t->grid->tp_comm, all, r->n, MPI_SUM, &t->stats));
-  TD_CHECK_GOTO(td_coll_allreduce_f64(t->grid->pp_comm, all, r->n, MPI_SUM, &t->stats));
+  TD_CHECK_GOTO(td_coll_allreduce_f64(t->grid->tp_comm, all, r->n, MPI_SUM,
+                                      &t->gstats[TD_GROUP_TP]));
+  TD_CHECK_GOTO(td_coll_allreduce_f64(t->grid->pp_comm, all, r->n, MPI_SUM,
+                                      &t->gstats[TD_GROUP_PP]));
   *out = 0.0;
   for (int i = 0; i < r->n; ++i) *out += all[i];
 done:
@@ -536,8 +541,10 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
   /* Gradients: summed over data-parallel replicas (each holds Σ over its slice). */
   td_timer_start(&t->timers, tid_opt);
   TD_CHECK(td_zero_finish_grads(t->zero));
-  TD_CHECK(td_coll_allreduce_f64(t->grid->dp_comm, &loss_sum, 1, MPI_SUM, &t->stats));
-  TD_CHECK(td_coll_allreduce_f64(t->grid->pp_comm, &loss_sum, 1, MPI_SUM, &t->stats)); /* last stage's */
+  TD_CHECK(td_coll_allreduce_f64(t->grid->dp_comm, &loss_sum, 1, MPI_SUM,
+                                 &t->gstats[TD_GROUP_DP]));
+  TD_CHECK(td_coll_allreduce_f64(t->grid->pp_comm, &loss_sum, 1, MPI_SUM,
+                                 &t->gstats[TD_GROUP_PP])); /* last stage's */
   *loss = loss_sum / global_tokens;
 
   double ss = 0.0;
@@ -604,8 +611,8 @@ td_status td_trainer_eval(td_trainer *t, double *loss, int64_t *ntokens) {
     TD_CHECK(st);
     sum += ls;
   }
-  TD_CHECK(td_coll_allreduce_f64(t->grid->dp_comm, &sum, 1, MPI_SUM, &t->stats));
-  TD_CHECK(td_coll_allreduce_f64(t->grid->pp_comm, &sum, 1, MPI_SUM, &t->stats));
+  TD_CHECK(td_coll_allreduce_f64(t->grid->dp_comm, &sum, 1, MPI_SUM, &t->gstats[TD_GROUP_DP]));
+  TD_CHECK(td_coll_allreduce_f64(t->grid->pp_comm, &sum, 1, MPI_SUM, &t->gstats[TD_GROUP_PP]));
   *ntokens = total * T;
   *loss = sum / (double)(total * T);
   return TD_OK;

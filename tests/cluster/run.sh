@@ -17,7 +17,8 @@
 #   slowlink  the link between the hosts made slow (tc: 100 Mbit/s, and
 #             0.2 ms with netem): dp 2 × tp 2 with tp across the nodes
 #             (--distribution=cyclic) against tp inside them: check warned,
-#             its time in communication (comm_ms) and its steps are longer
+#             its inter-node time and bytes in the metrics (comm_inter_ms,
+#             comm_inter_bytes) and its steps are longer
 #   preempt   scancel --signal=USR1 mid-run: the ranks on both hosts stop
 #             after one checkpoint with exit 75, the job is requeued and
 #             resumes; bitwise the uninterrupted run
@@ -238,11 +239,14 @@ if want slowlink; then
       fail "slowlink: the $how job failed"
   done
   sb=$(median step_ms "$w/slow-block/metrics.jsonl") sc=$(median step_ms "$w/slow-cyclic/metrics.jsonl")
-  cb=$(median comm_ms "$w/slow-block/metrics.jsonl") cc=$(median comm_ms "$w/slow-cyclic/metrics.jsonl")
-  if "$py" -c "import sys; sys.exit(0 if $sc > 1.15 * $sb and $cc > 1.5 * $cb else 1)" 2>/dev/null; then
-    pass "slowlink: over $shape, tp across nodes: $sc ms a step, $cc ms in communication; tp inside nodes: $sb ms, $cb ms (medians of steps 3-8)"
+  # the metrics' inter-node split: with tp across the nodes every layer's
+  # all-reduces count as inter-node, with tp inside them only dp's do
+  cb=$(median comm_inter_ms "$w/slow-block/metrics.jsonl") cc=$(median comm_inter_ms "$w/slow-cyclic/metrics.jsonl")
+  bb=$(median comm_inter_bytes "$w/slow-block/metrics.jsonl") bc=$(median comm_inter_bytes "$w/slow-cyclic/metrics.jsonl")
+  if "$py" -c "import sys; sys.exit(0 if $sc > 1.15 * $sb and $cc > 1.5 * $cb and $bc > $bb else 1)" 2>/dev/null; then
+    pass "slowlink: over $shape, tp across nodes: $sc ms a step, $cc ms and $bc bytes inter-node (comm_inter_ms, comm_inter_bytes); tp inside nodes: $sb ms, $cb ms and $bb bytes (medians of steps 3-8)"
   else
-    fail "slowlink: tp across nodes $sc ms/step ($cc ms comm) not measurably slower than tp inside nodes $sb ms/step ($cb ms comm)"
+    fail "slowlink: tp across nodes $sc ms/step ($cc ms, $bc bytes inter-node) not measurably slower than tp inside nodes $sb ms/step ($cb ms, $bb bytes inter-node)"
   fi
   for i in 1 2; do
     tc -n "$(cl_ns "$i")" qdisc del dev eth0 root

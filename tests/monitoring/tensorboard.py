@@ -109,6 +109,10 @@ TAGS = {
     "host_optim_bytes": ("memory/host_optimizer(GiB)", 1 / GIB),
     "comm_bytes": ("comm/MiB", 1 / MIB),
     "comm_ms": ("comm/ms", 1.0),
+    "comm_intra_bytes": ("comm/intra_node_MiB", 1 / MIB),
+    "comm_inter_bytes": ("comm/inter_node_MiB", 1 / MIB),
+    "comm_intra_ms": ("comm/intra_node_ms", 1.0),
+    "comm_inter_ms": ("comm/inter_node_ms", 1.0),
     "pp_idle": ("pipeline/bubble", max),
     "pp_bubble_theory": ("pipeline/bubble_predicted", 1.0),
     "pp_live_peak": ("pipeline/live_peak", max),
@@ -118,7 +122,8 @@ TAGS = {
 NOT_SCALARS = {"step", "val_tokens"}
 # digits the JSONL prints some keys with (%.3f, %.1f, %.4f, %.0f)
 PRINTED = {"step_ms": 5e-4, "tokens_per_s": 5e-2, "comm_ms": 5e-4, "pp_idle": 5e-5,
-           "pp_bubble_theory": 5e-5, "comm_bytes": 0.5, "pp_idle_ms": 5e-4, "pp_bubble": 5e-5}
+           "pp_bubble_theory": 5e-5, "comm_bytes": 0.5, "pp_idle_ms": 5e-4, "pp_bubble": 5e-5,
+           "comm_intra_ms": 5e-4, "comm_inter_ms": 5e-4}
 
 
 def f32(x):
