@@ -25,8 +25,10 @@
 #   nodeloss  mid-run, node2's slurmd, step daemon and ranks are killed:
 #             the job ends within the watchdog bound, the loss of node2 is
 #             named, no rank is left; the last committed checkpoint loads;
-#             the job, requeued, resumes on node1 alone at dp 1 × tp 2
-#             (--nodes=1-2 and --auto-dp) and its loss curve continues that
+#             the job, requeued and shrunk to node1 (scontrol update
+#             NumNodes=1 NumTasks=2: Slurm keeps a requeued job's size),
+#             resumes there at dp 1 × tp 2 (--auto-dp) and its loss curve
+#             continues that
 #             of the uninterrupted run (1e-4)
 #   unwritable  the checkpoint directory read-only on node2 only (a bind
 #             mount in node2's mount namespace): the save fails on every
@@ -342,17 +344,26 @@ if want nodeloss; then
     fail "nodeloss: latest '$(ck_latest "$d")' (was '$ck_before') does not load"
     show "$w/nodeloss-info.out" 5
   fi
-  # Slurm 22.05 keeps the requeued job waiting for the lost node
-  # (ReqNodeNotAvail); the run continues as a new job on the node that is left
-  cl_do scancel "${jid[nodeloss]}"
-  run_job nodeloss1 -N 1 --ntasks-per-node 2 -- "$src/jobs/train.sbatch" --auto-dp "$deck" \
-    "${common[@]}" --set checkpoint.every=4 --set "run.out_dir=$d"
-  o=$w/nodeloss1.out
-  if [ "$rc" = 0 ] && grep -q "^trident: training .* on 2 ranks (dp 1, tp 2, pp 1" "$o" &&
+  # The requeued job (the same job id) waits: Slurm fixed its size at the
+  # first allocation (2 nodes, 4 tasks) and node2 is DOWN (ReqNodeNotAvail).
+  # Shrinking it to the node that is left is one scontrol update; it then
+  # runs there and --auto-dp picks the grid for 2 tasks.
+  j=${jid[nodeloss]}
+  t0=$SECONDS
+  while [ $((SECONDS - t0)) -lt 30 ] && [ "$(field "$j" JobState)" != PENDING ]; do sleep 0.5; done
+  why=$(field "$j" Reason)
+  cl_do scontrol update JobId="$j" NumNodes=1 NumTasks=2 >"$w/nodeloss-update.out" 2>&1 ||
+    show "$w/nodeloss-update.out" 5
+  wait_done "$j" 150
+  ec=$(field "$j" ExitCode)
+  rc=${ec%%:*}
+  o=$w/nodeloss.out
+  if [ "$done_state" = COMPLETED ] && [ "$rc" = 0 ] && [ "$(field "$j" NodeList)" = node1 ] &&
+     grep -q "^trident: training .* on 2 ranks (dp 1, tp 2, pp 1" "$o" &&
      grep -q "^trident: resuming at step $((10#${ck_before:5:8}))\$" "$o"; then
-    pass "nodeloss: resumed on node1 alone at dp 1 × tp 2 (--auto-dp): $(grep -m1 -o "resuming at step [0-9]*" "$o"), finished"
+    pass "nodeloss: the requeued job $j (pending: $why) shrunk to node1 by scontrol update NumNodes=1 NumTasks=2 resumed there at dp 1 × tp 2 (--auto-dp): $(grep -m1 -o "resuming at step [0-9]*" "$o"), finished"
   else
-    fail "nodeloss: the job on node1 alone: exit $rc"
+    fail "nodeloss: the requeued job $j on node1 alone: state $done_state, exit $rc, nodes $(field "$j" NodeList) (pending: $why)"
     show "$o" 12
   fi
   if out=$("$py" "$compare" "$w/ref" "$d" --loss-rtol 1e-4 --norm-rtol 1e-4 2>&1); then
