@@ -117,28 +117,29 @@ static td_status mpi_allgatherv(td_dcomm *c, const void *send, void *recv, const
 }
 
 /* Point-to-point: the i-th send matches the i-th receive (one tag). */
-static td_status mpi_send(td_dcomm *c, const void *buf, int64_t n, td_dtype t, int peer,
-                          uint64_t *ticket) {
+static td_status p2p(td_dcomm *c, void *buf, int64_t n, td_dtype t, int peer, int recv,
+                     uint64_t *ticket) {
   mpi_state *s = c->state;
   MPI_Datatype mt = MPI_FLOAT;
   int cnt = 0;
   TD_CHECK(type_of(t, &mt));
   TD_CHECK(td_mpi_count(n, &cnt));
   MPI_Request r = MPI_REQUEST_NULL;
-  TD_MPI_CHECK(MPI_Isend(buf, cnt, mt, peer, 0, s->comm, &r));
+  if (recv)
+    TD_MPI_CHECK(MPI_Irecv(buf, cnt, mt, peer, 0, s->comm, &r));
+  else
+    TD_MPI_CHECK(MPI_Isend(buf, cnt, mt, peer, 0, s->comm, &r));
   return post(c, r, ticket);
+}
+
+static td_status mpi_send(td_dcomm *c, const void *buf, int64_t n, td_dtype t, int peer,
+                          uint64_t *ticket) {
+  return p2p(c, (void *)buf, n, t, peer, 0, ticket);
 }
 
 static td_status mpi_recv(td_dcomm *c, void *buf, int64_t n, td_dtype t, int peer,
                           uint64_t *ticket) {
-  mpi_state *s = c->state;
-  MPI_Datatype mt = MPI_FLOAT;
-  int cnt = 0;
-  TD_CHECK(type_of(t, &mt));
-  TD_CHECK(td_mpi_count(n, &cnt));
-  MPI_Request r = MPI_REQUEST_NULL;
-  TD_MPI_CHECK(MPI_Irecv(buf, cnt, mt, peer, 0, s->comm, &r));
-  return post(c, r, ticket);
+  return p2p(c, buf, n, t, peer, 1, ticket);
 }
 
 static void mpi_destroy(td_dcomm *c, int abort) {
