@@ -198,8 +198,14 @@ if want twonode; then
   b0=$(veth_bytes 2)
   run_job hostfile -N 2 --ntasks-per-node 2 -- --wrap "OMP_NUM_THREADS=1 mpiexec.mpich -f $w/hostfile -n 4 $trident train $deck ${common[*]} --set run.out_dir=$w/byhostfile"
   mb=$((($(veth_bytes 2) - b0) / 1000000))
-  if [ "$rc" = 0 ] && [ "$mb" -ge 5 ]; then
-    pass "hostfile: mpiexec -f hostfile -n 4 inside a 2-node allocation exited 0; $mb MB crossed node2's veth"
+  # MPICH 4.0's UCX can hang in MPI_Finalize between hosts after all work is
+  # done; trident then ends the rank itself (TD_FINALIZE_S, app/main.c), which
+  # hydra may report as a failure. That case is named, not hidden: the run
+  # must still have finished (done, its last checkpoint) and be bitwise below.
+  fin=$(grep -c "MPI_Finalize did not return within" "$w/hostfile.out")
+  if [ "$mb" -ge 5 ] && { [ "$rc" = 0 ] || { [ "$fin" -gt 0 ] &&
+       grep -q "^trident: done, $S steps" "$w/hostfile.out"; }; }; then
+    pass "hostfile: mpiexec -f hostfile -n 4 inside a 2-node allocation exited $rc ($fin rank(s) ended by the MPI_Finalize bound); $mb MB crossed node2's veth"
   else
     fail "hostfile: exit $rc, $mb MB crossed node2's veth"
     show "$w/hostfile.out"
