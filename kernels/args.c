@@ -1,6 +1,7 @@
 /* args.c — the argument checks every back-end makes before an op whose
- * sizes relate to each other (attention's strides and head counts, RoPE's
- * layout, the cross-entropy's vocabulary shard): one wording, one place
+ * sizes relate to each other (attention's strides and head counts, the
+ * positions of a rank's rows, RoPE's layout, the cross-entropy's vocabulary
+ * shard): one wording, one place
  * (td_kernels.h). A failed check is the caller's error (TD_ERR_USAGE). */
 #include "kernels/td_kernels.h"
 
@@ -16,6 +17,18 @@ td_status td_kernels_gqa_args(int64_t ldq, int64_t ldkv, int64_t B, int64_t T, i
              "attention: row strides ldq=%lld, ldkv=%lld below the widths NH·HS=%lld, "
              "KV·HS=%lld",
              (long long)ldq, (long long)ldkv, (long long)(NH * HS), (long long)(KV * HS));
+  return TD_OK;
+}
+
+td_status td_kernels_pos_args(const char *op, const td_pos *pos, int64_t T) {
+  if (!pos) return TD_OK;
+  TD_REQUIRE(pos->half >= 0 && pos->half <= T && pos->p0 >= 0 && pos->p0 + pos->half <= pos->p1 &&
+                 pos->p1 + (T - pos->half) <= pos->Tk,
+             TD_ERR_USAGE,
+             "%s: positions must satisfy 0 <= half <= T, 0 <= p0, p0 + half <= p1, "
+             "p1 + T - half <= Tk, got T=%lld half=%lld p0=%lld p1=%lld Tk=%lld",
+             op, (long long)T, (long long)pos->half, (long long)pos->p0, (long long)pos->p1,
+             (long long)pos->Tk);
   return TD_OK;
 }
 

@@ -31,6 +31,23 @@ typedef enum { TD_DTYPE_F32 = 0, TD_DTYPE_BF16 = 1 } td_dtype;
 /* Bytes per element. */
 static inline size_t td_dtype_size(td_dtype t) { return t == TD_DTYPE_BF16 ? 2 : 4; }
 
+/* Positions of the rows a rank holds of each sequence (context parallelism,
+ * DESIGN.md "Context parallelism"): of the T rows of a sequence, row t is
+ * position t < half ? p0 + t : p1 + (t − half) of a sequence of Tk
+ * positions — two contiguous runs, increasing (p0 + half ≤ p1, the second
+ * run ends by Tk). The position-aware ops take `const td_pos *pos`; NULL is
+ * the identity (row t is position t, Tk = T), which computes exactly what
+ * they computed before positions existed. */
+typedef struct td_pos {
+  int64_t Tk, half, p0, p1;
+} td_pos;
+/* Position of row t (0 ≤ t < T). */
+static inline int64_t td_pos_at(const td_pos *p, int64_t t) {
+  return !p ? t : t < p->half ? p->p0 + t : p->p1 + (t - p->half);
+}
+/* Positions of the sequence: pos->Tk, or T for the identity. */
+static inline int64_t td_pos_len(const td_pos *p, int64_t T) { return p ? p->Tk : T; }
+
 struct td_kernels {
   const char *name;        /* "cpu", "cuda" */
   const char *matmul_name; /* "onednn", "cblas", "cublas" */
@@ -64,6 +81,10 @@ struct td_kernels {
   /* dst = src converted, n elements (bf16: round to nearest even). */
   td_status (*cast)(td_kernels *k, void *dst, td_dtype dt, const void *src, td_dtype st,
                     int64_t n);
+  /* dst row i = src row i, `cols` floats of `rows` rows; row strides ldd and
+   * lds floats (≥ cols). dst and src do not overlap. */
+  td_status (*copy2d)(td_kernels *k, float *dst, int64_t ldd, const float *src, int64_t lds,
+                      int64_t rows, int64_t cols);
 
   /* ---- matmul ------------------------------------------------------------ */
   /* C (M,N) = op(A) · op(B) + beta·C, beta ∈ {0, 1}, products accumulated
@@ -81,17 +102,19 @@ struct td_kernels {
   td_status (*bias_bwd)(td_kernels *k, float *dbias, const float *dout, int64_t M, int64_t N);
 
   /* ---- embedding ----------------------------------------------------------- */
-  /* out[n,:] = (v0 ≤ tok[n] < v0+Vs ? wte[tok[n]-v0,:] : 0) + (wpe ? wpe[n mod T,:] : 0)
-   * out (B·T, C), tokens (B·T), wte (Vs, C) = rows [v0, v0+Vs) of the vocabulary,
-   * wpe (T, C) or NULL; wte and wpe of type pt. */
+  /* out[n,:] = (v0 ≤ tok[n] < v0+Vs ? wte[tok[n]-v0,:] : 0) + (wpe ? wpe[p(n mod T),:] : 0)
+   * with p = td_pos_at(pos, ·); out (B·T, C), tokens (B·T), wte (Vs, C) =
+   * rows [v0, v0+Vs) of the vocabulary, wpe (Tk, C) or NULL; wte and wpe of
+   * type pt. */
   td_status (*embed_fwd)(td_kernels *k, float *out, const int32_t *tokens,
                          const void *wte, int64_t v0, int64_t Vs, const void *wpe,
-                         td_dtype pt, int64_t B, int64_t T, int64_t C);
+                         td_dtype pt, int64_t B, int64_t T, int64_t C, const td_pos *pos);
   /* dwte (Vs, C) += scatter of dout rows whose token is in [v0, v0+Vs);
-   * dwpe (T, C) += Σ_b dout[b,t,:] when dwpe is not NULL. dout (B·T, C). */
+   * dwpe (Tk, C): row p(t) += Σ_b dout[b,t,:] when dwpe is not NULL (rows no
+   * t reaches are not touched). dout (B·T, C). */
   td_status (*embed_bwd)(td_kernels *k, float *dwte, float *dwpe, const float *dout,
                          const int32_t *tokens, int64_t v0, int64_t Vs, int64_t B,
-                         int64_t T, int64_t C);
+                         int64_t T, int64_t C, const td_pos *pos);
 
   /* ---- LayerNorm (eps 1e-5) ------------------------------------------------ */
   /* out = (x - mean)·rstd·w + b per row; out (N, C) of type ot, x (N, C);
@@ -128,12 +151,13 @@ struct td_kernels {
                            int64_t N, int64_t C);
   /* Rotary position embedding in place (Hugging Face's rotate-half): x holds
    * B·T rows of stride ld floats, each starting with H heads of HS floats;
-   * row b·T + t is position t. In every head, for i < HS/2 with angle
-   * a = t·theta^(−2i/HS): (x_i, x_{i+HS/2}) ← (x_i·cos a − x_{i+HS/2}·sin a,
-   * x_{i+HS/2}·cos a + x_i·sin a). inverse: rotate by −a (the backward of a
-   * rotation is its transpose). Angles in double. */
+   * row b·T + t is position p = td_pos_at(pos, t). In every head, for
+   * i < HS/2 with angle a = p·theta^(−2i/HS): (x_i, x_{i+HS/2}) ←
+   * (x_i·cos a − x_{i+HS/2}·sin a, x_{i+HS/2}·cos a + x_i·sin a). inverse:
+   * rotate by −a (the backward of a rotation is its transpose). Angles in
+   * double. */
   td_status (*rope)(td_kernels *k, float *x, int64_t B, int64_t T, int64_t H, int64_t HS,
-                    int64_t ld, float theta, int inverse);
+                    int64_t ld, float theta, int inverse, const td_pos *pos);
   /* SwiGLU: out = silu(g)·u, silu(g) = g/(1 + e^(−g)); n elements; out of
    * type ot. */
   td_status (*swiglu_fwd)(td_kernels *k, void *out, td_dtype ot, const float *g,
@@ -142,21 +166,23 @@ struct td_kernels {
   td_status (*swiglu_bwd)(td_kernels *k, float *dg, float *du, const float *dout,
                           const float *g, const float *u, int64_t n);
   /* Causal grouped-query attention: q (B, T, NH·HS) in rows of stride ldq
-   * floats, kk and v (B, T, KV·HS) in rows of stride ldkv; query head h reads
-   * key/value head h / (NH/KV) (NH % KV == 0). att (B, NH, T, T) =
-   * softmax(Q·Kᵀ/√HS, causal) saved; out (B, T, NH·HS) = att·V (dense rows).
-   * attention_fwd is the case q = qkv, kk = qkv + C, v = qkv + 2C, ld 3C,
-   * KV = NH. */
+   * floats at the positions td_pos_at(pos, t), kk and v (B, Tk, KV·HS) in
+   * rows of stride ldkv, every position of the sequence in order
+   * (Tk = td_pos_len(pos, T)); query head h reads key/value head h / (NH/KV)
+   * (NH % KV == 0); query row t sees the keys j ≤ td_pos_at(pos, t).
+   * att (B, NH, T, Tk) = softmax(Q·Kᵀ/√HS, causal) saved (0 past the mask);
+   * out (B, T, NH·HS) = att·V (dense rows). attention_fwd is the case
+   * q = qkv, kk = qkv + C, v = qkv + 2C, ld 3C, KV = NH, pos NULL. */
   td_status (*gqa_fwd)(td_kernels *k, float *out, float *att, const float *q, const float *kk,
                        const float *v, int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
-                       int64_t NH, int64_t KV, int64_t HS);
-  /* dq, dk, dv (=, the layouts and strides of q, kk, v) given dout (B, T,
-   * NH·HS); dk and dv sum over the query heads of their group; scratch
-   * (B, NH, T, T) is workspace. */
+                       int64_t NH, int64_t KV, int64_t HS, const td_pos *pos);
+  /* dq, dk, dv (=, the layouts and strides of q, kk, v: dk, dv (B, Tk, ·),
+   * keys no query sees get 0) given dout (B, T, NH·HS); dk and dv sum over
+   * the query heads of their group; scratch (B, NH, T, Tk) is workspace. */
   td_status (*gqa_bwd)(td_kernels *k, float *dq, float *dk, float *dv, float *scratch,
                        const float *dout, const float *q, const float *kk, const float *v,
                        const float *att, int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
-                       int64_t NH, int64_t KV, int64_t HS);
+                       int64_t NH, int64_t KV, int64_t HS, const td_pos *pos);
 
   /* ---- pointwise ---------------------------------------------------------- */
   /* out = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), n elements; out of
@@ -230,6 +256,9 @@ struct td_kernels {
  * rope, the three xent ops. TD_ERR_USAGE naming the op and the values. */
 td_status td_kernels_gqa_args(int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t NH,
                               int64_t KV, int64_t HS);
+/* pos (may be NULL) describes T rows: half ≤ T, 0 ≤ p0, p0 + half ≤ p1,
+ * p1 + T − half ≤ Tk. `op` names the caller in the message. */
+td_status td_kernels_pos_args(const char *op, const td_pos *pos, int64_t T);
 td_status td_kernels_rope_args(int64_t B, int64_t T, int64_t H, int64_t HS, int64_t ld,
                                float theta);
 td_status td_kernels_xent_args(int64_t N, int64_t Vs, int64_t Vvalid);

@@ -86,6 +86,7 @@ td_status td_kernels_cpu_create(int threads, td_kernels **out) {
   k->to_device = cpu_copy;
   k->sync = cpu_sync;
   k->cast = td_cpu_cast;
+  k->copy2d = td_cpu_copy2d;
   k->gemm = td_cpu_gemm;
   k->bias_fwd = td_cpu_bias_fwd;
   k->bias_bwd = td_cpu_bias_bwd;

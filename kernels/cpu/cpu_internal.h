@@ -48,7 +48,7 @@ typedef struct {
   int bf16;                 /* bf16 products: 2 native, 1 widened to float32, 0 none */
   void *widen;              /* bf16 emulation: float32 copies of A, B, C */
   size_t widen_bytes;
-  float *rope;              /* rope.c: cos then sin, (rope_T, rope_half) each, */
+  float *rope;              /* rope.c: cos then sin, (rope_T positions, rope_half) each, */
   int64_t rope_T, rope_half; /* for rope_theta: made once, read by every call */
   float rope_theta;
 } td_cpu_state;
@@ -87,10 +87,10 @@ td_status td_cpu_bias_bwd(td_kernels *k, float *dbias, const float *dout, int64_
 /* ---- the other ops, one file each ----------------------------------------------- */
 td_status td_cpu_embed_fwd(td_kernels *k, float *out, const int32_t *tokens,
                            const void *wte, int64_t v0, int64_t Vs, const void *wpe,
-                           td_dtype pt, int64_t B, int64_t T, int64_t C);
+                           td_dtype pt, int64_t B, int64_t T, int64_t C, const td_pos *pos);
 td_status td_cpu_embed_bwd(td_kernels *k, float *dwte, float *dwpe, const float *dout,
                            const int32_t *tokens, int64_t v0, int64_t Vs, int64_t B,
-                           int64_t T, int64_t C);
+                           int64_t T, int64_t C, const td_pos *pos);
 td_status td_cpu_layernorm_fwd(td_kernels *k, void *out, td_dtype ot, float *mean,
                                float *rstd, const float *x, const void *w, const void *b,
                                td_dtype pt, int64_t N, int64_t C);
@@ -105,11 +105,12 @@ td_status td_cpu_attention_bwd(td_kernels *k, float *dqkv, float *scratch,
                                int64_t B, int64_t T, int64_t NH, int64_t HS);
 td_status td_cpu_gqa_fwd(td_kernels *k, float *out, float *att, const float *q,
                          const float *kk, const float *v, int64_t ldq, int64_t ldkv,
-                         int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS);
+                         int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS,
+                         const td_pos *pos);
 td_status td_cpu_gqa_bwd(td_kernels *k, float *dq, float *dk, float *dv, float *scratch,
                          const float *dout, const float *q, const float *kk, const float *v,
                          const float *att, int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
-                         int64_t NH, int64_t KV, int64_t HS);
+                         int64_t NH, int64_t KV, int64_t HS, const td_pos *pos);
 td_status td_cpu_rmsnorm_fwd(td_kernels *k, void *out, td_dtype ot, float *rstd,
                              const float *x, const void *w, td_dtype pt, float eps,
                              int64_t N, int64_t C);
@@ -117,7 +118,7 @@ td_status td_cpu_rmsnorm_bwd(td_kernels *k, float *dx, float *dw, const float *d
                              const float *x, const void *w, td_dtype pt, const float *rstd,
                              int64_t N, int64_t C);
 td_status td_cpu_rope(td_kernels *k, float *x, int64_t B, int64_t T, int64_t H, int64_t HS,
-                      int64_t ld, float theta, int inverse);
+                      int64_t ld, float theta, int inverse, const td_pos *pos);
 td_status td_cpu_swiglu_fwd(td_kernels *k, void *out, td_dtype ot, const float *g,
                             const float *u, int64_t n);
 td_status td_cpu_swiglu_bwd(td_kernels *k, float *dg, float *du, const float *dout,
@@ -129,6 +130,8 @@ td_status td_cpu_add(td_kernels *k, float *out, const float *a, const float *b,
                      int64_t n);
 td_status td_cpu_cast(td_kernels *k, void *dst, td_dtype dt, const void *src, td_dtype st,
                       int64_t n);
+td_status td_cpu_copy2d(td_kernels *k, float *dst, int64_t ldd, const float *src, int64_t lds,
+                        int64_t rows, int64_t cols);
 /* A parameter vector of type pt as float32: p itself, or widened into tmp
  * (n floats). */
 const float *td_cpu_param_f32(const void *p, td_dtype pt, float *tmp, int64_t n);

@@ -1,4 +1,5 @@
-/* pointwise.c — add, scale, the sum of squares (gradient norm) and casts. */
+/* pointwise.c — add, scale, the sum of squares (gradient norm), casts and
+ * the strided copy of row blocks. */
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
@@ -47,6 +48,21 @@ td_status td_cpu_cast(td_kernels *k, void *dst, td_dtype dt, const void *src, td
 #pragma omp parallel for simd schedule(static) if (n > TD_PW_MIN)
     for (int64_t i = 0; i < n; i++) o[i] = td_bf16_to_f32(x[i]);
   }
+  return TD_OK;
+}
+
+/* dst row r = src row r, cols floats of rows rows, row strides ldd and lds
+ * floats; no overlap. */
+td_status td_cpu_copy2d(td_kernels *k, float *dst, int64_t ldd, const float *src, int64_t lds,
+                        int64_t rows, int64_t cols) {
+  TD_REQUIRE(rows >= 0 && cols >= 0 && ldd >= cols && lds >= cols, TD_ERR_USAGE,
+             "copy2d: expected rows, cols >= 0 and strides >= cols, got rows=%lld cols=%lld "
+             "ldd=%lld lds=%lld",
+             (long long)rows, (long long)cols, (long long)ldd, (long long)lds);
+  if (rows == 0 || cols == 0) return TD_OK;
+#pragma omp parallel for schedule(static) if (rows * cols > TD_PW_MIN)
+  for (int64_t r = 0; r < rows; r++)
+    memcpy(dst + r * ldd, src + r * lds, (size_t)cols * sizeof(float));
   return TD_OK;
 }
 

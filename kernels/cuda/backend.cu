@@ -337,6 +337,7 @@ td_status td_kernels_cuda_create(int threads, td_kernels **out) {
   k->to_device = cuda_to_device;
   k->sync = cuda_sync;
   k->cast = td_cuda_cast;
+  k->copy2d = td_cuda_copy2d;
   k->gemm = td_cuda_gemm;
   k->bias_fwd = td_cuda_bias_fwd;
   k->bias_bwd = td_cuda_bias_bwd;

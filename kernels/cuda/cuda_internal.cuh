@@ -35,7 +35,7 @@ typedef struct {
   void *scratch;               /* td_cuda_scratch: one grow-only workspace */
   size_t scratch_bytes;
   double *host_f64;            /* pinned host double for sumsq's result */
-  float *rope;                 /* rope.cu: cos then sin, (rope_T, rope_half) each, */
+  float *rope;                 /* rope.cu: cos then sin, (rope_T positions, rope_half) each, */
   int64_t rope_T, rope_half;   /* for rope_theta: made once, read by every call */
   float rope_theta;
   size_t bytes_now, bytes_peak; /* device bytes allocated through the table */
@@ -108,6 +108,17 @@ __device__ __forceinline__ void td_st(__nv_bfloat16 *p, int64_t i, float v) {
   p[i] = __float2bfloat16_rn(v);
 }
 
+/* ---- positions (td_pos, td_kernels.h) in kernels ------------------------------- */
+/* pos, or for NULL the identity of T rows ({Tk = T, half = T, p0 = 0}), as a
+ * value a kernel takes by copy. */
+static inline td_pos td_cuda_pos(const td_pos *pos, int64_t T) {
+  return pos ? *pos : td_pos{T, T, 0, T};
+}
+/* td_pos_at on the device, for a td_pos from td_cuda_pos. */
+__device__ __forceinline__ int64_t td_pos_at_dev(const td_pos &p, int64_t t) {
+  return t < p.half ? p.p0 + t : p.p1 + (t - p.half);
+}
+
 /* exp(x) with x clamped to [−87, 88] (NaN stays NaN), as the CPU's
  * td_cpu_expf (cpu_simd.h) clamps it: finite for every x, so e·q-style
  * products never meet inf·0. */
@@ -161,6 +172,8 @@ void td_cuda_dcomm_fill(td_kernels *k);
 extern "C" {
 td_status td_cuda_cast(td_kernels *k, void *dst, td_dtype dt, const void *src, td_dtype st,
                        int64_t n);
+td_status td_cuda_copy2d(td_kernels *k, float *dst, int64_t ldd, const float *src, int64_t lds,
+                         int64_t rows, int64_t cols);
 td_status td_cuda_gemm(td_kernels *k, int transA, int transB, int64_t M, int64_t N,
                        int64_t K, const void *A, td_dtype at, const void *B, td_dtype bt,
                        float beta, void *C, td_dtype ct);
@@ -179,10 +192,10 @@ td_status td_cuda_bias_bwd(td_kernels *k, float *dbias, const float *dout, int64
                            int64_t N);
 td_status td_cuda_embed_fwd(td_kernels *k, float *out, const int32_t *tokens,
                             const void *wte, int64_t v0, int64_t Vs, const void *wpe,
-                            td_dtype pt, int64_t B, int64_t T, int64_t C);
+                            td_dtype pt, int64_t B, int64_t T, int64_t C, const td_pos *pos);
 td_status td_cuda_embed_bwd(td_kernels *k, float *dwte, float *dwpe, const float *dout,
                             const int32_t *tokens, int64_t v0, int64_t Vs, int64_t B,
-                            int64_t T, int64_t C);
+                            int64_t T, int64_t C, const td_pos *pos);
 td_status td_cuda_layernorm_fwd(td_kernels *k, void *out, td_dtype ot, float *mean,
                                 float *rstd, const float *x, const void *w, const void *b,
                                 td_dtype pt, int64_t N, int64_t C);
@@ -197,11 +210,12 @@ td_status td_cuda_attention_bwd(td_kernels *k, float *dqkv, float *scratch,
                                 int64_t B, int64_t T, int64_t NH, int64_t HS);
 td_status td_cuda_gqa_fwd(td_kernels *k, float *out, float *att, const float *q,
                           const float *kk, const float *v, int64_t ldq, int64_t ldkv,
-                          int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS);
+                          int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS,
+                          const td_pos *pos);
 td_status td_cuda_gqa_bwd(td_kernels *k, float *dq, float *dk, float *dv, float *scratch,
                           const float *dout, const float *q, const float *kk, const float *v,
                           const float *att, int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
-                          int64_t NH, int64_t KV, int64_t HS);
+                          int64_t NH, int64_t KV, int64_t HS, const td_pos *pos);
 td_status td_cuda_rmsnorm_fwd(td_kernels *k, void *out, td_dtype ot, float *rstd,
                               const float *x, const void *w, td_dtype pt, float eps,
                               int64_t N, int64_t C);
@@ -209,7 +223,7 @@ td_status td_cuda_rmsnorm_bwd(td_kernels *k, float *dx, float *dw, const float *
                               const float *x, const void *w, td_dtype pt, const float *rstd,
                               int64_t N, int64_t C);
 td_status td_cuda_rope(td_kernels *k, float *x, int64_t B, int64_t T, int64_t H, int64_t HS,
-                       int64_t ld, float theta, int inverse);
+                       int64_t ld, float theta, int inverse, const td_pos *pos);
 td_status td_cuda_swiglu_fwd(td_kernels *k, void *out, td_dtype ot, const float *g,
                              const float *u, int64_t n);
 td_status td_cuda_swiglu_bwd(td_kernels *k, float *dg, float *du, const float *dout,

@@ -10,15 +10,16 @@
 
 #define TD_EMBED_ALIGN 256 /* byte alignment of each workspace region */
 
-/* out[n, c] = (v0 ≤ tok[n] < v0+Vs ? wte[tok[n]−v0, c] : 0) + (wpe ? wpe[n mod T, c] : 0);
- * out (N = B·T, C), tokens (N), wte (Vs, C), wpe (T, C) or NULL, wte and wpe
+/* out[n, c] = (v0 ≤ tok[n] < v0+Vs ? wte[tok[n]−v0, c] : 0)
+ *          + (wpe ? wpe[td_pos_at(pos, n mod T), c] : 0);
+ * out (N = B·T, C), tokens (N), wte (Vs, C), wpe (Tk, C) or NULL, wte and wpe
  * of type P. One thread per element of out. */
 template <typename P>
 static __global__ void embed_fwd_kernel(float *__restrict__ out,
                                         const int32_t *__restrict__ tokens,
                                         const P *__restrict__ wte, int64_t v0, int64_t Vs,
                                         const P *__restrict__ wpe, int64_t N, int64_t T,
-                                        int64_t C) {
+                                        td_pos pos, int64_t C) {
   int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= N * C) return;
   int64_t n = idx / C, c = idx % C;
@@ -26,11 +27,11 @@ static __global__ void embed_fwd_kernel(float *__restrict__ out,
   bool e = v >= 0 && v < Vs;
   float o = 0.0f;
   if (e && wpe)
-    o = td_ld(wte, v * C + c) + td_ld(wpe, (n % T) * C + c);
+    o = td_ld(wte, v * C + c) + td_ld(wpe, td_pos_at_dev(pos, n % T) * C + c);
   else if (e)
     o = td_ld(wte, v * C + c);
   else if (wpe)
-    o = td_ld(wpe, (n % T) * C + c);
+    o = td_ld(wpe, td_pos_at_dev(pos, n % T) * C + c);
   out[idx] = o;
 }
 
@@ -70,17 +71,19 @@ static __global__ void embed_bwd_runs_kernel(float *__restrict__ dwte,
   }
 }
 
-/* dwpe[t, c] += dout[0·T+t, c] + dout[1·T+t, c] + ..., added one by one in
- * batch order; dout (B·T, C), dwpe (T, C). One thread per element of dwpe. */
+/* dwpe[p(t), c] += dout[0·T+t, c] + dout[1·T+t, c] + ..., added one by one
+ * in batch order, p = td_pos_at(pos, ·) (distinct rows: the positions
+ * increase); dout (B·T, C), dwpe (Tk, C). One thread per (t, c), t < T. */
 static __global__ void embed_bwd_wpe_kernel(float *__restrict__ dwpe,
                                             const float *__restrict__ dout, int64_t B,
-                                            int64_t T, int64_t C) {
+                                            int64_t T, td_pos pos, int64_t C) {
   int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= T * C) return;
   int64_t t = idx / C, c = idx % C;
-  float acc = dwpe[idx];
+  float *g = dwpe + td_pos_at_dev(pos, t) * C + c;
+  float acc = *g;
   for (int64_t b = 0; b < B; b++) acc += dout[(b * T + t) * C + c];
-  dwpe[idx] = acc;
+  *g = acc;
 }
 
 /* Bytes rounded up to the workspace alignment. */
@@ -88,14 +91,17 @@ static size_t embed_align(size_t bytes) {
   return (bytes + TD_EMBED_ALIGN - 1) / TD_EMBED_ALIGN * TD_EMBED_ALIGN;
 }
 
-/* out (B·T, C), tokens (B·T) on the device, wte (Vs, C), wpe (T, C) or
- * NULL; wte and wpe of type pt. */
+/* out (B·T, C), tokens (B·T) on the device, wte (Vs, C), wpe (Tk, C) or
+ * NULL, row t of a sequence reading wpe row td_pos_at(pos, t); wte and wpe
+ * of type pt. */
 td_status td_cuda_embed_fwd(td_kernels *k, float *out, const int32_t *tokens,
                             const void *wte, int64_t v0, int64_t Vs, const void *wpe,
-                            td_dtype pt, int64_t B, int64_t T, int64_t C) {
+                            td_dtype pt, int64_t B, int64_t T, int64_t C, const td_pos *pos) {
   TD_REQUIRE(B >= 0 && T >= 0 && C >= 0 && Vs >= 0, TD_ERR_USAGE,
              "embed: expected sizes >= 0, got B=%lld T=%lld C=%lld Vs=%lld", (long long)B,
              (long long)T, (long long)C, (long long)Vs);
+  TD_CHECK(td_kernels_pos_args("embed_fwd", pos, T));
+  td_pos p = td_cuda_pos(pos, T);
   int64_t N = B * T;
   unsigned nb;
   TD_CHECK(td_cuda_blocks(N * C, TD_CUDA_THREADS, "embed_fwd", &nb));
@@ -103,23 +109,25 @@ td_status td_cuda_embed_fwd(td_kernels *k, float *out, const int32_t *tokens,
   cudaStream_t st = td_cuda_st(k)->stream;
   if (pt == TD_DTYPE_BF16)
     embed_fwd_kernel<<<nb, TD_CUDA_THREADS, 0, st>>>(out, tokens, (const __nv_bfloat16 *)wte, v0,
-                                                     Vs, (const __nv_bfloat16 *)wpe, N, T, C);
+                                                     Vs, (const __nv_bfloat16 *)wpe, N, T, p, C);
   else
     embed_fwd_kernel<<<nb, TD_CUDA_THREADS, 0, st>>>(out, tokens, (const float *)wte, v0, Vs,
-                                                     (const float *)wpe, N, T, C);
+                                                     (const float *)wpe, N, T, p, C);
   TD_CUDA_LAUNCHED("embed_fwd");
   return TD_OK;
 }
 
 /* dwte (Vs, C) += the rows of dout (B·T, C) whose token is in [v0, v0+Vs),
- * each row of dwte adding its positions in increasing order; dwpe (T, C) +=
- * Σ_b dout[b·T+t, :] when not NULL. tokens (B·T) on the device. */
+ * each row of dwte adding its positions in increasing order; dwpe (Tk, C):
+ * row td_pos_at(pos, t) += Σ_b dout[b·T+t, :] when not NULL. tokens (B·T)
+ * on the device. */
 td_status td_cuda_embed_bwd(td_kernels *k, float *dwte, float *dwpe, const float *dout,
                             const int32_t *tokens, int64_t v0, int64_t Vs, int64_t B,
-                            int64_t T, int64_t C) {
+                            int64_t T, int64_t C, const td_pos *pos) {
   TD_REQUIRE(B >= 0 && T >= 0 && C >= 0 && Vs >= 0, TD_ERR_USAGE,
              "embed: expected sizes >= 0, got B=%lld T=%lld C=%lld Vs=%lld", (long long)B,
              (long long)T, (long long)C, (long long)Vs);
+  TD_CHECK(td_kernels_pos_args("embed_bwd", pos, T));
   int64_t N = B * T;
   TD_REQUIRE(N <= INT32_MAX && Vs < INT32_MAX, TD_ERR_UNSUPPORTED,
              "embed: %lld positions or %lld vocabulary rows exceed the sort's 32-bit range",
@@ -140,17 +148,17 @@ td_status td_cuda_embed_bwd(td_kernels *k, float *dwte, float *dwpe, const float
     void *ws = NULL;
     TD_CHECK(td_cuda_scratch(k, 4 * arr + embed_align(cub_bytes), &ws));
     char *base = (char *)ws;
-    uint32_t *keys = (uint32_t *)base, *pos = (uint32_t *)(base + arr);
-    uint32_t *keys_s = (uint32_t *)(base + 2 * arr), *pos_s = (uint32_t *)(base + 3 * arr);
+    uint32_t *keys = (uint32_t *)base, *rows = (uint32_t *)(base + arr);
+    uint32_t *keys_s = (uint32_t *)(base + 2 * arr), *rows_s = (uint32_t *)(base + 3 * arr);
     void *cub_ws = base + 4 * arr;
 
     unsigned nb;
     TD_CHECK(td_cuda_blocks(N, TD_CUDA_THREADS, "embed_bwd", &nb));
-    embed_keys_kernel<<<nb, TD_CUDA_THREADS, 0, st>>>(keys, pos, tokens, v0, Vs, N);
+    embed_keys_kernel<<<nb, TD_CUDA_THREADS, 0, st>>>(keys, rows, tokens, v0, Vs, N);
     TD_CUDA_LAUNCHED("embed_bwd_keys");
-    TD_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_ws, cub_bytes, keys, keys_s, pos, pos_s,
+    TD_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_ws, cub_bytes, keys, keys_s, rows, rows_s,
                                                   n, 0, end_bit, st));
-    embed_bwd_runs_kernel<<<(unsigned)N, TD_CUDA_THREADS, 0, st>>>(dwte, dout, keys_s, pos_s,
+    embed_bwd_runs_kernel<<<(unsigned)N, TD_CUDA_THREADS, 0, st>>>(dwte, dout, keys_s, rows_s,
                                                                    N, Vs, C);
     TD_CUDA_LAUNCHED("embed_bwd_runs");
   }
@@ -158,7 +166,8 @@ td_status td_cuda_embed_bwd(td_kernels *k, float *dwte, float *dwpe, const float
   if (dwpe) {
     unsigned nb;
     TD_CHECK(td_cuda_blocks(T * C, TD_CUDA_THREADS, "embed_bwd wpe", &nb));
-    embed_bwd_wpe_kernel<<<nb, TD_CUDA_THREADS, 0, st>>>(dwpe, dout, B, T, C);
+    embed_bwd_wpe_kernel<<<nb, TD_CUDA_THREADS, 0, st>>>(dwpe, dout, B, T, td_cuda_pos(pos, T),
+                                                         C);
     TD_CUDA_LAUNCHED("embed_bwd_wpe");
   }
   return TD_OK;

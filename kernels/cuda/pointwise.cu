@@ -1,4 +1,4 @@
-/* pointwise.cu — the CUDA back-end's element-wise ops (cast, add, scale), the
+/* pointwise.cu — the CUDA back-end's element-wise ops (cast, copy2d, add, scale), the
  * sum of squares of the gradient norm, the bias of the linear layers forward
  * and backward, and td_cuda_colsum_add, the ordered column sum that every
  * backward column reduction ends with (colsum.cuh). Mirrors
@@ -15,6 +15,17 @@ template <typename D, typename S>
 static __global__ void cast_kernel(D *__restrict__ dst, const S *__restrict__ src, int64_t n) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) td_st(dst, i, td_ld(src, i));
+}
+
+/* dst[r, c] = src[r, c]; dst (rows, cols) of row stride ldd, src of row
+ * stride lds, no overlap. One thread per element, c fastest. */
+static __global__ void copy2d_kernel(float *__restrict__ dst, int64_t ldd,
+                                     const float *__restrict__ src, int64_t lds, int64_t rows,
+                                     int64_t cols) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= rows * cols) return;
+  int64_t r = i / cols, c = i % cols;
+  dst[r * ldd + c] = src[r * lds + c];
 }
 
 /* out = a + b; out, a, b (n), out may alias a or b (no __restrict__: each
@@ -126,6 +137,23 @@ td_status td_cuda_cast(td_kernels *k, void *dst, td_dtype dt, const void *src, t
     cast_kernel<<<nb, TD_CUDA_THREADS, 0, s->stream>>>((float *)dst,
                                                        (const __nv_bfloat16 *)src, n);
   TD_CUDA_LAUNCHED("cast");
+  return TD_OK;
+}
+
+/* dst row r = src row r, cols floats of rows rows, row strides ldd and lds;
+ * a kernel rather than cudaMemcpy2DAsync, which the emulated device lacks. */
+td_status td_cuda_copy2d(td_kernels *k, float *dst, int64_t ldd, const float *src, int64_t lds,
+                         int64_t rows, int64_t cols) {
+  TD_REQUIRE(rows >= 0 && cols >= 0 && ldd >= cols && lds >= cols, TD_ERR_USAGE,
+             "copy2d: expected rows, cols >= 0 and strides >= cols, got rows=%lld cols=%lld "
+             "ldd=%lld lds=%lld",
+             (long long)rows, (long long)cols, (long long)ldd, (long long)lds);
+  unsigned nb;
+  TD_CHECK(td_cuda_blocks(rows * cols, TD_CUDA_THREADS, "copy2d", &nb));
+  if (rows == 0 || cols == 0) return TD_OK;
+  copy2d_kernel<<<nb, TD_CUDA_THREADS, 0, td_cuda_st(k)->stream>>>(dst, ldd, src, lds, rows,
+                                                                    cols);
+  TD_CUDA_LAUNCHED("copy2d");
   return TD_OK;
 }
 

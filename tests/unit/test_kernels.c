@@ -217,10 +217,10 @@ static void test_embed(td_kernels *k, int64_t B, int64_t T, int64_t C, int64_t v
   fill(dwpe, dwpe0, T * C, 1.0);
   emb_ctx c = {B, T, C, v0, Vs, tok, wted, with_wpe ? wped : NULL, R};
   emb_ref(&c, outd);
-  CK(k->embed_fwd(k, out, tok, wte, v0, Vs, with_wpe ? wpe : NULL, TD_DTYPE_F32, B, T, C));
+  CK(k->embed_fwd(k, out, tok, wte, v0, Vs, with_wpe ? wpe : NULL, TD_DTYPE_F32, B, T, C, NULL));
   snprintf(name, sizeof name, "embed_fwd %s", tag);
   check_close(name, out, outd, N * C, 1e-6);
-  CK(k->embed_bwd(k, dwte, with_wpe ? dwpe : NULL, dout, tok, v0, Vs, B, T, C));
+  CK(k->embed_bwd(k, dwte, with_wpe ? dwpe : NULL, dout, tok, v0, Vs, B, T, C, NULL));
   /* float64 reference backward */
   double *rw = NEWD(Vs * C), *rp = NEWD(T * C);
   memcpy(rw, dwte0, (size_t)(Vs * C) * sizeof(double));
@@ -634,12 +634,12 @@ static void test_gqa(td_kernels *k, int64_t B, int64_t T, int64_t NH, int64_t KV
   for (int64_t i = 0; i < nkv; i++) dk[i] = dv[i] = 7.0f;
   gqa_ctx c = {B, T, NH, KV, HS, ldq, ldkv, qd, kd, vd, R};
   gqa_ref(&c, outd, attd);
-  CK(k->gqa_fwd(k, out, att, q, kk, v, ldq, ldkv, B, T, NH, KV, HS));
+  CK(k->gqa_fwd(k, out, att, q, kk, v, ldq, ldkv, B, T, NH, KV, HS, NULL));
   snprintf(name, sizeof name, "gqa_fwd out %s", tag);
   check_close(name, out, outd, no, 1e-5);
   snprintf(name, sizeof name, "gqa_fwd att %s", tag);
   check_close(name, att, attd, na, 1e-5);
-  CK(k->gqa_bwd(k, dq, dk, dv, scr, dout, q, kk, v, att, ldq, ldkv, B, T, NH, KV, HS));
+  CK(k->gqa_bwd(k, dq, dk, dv, scr, dout, q, kk, v, att, ldq, ldkv, B, T, NH, KV, HS, NULL));
   gqa_ref_bwd(&c, attd, rq, rk, rv);
   heads_f(hq, dq, BT, C, ldq);
   heads_d(dq_h, rq, BT, C, ldq);
@@ -680,11 +680,11 @@ static void test_gqa(td_kernels *k, int64_t B, int64_t T, int64_t NH, int64_t KV
 /* Bad group shapes and strides are refused with TD_ERR_USAGE. */
 static void test_gqa_usage(td_kernels *k) {
   float buf[64] = {0}, att[16] = {0};
-  int ok = k->gqa_fwd(k, buf, att, buf, buf, buf, 8, 4, 1, 2, 3, 2, 2) == TD_ERR_USAGE;
+  int ok = k->gqa_fwd(k, buf, att, buf, buf, buf, 8, 4, 1, 2, 3, 2, 2, NULL) == TD_ERR_USAGE;
   td_error_clear(); /* 3 query heads, 2 key/value heads */
-  ok &= k->gqa_fwd(k, buf, att, buf, buf, buf, 7, 4, 1, 2, 4, 2, 2) == TD_ERR_USAGE;
+  ok &= k->gqa_fwd(k, buf, att, buf, buf, buf, 7, 4, 1, 2, 4, 2, 2, NULL) == TD_ERR_USAGE;
   td_error_clear(); /* ldq below NH·HS */
-  ok &= k->gqa_fwd(k, buf, att, buf, buf, buf, 8, 4, 1, 2, 4, 0, 2) == TD_ERR_USAGE;
+  ok &= k->gqa_fwd(k, buf, att, buf, buf, buf, 8, 4, 1, 2, 4, 0, 2, NULL) == TD_ERR_USAGE;
   td_error_clear(); /* KV = 0 */
   report(ok, "gqa refuses NH % KV != 0, KV = 0, ld below the width", 0, 0);
 }
@@ -781,20 +781,20 @@ static void test_rope(td_kernels *k, int64_t B, int64_t T, int64_t H, int64_t HS
   memcpy(y, x, (size_t)n * sizeof(float));
   memcpy(r, xd, (size_t)n * sizeof(double));
   rope_ref(r, B, T, H, HS, ld, theta, 1.0);
-  CK(k->rope(k, y, B, T, H, HS, ld, theta, 0));
+  CK(k->rope(k, y, B, T, H, HS, ld, theta, 0, NULL));
   snprintf(name, sizeof name, "rope %s", tag);
   check_close(name, y, r, n, 1e-6);
   int pad_ok = 1;
   for (int64_t i = 0; i < n; i++) pad_ok &= i % ld < H * HS || y[i] == 7.0f;
   snprintf(name, sizeof name, "rope leaves the columns past H*HS %s", tag);
   report(pad_ok, name, 0, 0);
-  CK(k->rope(k, y, B, T, H, HS, ld, theta, 1));
+  CK(k->rope(k, y, B, T, H, HS, ld, theta, 1, NULL));
   snprintf(name, sizeof name, "rope inverse(forward) = identity %s", tag);
   check_close(name, y, x0, n, 1e-6);
   memcpy(y, x, (size_t)n * sizeof(float));
   memcpy(r, xd, (size_t)n * sizeof(double));
   rope_ref(r, B, T, H, HS, ld, theta, -1.0);
-  CK(k->rope(k, y, B, T, H, HS, ld, theta, 1));
+  CK(k->rope(k, y, B, T, H, HS, ld, theta, 1, NULL));
   snprintf(name, sizeof name, "rope inverse %s", tag);
   check_close(name, y, r, n, 1e-6);
   free(x), free(y), free(xd), free(r), free(x0);
@@ -1043,6 +1043,250 @@ static void test_adamw(td_kernels *k, int64_t n) {
   free(p), free(g), free(m), free(v), free(pd), free(gd), free(md), free(vd);
 }
 
+/* ---- positions (context parallelism) ------------------------------------------------------ */
+
+/* The load-balanced layout of context parallelism: the Tk positions cut into
+ * 2·cp chunks of c = Tk/(2·cp) rows, rank i holding chunks i and 2cp−1−i as
+ * its T = 2c rows. */
+static td_pos cp_pos(int64_t Tk, int64_t cp, int64_t i) {
+  int64_t c = Tk / (2 * cp);
+  return (td_pos){Tk, c, i * c, (2 * cp - 1 - i) * c};
+}
+
+/* dst (B, T, width) = the rows of src (B, Tk, width) at the positions of pos,
+ * rows of stride ld in both. */
+static void pos_rows(float *dst, const float *src, int64_t B, int64_t T, int64_t width,
+                     int64_t ld, const td_pos *pos) {
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < T; t++)
+      memcpy(dst + (b * T + t) * ld, src + (b * pos->Tk + td_pos_at(pos, t)) * ld,
+             (size_t)width * sizeof(float));
+}
+static void to_d(double *dst, const float *src, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = src[i];
+}
+
+/* Attention of each of cp ranks on its rows (pos) against all Tk keys equals
+ * the full attention (pos NULL) at those rows: out, att and dq rows; dk and dv
+ * summed over the ranks equal the full ones; keys past a rank's last
+ * position get exactly 0 in its dk, dv; the padding columns are kept. */
+static void test_gqa_pos(td_kernels *k, int64_t B, int64_t Tk, int64_t NH, int64_t KV,
+                         int64_t HS, int64_t cp, int64_t padq, int64_t padkv) {
+  int64_t C = NH * HS, Ckv = KV * HS, ldq = C + padq, ldkv = Ckv + padkv, T = Tk / cp;
+  int64_t nq = B * Tk * ldq, nkv = B * Tk * ldkv, no = B * Tk * C, na = B * NH * Tk * Tk;
+  float *q = NEWF(nq), *kk = NEWF(nkv), *v = NEWF(nkv), *dout = NEWF(no);
+  float *out = NEWF(no), *att = NEWF(na), *scr = NEWF(na);
+  float *dq = NEWF(nq), *dk = NEWF(nkv), *dv = NEWF(nkv);
+  float *qr = NEWF(B * T * ldq), *doutr = NEWF(B * T * C), *outr = NEWF(B * T * C);
+  float *attr = NEWF(B * NH * T * Tk), *scrr = NEWF(B * NH * T * Tk);
+  float *dqr = NEWF(B * T * ldq), *dkr = NEWF(nkv), *dvr = NEWF(nkv);
+  float *want = NEWF(B * T * C), *wq = NEWF(B * T * ldq), *hkv = NEWF(B * Tk * Ckv);
+  double *ref = NEWD(B * T * C), *dks = NEWD(B * Tk * Ckv), *dvs = NEWD(B * Tk * Ckv);
+  double worst_out = 0, worst_att = 0, worst_dq = 0;
+  int zero_ok = 1, pad_ok = 1;
+  char name[128], tag[96];
+  snprintf(tag, sizeof tag, "B=%lld Tk=%lld NH=%lld KV=%lld HS=%lld cp=%lld", (long long)B,
+           (long long)Tk, (long long)NH, (long long)KV, (long long)HS, (long long)cp);
+  fill(q, NULL, nq, 1.5);
+  fill(kk, NULL, nkv, 1.5);
+  fill(v, NULL, nkv, 1.5);
+  fill(dout, NULL, no, 1.0);
+  CK(k->gqa_fwd(k, out, att, q, kk, v, ldq, ldkv, B, Tk, NH, KV, HS, NULL));
+  CK(k->gqa_bwd(k, dq, dk, dv, scr, dout, q, kk, v, att, ldq, ldkv, B, Tk, NH, KV, HS, NULL));
+  for (int64_t i = 0; i < cp; i++) {
+    td_pos pos = cp_pos(Tk, cp, i);
+    int64_t last = td_pos_at(&pos, T - 1);
+    pos_rows(qr, q, B, T, ldq, ldq, &pos);
+    pos_rows(doutr, dout, B, T, C, C, &pos);
+    for (int64_t j = 0; j < B * NH * T * Tk; j++) attr[j] = 7.0f, scrr[j] = 7.0f;
+    for (int64_t j = 0; j < B * T * ldq; j++) dqr[j] = 7.0f; /* "=": heads overwritten */
+    for (int64_t j = 0; j < nkv; j++) dkr[j] = dvr[j] = 7.0f;
+    CK(k->gqa_fwd(k, outr, attr, qr, kk, v, ldq, ldkv, B, T, NH, KV, HS, &pos));
+    CK(k->gqa_bwd(k, dqr, dkr, dvr, scrr, doutr, qr, kk, v, attr, ldq, ldkv, B, T, NH, KV, HS,
+                  &pos));
+    /* The full results at the rank's rows, compared as check_close does. */
+    pos_rows(want, out, B, T, C, C, &pos);
+    to_d(ref, want, B * T * C);
+    for (int64_t j = 0; j < B * T * C; j++)
+      worst_out = fmax(worst_out, fabs(outr[j] - ref[j]) / (1.0 + fabs(ref[j])));
+    for (int64_t bh = 0; bh < B * NH; bh++)
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < Tk; j++) {
+          double r = att[(bh * Tk + td_pos_at(&pos, t)) * Tk + j];
+          worst_att = fmax(worst_att, fabs(attr[(bh * T + t) * Tk + j] - r) / (1.0 + fabs(r)));
+        }
+    pos_rows(wq, dq, B, T, C, ldq, &pos);
+    for (int64_t r = 0; r < B * T; r++)
+      for (int64_t j = 0; j < C; j++) {
+        double g = dqr[r * ldq + j], w = wq[r * ldq + j];
+        worst_dq = fmax(worst_dq, fabs(g - w) / (1.0 + fabs(w)));
+      }
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t j = 0; j < Tk; j++)
+        for (int64_t c = 0; c < Ckv; c++) {
+          float dkj = dkr[(b * Tk + j) * ldkv + c], dvj = dvr[(b * Tk + j) * ldkv + c];
+          dks[(b * Tk + j) * Ckv + c] += dkj;
+          dvs[(b * Tk + j) * Ckv + c] += dvj;
+          if (j > last) zero_ok &= dkj == 0.0f && dvj == 0.0f;
+        }
+    pad_ok &= pad_kept(dqr, B * T, C, ldq) && pad_kept(dkr, B * Tk, Ckv, ldkv) &&
+              pad_kept(dvr, B * Tk, Ckv, ldkv);
+  }
+  snprintf(name, sizeof name, "gqa_fwd pos: out rows = full %s", tag);
+  report(worst_out <= 1e-5, name, worst_out, 1e-5);
+  snprintf(name, sizeof name, "gqa_fwd pos: att rows = full %s", tag);
+  report(worst_att <= 1e-5, name, worst_att, 1e-5);
+  snprintf(name, sizeof name, "gqa_bwd pos: dq rows = full %s", tag);
+  report(worst_dq <= 1e-5, name, worst_dq, 1e-5);
+  heads_f(hkv, dk, B * Tk, Ckv, ldkv);
+  snprintf(name, sizeof name, "gqa_bwd pos: dk summed over ranks = full %s", tag);
+  check_close(name, hkv, dks, B * Tk * Ckv, 1e-5);
+  heads_f(hkv, dv, B * Tk, Ckv, ldkv);
+  snprintf(name, sizeof name, "gqa_bwd pos: dv summed over ranks = full %s", tag);
+  check_close(name, hkv, dvs, B * Tk * Ckv, 1e-5);
+  snprintf(name, sizeof name, "gqa_bwd pos: unseen keys 0, padding kept %s", tag);
+  report(zero_ok && pad_ok, name, 0, 0);
+  free(q), free(kk), free(v), free(dout), free(out), free(att), free(scr), free(dq), free(dk);
+  free(dv), free(qr), free(doutr), free(outr), free(attr), free(scrr), free(dqr), free(dkr);
+  free(dvr), free(want), free(wq), free(hkv), free(ref), free(dks), free(dvs);
+}
+
+/* RoPE of a rank's rows (pos) equals RoPE of the whole sequence at those
+ * rows, bit for bit (the same table entries, the same arithmetic), forward
+ * and inverse. */
+static void test_rope_pos(td_kernels *k, int64_t B, int64_t Tk, int64_t H, int64_t HS,
+                          int64_t ld, int64_t cp) {
+  int64_t T = Tk / cp;
+  float *x = NEWF(B * Tk * ld), *y = NEWF(B * Tk * ld), *xr = NEWF(B * T * ld);
+  float *want = NEWF(B * T * ld);
+  double *d = NEWD(B * T * ld);
+  char name[112];
+  fill(x, NULL, B * Tk * ld, 1.0);
+  for (int inv = 0; inv < 2; inv++) {
+    memcpy(y, x, (size_t)(B * Tk * ld) * sizeof(float));
+    CK(k->rope(k, y, B, Tk, H, HS, ld, 10000.0f, inv, NULL));
+    for (int64_t i = 0; i < cp; i++) {
+      td_pos pos = cp_pos(Tk, cp, i);
+      pos_rows(xr, x, B, T, ld, ld, &pos);
+      CK(k->rope(k, xr, B, T, H, HS, ld, 10000.0f, inv, &pos));
+      pos_rows(want, y, B, T, ld, ld, &pos);
+      to_d(d, want, B * T * ld);
+      snprintf(name, sizeof name, "rope%s pos = full at the positions, exact: Tk=%lld cp=%lld "
+               "rank %lld", inv ? " inverse" : "", (long long)Tk, (long long)cp, (long long)i);
+      check_close(name, xr, d, B * T * ld, 0.0);
+    }
+  }
+  free(x), free(y), free(xr), free(want), free(d);
+}
+
+/* The embedding of a rank's rows (pos) equals the full one at those rows
+ * (exact: the same sums); dwpe of each rank fills the rows of its positions
+ * with the full dwpe's (exact: one rank per position) and leaves the others;
+ * dwte summed over the ranks equals the full dwte. */
+static void test_embed_pos(td_kernels *k, int64_t B, int64_t Tk, int64_t C, int64_t cp) {
+  int64_t T = Tk / cp, V = 23, N = B * Tk;
+  int32_t *tok = xmalloc((size_t)N * sizeof(int32_t));
+  int32_t *tokr = xmalloc((size_t)N * sizeof(int32_t));
+  float *wte = NEWF(V * C), *wpe = NEWF(Tk * C), *out = NEWF(N * C), *outr = NEWF(N * C);
+  float *dout = NEWF(N * C), *doutr = NEWF(N * C), *dwte = NEWF(V * C), *dwpe = NEWF(Tk * C);
+  float *dwter = NEWF(V * C), *dwper = NEWF(Tk * C), *want = NEWF(N * C);
+  double *dwtes = NEWD(V * C), *dwpes = NEWD(Tk * C);
+  double worst = 0.0;
+  int kept = 1;
+  char name[112];
+  for (int64_t n = 0; n < N; n++) tok[n] = (int32_t)(n * 7 % V);
+  fill(wte, NULL, V * C, 1.0);
+  fill(wpe, NULL, Tk * C, 1.0);
+  fill(dout, NULL, N * C, 1.0);
+  CK(k->embed_fwd(k, out, tok, wte, 0, V, wpe, TD_DTYPE_F32, B, Tk, C, NULL));
+  CK(k->embed_bwd(k, dwte, dwpe, dout, tok, 0, V, B, Tk, C, NULL));
+  for (int64_t i = 0; i < cp; i++) {
+    td_pos pos = cp_pos(Tk, cp, i);
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t t = 0; t < T; t++) tokr[b * T + t] = tok[b * Tk + td_pos_at(&pos, t)];
+    pos_rows(doutr, dout, B, T, C, C, &pos);
+    CK(k->embed_fwd(k, outr, tokr, wte, 0, V, wpe, TD_DTYPE_F32, B, T, C, &pos));
+    pos_rows(want, out, B, T, C, C, &pos);
+    for (int64_t j = 0; j < B * T * C; j++) worst = fmax(worst, fabs(outr[j] - want[j]));
+    memset(dwter, 0, (size_t)(V * C) * sizeof(float));
+    for (int64_t j = 0; j < Tk * C; j++) dwper[j] = 7.0f; /* rows not reached: kept */
+    for (int64_t t = 0; t < T; t++)
+      memset(dwper + td_pos_at(&pos, t) * C, 0, (size_t)C * sizeof(float));
+    CK(k->embed_bwd(k, dwter, dwper, doutr, tokr, 0, V, B, T, C, &pos));
+    for (int64_t j = 0; j < V * C; j++) dwtes[j] += dwter[j];
+    for (int64_t p = 0, t = 0; p < Tk; p++) {
+      int reached = t < T && td_pos_at(&pos, t) == p;
+      for (int64_t c = 0; c < C; c++) {
+        if (reached) dwpes[p * C + c] += dwper[p * C + c];
+        else kept &= dwper[p * C + c] == 7.0f;
+      }
+      t += reached;
+    }
+  }
+  snprintf(name, sizeof name, "embed_fwd pos = full at the positions, exact: Tk=%lld cp=%lld",
+           (long long)Tk, (long long)cp);
+  report(worst == 0.0, name, worst, 0);
+  snprintf(name, sizeof name, "embed_bwd pos: dwpe of the ranks = full, exact, Tk=%lld cp=%lld",
+           (long long)Tk, (long long)cp);
+  check_close(name, dwpe, dwpes, Tk * C, 0.0);
+  snprintf(name, sizeof name, "embed_bwd pos: dwpe rows of other ranks untouched Tk=%lld cp=%lld",
+           (long long)Tk, (long long)cp);
+  report(kept, name, 0, 0);
+  snprintf(name, sizeof name, "embed_bwd pos: dwte summed over ranks = full Tk=%lld cp=%lld",
+           (long long)Tk, (long long)cp);
+  check_close(name, dwte, dwtes, V * C, 1e-5);
+  free(tok), free(tokr), free(wte), free(wpe), free(out), free(outr), free(dout), free(doutr);
+  free(dwte), free(dwpe), free(dwter), free(dwper), free(want), free(dwtes), free(dwpes);
+}
+
+/* td_kernels_pos_args takes NULL and a valid layout and refuses the broken
+ * ones with TD_ERR_USAGE, as do the ops given them. */
+static void test_pos_usage(td_kernels *k) {
+  static const td_pos bad[] = {
+      {16, 4, 4, 6},  /* p0 + half > p1: the runs overlap */
+      {16, 9, 0, 9},  /* half > T */
+      {16, 4, -1, 8}, /* p0 < 0 */
+      {16, 4, 0, 13}, /* the second run ends past Tk */
+  };
+  const td_pos good = {16, 4, 4, 8};
+  float buf[512] = {0}, att[512] = {0};
+  int ok = td_kernels_pos_args("test", NULL, 8) == TD_OK;
+  ok &= td_kernels_pos_args("test", &good, 8) == TD_OK;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ok &= td_kernels_pos_args("test", &bad[i], 8) == TD_ERR_USAGE;
+    td_error_clear();
+  }
+  ok &= k->gqa_fwd(k, buf, att, buf, buf, buf, 4, 4, 1, 8, 2, 2, 2, &bad[0]) == TD_ERR_USAGE;
+  td_error_clear();
+  ok &= k->rope(k, buf, 1, 8, 1, 4, 4, 10000.0f, 0, &bad[0]) == TD_ERR_USAGE;
+  td_error_clear();
+  ok &= k->embed_fwd(k, buf, (const int32_t *)buf, buf, 0, 1, buf, TD_DTYPE_F32, 1, 8, 4,
+                     &bad[0]) == TD_ERR_USAGE;
+  td_error_clear();
+  report(ok, "td_kernels_pos_args and the ops refuse overlapping, out-of-range positions", 0, 0);
+}
+
+/* copy2d copies the cols of each row and nothing past them; refuses a stride
+ * below the width. */
+static void test_copy2d(td_kernels *k, int64_t rows, int64_t cols, int64_t ldd, int64_t lds) {
+  float *src = NEWF(rows * lds), *dst = NEWF(rows * ldd);
+  int64_t bad = 0;
+  char name[96];
+  fill(src, NULL, rows * lds, 1.0);
+  for (int64_t i = 0; i < rows * ldd; i++) dst[i] = 7.0f;
+  CK(k->copy2d(k, dst, ldd, src, lds, rows, cols));
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < ldd; c++)
+      bad += dst[r * ldd + c] != (c < cols ? src[r * lds + c] : 7.0f);
+  snprintf(name, sizeof name, "copy2d rows=%lld cols=%lld ldd=%lld lds=%lld", (long long)rows,
+           (long long)cols, (long long)ldd, (long long)lds);
+  report(bad == 0, name, (double)bad, 0);
+  int refused = k->copy2d(k, dst, cols - 1, src, lds, rows, cols) == TD_ERR_USAGE;
+  td_error_clear();
+  report(refused, "copy2d refuses a row stride below cols", 0, 0);
+  free(src), free(dst);
+}
+
 /* ---- memory ops, registry ---------------------------------------------------------------------- */
 
 static void test_memory(td_kernels *k) {
@@ -1122,16 +1366,16 @@ static void bench(td_kernels *k) {
   printf("bench attention B=4 NH=6 T=256 HS=64: fwd %.2f ms, bwd %.2f ms, total %.2f ms\n",
          (t1 - t0) / reps * 1e3, (t2 - t1) / reps * 1e3, (t2 - t0) / reps * 1e3);
   /* the same query heads in 3 groups of 2 (q, k, v read from qkv, ld 3C) */
-  CK(k->gqa_fwd(k, out, att, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, 3, HS));
+  CK(k->gqa_fwd(k, out, att, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, 3, HS, NULL));
   CK(k->gqa_bwd(k, dqkv, dqkv + C, dqkv + 2 * C, scr, dout, qkv, qkv + C, qkv + 2 * C, att,
-                3 * C, 3 * C, B, T, NH, 3, HS));
+                3 * C, 3 * C, B, T, NH, 3, HS, NULL));
   t0 = now_s();
   for (int r = 0; r < reps; r++)
-    CK(k->gqa_fwd(k, out, att, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, 3, HS));
+    CK(k->gqa_fwd(k, out, att, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, 3, HS, NULL));
   t1 = now_s();
   for (int r = 0; r < reps; r++)
     CK(k->gqa_bwd(k, dqkv, dqkv + C, dqkv + 2 * C, scr, dout, qkv, qkv + C, qkv + 2 * C, att,
-                  3 * C, 3 * C, B, T, NH, 3, HS));
+                  3 * C, 3 * C, B, T, NH, 3, HS, NULL));
   t2 = now_s();
   printf("bench gqa B=4 NH=6 KV=3 T=256 HS=64: fwd %.2f ms, bwd %.2f ms, total %.2f ms\n",
          (t1 - t0) / reps * 1e3, (t2 - t1) / reps * 1e3, (t2 - t0) / reps * 1e3);
@@ -1220,6 +1464,20 @@ int main(int argc, char **argv) {
   test_gqa(k, 2, 256, 4, 4, 16, 8, 8, 0); /* causal row blocks: 4 */
   test_gqa(k, 1, 130, 6, 2, 32, 0, 0, 0);
   test_gqa_usage(k);
+  for (int64_t cp = 2; cp <= 4; cp += 2) { /* Tk = 16: c = 4, then 2 */
+    test_gqa_pos(k, 2, 16, 3, 3, 4, cp, 3, 5); /* GPT-2-like: KV = NH */
+    test_gqa_pos(k, 2, 16, 4, 2, 4, cp, 0, 2);
+  }
+  test_gqa_pos(k, 2, 12, 4, 2, 6, 2, 1, 1); /* c = 3 */
+  test_gqa_pos(k, 2, 12, 3, 3, 4, 3, 0, 0);  /* c = 2, three ranks */
+  test_gqa_pos(k, 1, 512, 4, 2, 8, 2, 0, 0); /* causal row blocks: 2 per run, 4 over keys */
+  test_rope_pos(k, 2, 16, 3, 8, 3 * 8 + 5, 2);
+  test_rope_pos(k, 2, 24, 2, 16, 2 * 16, 4);
+  test_embed_pos(k, 2, 16, 12, 2);
+  test_embed_pos(k, 3, 24, 20, 4);
+  test_pos_usage(k);
+  test_copy2d(k, 5, 3, 4, 7);
+  test_copy2d(k, 1000, 100, 103, 128); /* > 65536 elements: threaded */
 
   test_gelu(k, 1);
   test_gelu(k, 20);

@@ -190,7 +190,7 @@ static void test_embed(td_kernels *k) {
   fill(wte, wteh, Vs * C, 1.0);
   fill(wpe, wpeh, T * C, 1.0);
   for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 7) % 30); /* some outside the shard */
-  CK(k->embed_fwd(k, out, tok, wteh, v0, Vs, wpeh, TD_DTYPE_BF16, B, T, C));
+  CK(k->embed_fwd(k, out, tok, wteh, v0, Vs, wpeh, TD_DTYPE_BF16, B, T, C, NULL));
   for (int64_t i = 0; i < n; i++)
     for (int64_t c = 0; c < C; c++) {
       int64_t v = tok[i] - v0;

@@ -1,7 +1,8 @@
 /* test_kernels_cuda.c — every op of the CUDA back-end against the CPU
  * back-end (the reference) on the same random inputs, odd sizes included:
  * each op runs on both tables, the CUDA result comes back to the host and is
- * compared.
+ * compared. The position-aware ops (gqa, rope, embed) also run on one
+ * rank's rows of context parallelism (td_pos, both ranks of cp = 2).
  *   float32 outputs   max|cuda − cpu| ≤ 1e-5 · max|cpu| over the tensor (the
  *                     two sum in different orders; float32 rounding of sums
  *                     of up to a few hundred terms stays far below)
@@ -10,7 +11,7 @@
  *                     the back-ends' float32 values, a few ulps apart, may
  *                     round to neighbouring bf16 values (half a step, the
  *                     earlier bound, refused exactly that)
- *   casts             bitwise (round to nearest even on both)
+ *   casts, copy2d     bitwise (round to nearest even on both; a copy)
  *   sumsq             1e-12 relative (double accumulation on both)
  * and the ops that reduce over rows (embed_bwd, bias_bwd, layernorm_bwd,
  * attention_bwd) bitwise equal when run twice on the device from the same
@@ -273,8 +274,10 @@ static void test_embed(void) {
     push(&tok);
     buf wte = rnd(Vs * C, pt, 1.0), wpe = rnd(T * C, pt, 1.0), out = mk(n * C, TD_DTYPE_F32);
     for (int w = 0; w < 2; w++) {
-      CK(g_cpu->embed_fwd(g_cpu, out.h, tok.h, wte.h, v0, Vs, w ? wpe.h : NULL, pt, B, T, C));
-      CK(g_gpu->embed_fwd(g_gpu, out.d, tok.d, wte.d, v0, Vs, w ? wpe.d : NULL, pt, B, T, C));
+      CK(g_cpu->embed_fwd(g_cpu, out.h, tok.h, wte.h, v0, Vs, w ? wpe.h : NULL, pt, B, T, C,
+                          NULL));
+      CK(g_gpu->embed_fwd(g_gpu, out.d, tok.d, wte.d, v0, Vs, w ? wpe.d : NULL, pt, B, T, C,
+                          NULL));
       cmp(p ? (w ? "embed_fwd bf16, shard, wpe" : "embed_fwd bf16, shard, no wpe")
             : (w ? "embed_fwd shard, wpe" : "embed_fwd shard, no wpe"),
           &out);
@@ -283,13 +286,13 @@ static void test_embed(void) {
       buf dout = rnd(n * C, TD_DTYPE_F32, 1.0), dwte = rnd(Vs * C, TD_DTYPE_F32, 1.0);
       buf dwpe = rnd(T * C, TD_DTYPE_F32, 1.0);
       void *dwte0 = keep(&dwte);
-      CK(g_cpu->embed_bwd(g_cpu, dwte.h, dwpe.h, dout.h, tok.h, v0, Vs, B, T, C));
-      CK(g_gpu->embed_bwd(g_gpu, dwte.d, dwpe.d, dout.d, tok.d, v0, Vs, B, T, C));
+      CK(g_cpu->embed_bwd(g_cpu, dwte.h, dwpe.h, dout.h, tok.h, v0, Vs, B, T, C, NULL));
+      CK(g_gpu->embed_bwd(g_gpu, dwte.d, dwpe.d, dout.d, tok.d, v0, Vs, B, T, C, NULL));
       cmp("embed_bwd dwte (+=, repeated tokens, shard)", &dwte);
       cmp("embed_bwd dwpe (+=)", &dwpe);
       void *s = snap(&dwte);
       restore(&dwte, dwte0); /* the second run starts where the first did */
-      CK(g_gpu->embed_bwd(g_gpu, dwte.d, NULL, dout.d, tok.d, v0, Vs, B, T, C));
+      CK(g_gpu->embed_bwd(g_gpu, dwte.d, NULL, dout.d, tok.d, v0, Vs, B, T, C, NULL));
       same_bits("embed_bwd twice: bitwise", &dwte, s);
       drop(&dout), drop(&dwte), drop(&dwpe);
     }
@@ -397,8 +400,8 @@ static void test_rope(void) {
   int64_t B = 2, T = 41, H = 3, HS = 18, ld = H * HS + 11;
   for (int inv = 0; inv < 2; inv++) {
     buf x = rnd(B * T * ld, TD_DTYPE_F32, 1.0);
-    CK(g_cpu->rope(g_cpu, x.h, B, T, H, HS, ld, 10000.0f, inv));
-    CK(g_gpu->rope(g_gpu, x.d, B, T, H, HS, ld, 10000.0f, inv));
+    CK(g_cpu->rope(g_cpu, x.h, B, T, H, HS, ld, 10000.0f, inv, NULL));
+    CK(g_gpu->rope(g_gpu, x.d, B, T, H, HS, ld, 10000.0f, inv, NULL));
     cmp(inv ? "rope inverse (ld > H·HS: the rest untouched)" : "rope (ld > H·HS)", &x);
     drop(&x);
   }
@@ -421,8 +424,10 @@ static void test_attention(void) {
       CK(g_cpu->attention_fwd(g_cpu, out.h, att.h, q.h, B, T, NH, HS));
       CK(g_gpu->attention_fwd(g_gpu, out.d, att.d, q.d, B, T, NH, HS));
     } else {
-      CK(g_cpu->gqa_fwd(g_cpu, out.h, att.h, q.h, kk.h, v.h, ldq, ldkv, B, T, NH, KV, HS));
-      CK(g_gpu->gqa_fwd(g_gpu, out.d, att.d, q.d, kk.d, v.d, ldq, ldkv, B, T, NH, KV, HS));
+      CK(g_cpu->gqa_fwd(g_cpu, out.h, att.h, q.h, kk.h, v.h, ldq, ldkv, B, T, NH, KV, HS,
+                        NULL));
+      CK(g_gpu->gqa_fwd(g_gpu, out.d, att.d, q.d, kk.d, v.d, ldq, ldkv, B, T, NH, KV, HS,
+                        NULL));
     }
     snprintf(name, sizeof name, "%s fwd att (NH %lld, KV %lld)",
              packed ? "attention" : "gqa", (long long)NH, (long long)KV);
@@ -440,9 +445,9 @@ static void test_attention(void) {
       same_bits("attention bwd twice: bitwise", &dq, s);
     } else {
       CK(g_cpu->gqa_bwd(g_cpu, dq.h, dk.h, dv.h, scr.h, dout.h, q.h, kk.h, v.h, att.h, ldq,
-                        ldkv, B, T, NH, KV, HS));
+                        ldkv, B, T, NH, KV, HS, NULL));
       CK(g_gpu->gqa_bwd(g_gpu, dq.d, dk.d, dv.d, scr.d, dout.d, q.d, kk.d, v.d, att.d, ldq,
-                        ldkv, B, T, NH, KV, HS));
+                        ldkv, B, T, NH, KV, HS, NULL));
       snprintf(name, sizeof name, "gqa bwd dq (KV %lld; padding columns untouched)",
                (long long)KV);
       cmp(name, &dq);
@@ -452,6 +457,87 @@ static void test_attention(void) {
     drop(&q), drop(&kk), drop(&v), drop(&out), drop(&att), drop(&scr), drop(&dout);
     drop(&dq), drop(&dk), drop(&dv);
   }
+}
+
+/* ---- positions (context parallelism) -------------------------------------------- */
+
+/* Rank i of cp in the load-balanced layout: chunks i and 2cp−1−i of
+ * c = Tk/(2·cp) rows each (T = 2c rows). */
+static td_pos cp_pos(int64_t Tk, int64_t cp, int64_t i) {
+  int64_t c = Tk / (2 * cp);
+  return (td_pos){Tk, c, i * c, (2 * cp - 1 - i) * c};
+}
+
+/* gqa fwd and bwd, rope and embed fwd and bwd of a rank's rows (pos, both
+ * ranks of cp = 2) against all Tk positions, on both back-ends. */
+static void test_pos(void) {
+  int64_t B = 2, Tk = 68, NH = 6, KV = 2, HS = 16, C = NH * HS, cp = 2, T = Tk / cp;
+  int64_t ldq = C + 5, ldkv = KV * HS + 3;
+  for (int64_t i = 0; i < cp; i++) {
+    char name[96];
+    td_pos pos = cp_pos(Tk, cp, i);
+    buf q = rnd(B * T * ldq, TD_DTYPE_F32, 1.5), kk = rnd(B * Tk * ldkv, TD_DTYPE_F32, 1.5);
+    buf v = rnd(B * Tk * ldkv, TD_DTYPE_F32, 1.0), out = mk(B * T * C, TD_DTYPE_F32);
+    buf att = mk(B * NH * T * Tk, TD_DTYPE_F32), scr = mk(B * NH * T * Tk, TD_DTYPE_F32);
+    buf dout = rnd(B * T * C, TD_DTYPE_F32, 1.0), dq = rnd(B * T * ldq, TD_DTYPE_F32, 1.0);
+    buf dk = rnd(B * Tk * ldkv, TD_DTYPE_F32, 1.0), dv = rnd(B * Tk * ldkv, TD_DTYPE_F32, 1.0);
+    CK(g_cpu->gqa_fwd(g_cpu, out.h, att.h, q.h, kk.h, v.h, ldq, ldkv, B, T, NH, KV, HS, &pos));
+    CK(g_gpu->gqa_fwd(g_gpu, out.d, att.d, q.d, kk.d, v.d, ldq, ldkv, B, T, NH, KV, HS, &pos));
+    snprintf(name, sizeof name, "gqa fwd att, pos (cp 2, rank %lld, T %lld of Tk %lld)",
+             (long long)i, (long long)T, (long long)Tk);
+    cmp(name, &att);
+    cmp("gqa fwd out, pos", &out);
+    push(&att); /* backward from the same (CPU) probabilities on both sides */
+    CK(g_cpu->gqa_bwd(g_cpu, dq.h, dk.h, dv.h, scr.h, dout.h, q.h, kk.h, v.h, att.h, ldq, ldkv,
+                      B, T, NH, KV, HS, &pos));
+    CK(g_gpu->gqa_bwd(g_gpu, dq.d, dk.d, dv.d, scr.d, dout.d, q.d, kk.d, v.d, att.d, ldq, ldkv,
+                      B, T, NH, KV, HS, &pos));
+    cmp("gqa bwd dq, pos", &dq);
+    cmp("gqa bwd dk, pos (keys no query sees: 0)", &dk);
+    cmp("gqa bwd dv, pos (keys no query sees: 0)", &dv);
+    drop(&q), drop(&kk), drop(&v), drop(&out), drop(&att), drop(&scr), drop(&dout);
+    drop(&dq), drop(&dk), drop(&dv);
+
+    int64_t H = 3, RS = 18, ld = H * RS + 7;
+    for (int inv = 0; inv < 2; inv++) {
+      buf x = rnd(B * T * ld, TD_DTYPE_F32, 1.0);
+      CK(g_cpu->rope(g_cpu, x.h, B, T, H, RS, ld, 10000.0f, inv, &pos));
+      CK(g_gpu->rope(g_gpu, x.d, B, T, H, RS, ld, 10000.0f, inv, &pos));
+      snprintf(name, sizeof name, "rope%s, pos (rank %lld)", inv ? " inverse" : "",
+               (long long)i);
+      cmp(name, &x);
+      drop(&x);
+    }
+
+    int64_t EC = 45, V = 29, n = B * T;
+    buf tok = mk(n, TD_DTYPE_F32); /* int32 storage */
+    for (int64_t j = 0; j < n; j++) ((int32_t *)tok.h)[j] = (int32_t)(j * 11 % V);
+    push(&tok);
+    for (int p = 0; p < 2; p++) {
+      td_dtype pt = p ? TD_DTYPE_BF16 : TD_DTYPE_F32;
+      buf wte = rnd(V * EC, pt, 1.0), wpe = rnd(Tk * EC, pt, 1.0), eo = mk(n * EC, TD_DTYPE_F32);
+      CK(g_cpu->embed_fwd(g_cpu, eo.h, tok.h, wte.h, 0, V, wpe.h, pt, B, T, EC, &pos));
+      CK(g_gpu->embed_fwd(g_gpu, eo.d, tok.d, wte.d, 0, V, wpe.d, pt, B, T, EC, &pos));
+      cmp(p ? "embed_fwd bf16, pos" : "embed_fwd, pos", &eo);
+      drop(&wte), drop(&wpe), drop(&eo);
+    }
+    buf edout = rnd(n * EC, TD_DTYPE_F32, 1.0), dwte = rnd(V * EC, TD_DTYPE_F32, 1.0);
+    buf dwpe = rnd(Tk * EC, TD_DTYPE_F32, 1.0);
+    CK(g_cpu->embed_bwd(g_cpu, dwte.h, dwpe.h, edout.h, tok.h, 0, V, B, T, EC, &pos));
+    CK(g_gpu->embed_bwd(g_gpu, dwte.d, dwpe.d, edout.d, tok.d, 0, V, B, T, EC, &pos));
+    cmp("embed_bwd dwte (+=), pos", &dwte);
+    cmp("embed_bwd dwpe (+= at the positions, other rows kept), pos", &dwpe);
+    drop(&tok), drop(&edout), drop(&dwte), drop(&dwpe);
+  }
+}
+
+static void test_copy2d(void) {
+  int64_t rows = 131, cols = 37, lds = 50, ldd = 41;
+  buf src = rnd(rows * lds, TD_DTYPE_F32, 1.0), dst = rnd(rows * ldd, TD_DTYPE_F32, 1.0);
+  CK(g_cpu->copy2d(g_cpu, dst.h, ldd, src.h, lds, rows, cols));
+  CK(g_gpu->copy2d(g_gpu, dst.d, ldd, src.d, lds, rows, cols));
+  cmp_bits("copy2d (the rest of each row kept)", &dst);
+  drop(&src), drop(&dst);
 }
 
 static void test_xent(void) {
@@ -543,6 +629,8 @@ int main(void) {
   test_pointwise();
   test_rope();
   test_attention();
+  test_pos();
+  test_copy2d();
   test_xent();
   test_adamw();
   printf("CUDA back-end peak device memory %.1f MiB\n",
