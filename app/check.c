@@ -30,12 +30,12 @@ static void human_count(double x, char *buf, size_t cap) {
 
 /* One rank's line of the grid map, gathered to rank 0. */
 typedef struct {
-  int rank, dp, tp, pp;
+  int rank, dp, cp, tp, pp;
   int gpu, gpus; /* run.device: cuda: the GPU this rank drives (-1: none), of the node's visible */
   char host[64];
   td_mem_plan mem;
   int64_t dev_plain; /* optimizer.offload: the device bytes the same rank allocates without it */
-  int tp_size, dp_size, pp_size, embed_size;
+  int tp_size, cp_size, dp_size, pp_size, embed_size;
 } rank_info;
 
 static int64_t mem_total(const td_mem_plan *m) {
@@ -51,8 +51,9 @@ static void print_json(const rank_info *all, int n) {
   for (int i = 0; i < n; ++i) {
     const td_mem_plan *m = &all[i].mem;
     int64_t v[6] = {m->param, m->grad, m->optim, m->work, m->act, mem_total(m)};
-    printf("%s\n  {\"rank\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"params\": %lld", i ? "," : "",
-           all[i].rank, all[i].dp, all[i].tp, all[i].pp, (long long)m->params_local);
+    printf("%s\n  {\"rank\": %d, \"dp\": %d, \"cp\": %d, \"tp\": %d, \"pp\": %d, "
+           "\"params\": %lld", i ? "," : "", all[i].rank, all[i].dp, all[i].cp, all[i].tp,
+           all[i].pp, (long long)m->params_local);
     for (int j = 0; j < 6; ++j) {
       printf(", \"%s\": %lld", keys[j], (long long)v[j]);
       if (v[j] > mx[j]) mx[j] = v[j];
@@ -65,12 +66,15 @@ static void print_json(const rank_info *all, int n) {
   printf(", \"host_bytes\": %lld}}\n", (long long)hmx);
 }
 
-/* Groups of kind ('t', 'd', 'p') that lie inside node n, of all such groups:
- * each group counted at its first member (coordinate 0 of its dimension). */
+/* Groups of kind ('t', 'c', 'd', 'p') that lie inside node n, of all such
+ * groups: each group counted at its first member (coordinate 0 of its
+ * dimension). */
 static void groups_inside(const td_grid *g, char kind, int n, int *inside, int *total) {
   *inside = *total = 0;
   for (int r = 0; r < g->size; ++r) {
-    int c = kind == 't' ? r % g->tp : kind == 'd' ? (r / g->tp) % g->dp : r / (g->tp * g->dp);
+    int tc = g->tp * g->cp;
+    int c = kind == 't' ? r % g->tp : kind == 'c' ? (r / g->tp) % g->cp
+            : kind == 'd' ? (r / tc) % g->dp : r / (tc * g->dp);
     if (c != 0) continue;
     ++*total;
     *inside += g->node_of[r] == n && td_grid_group_nodes(g, kind, r) == 1;
@@ -94,11 +98,14 @@ static void print_nodes(const td_grid *g, const rank_info *all, int cuda) {
       if (cuda && all[r].gpu >= 0) printf(" %d->gpu%d", r, all[r].gpu);
       else printf(" %d->%s", r, cuda ? "none" : "cpu");
     }
-    int ti, tt, di, dt, pi, pt;
+    int ti, tt, ci, ct, di, dt, pi, pt;
     groups_inside(g, 't', n, &ti, &tt);
+    groups_inside(g, 'c', n, &ci, &ct);
     groups_inside(g, 'd', n, &di, &dt);
     groups_inside(g, 'p', n, &pi, &pt);
-    printf("; groups inside: tp %d of %d, dp %d of %d, pp %d of %d\n", ti, tt, di, dt, pi, pt);
+    printf("; groups inside: tp %d of %d,", ti, tt);
+    if (g->cp > 1) printf(" cp %d of %d,", ci, ct);
+    printf(" dp %d of %d, pp %d of %d\n", di, dt, pi, pt);
   }
   int span = 0, example = -1;
   for (int r = 0; r < g->size; ++r)
@@ -121,8 +128,8 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   td_grid *g = NULL;
   td_registry *reg = NULL;
   rank_info *all = NULL;
-  TD_CHECK_GOTO(td_grid_create(app->world, (int)cfg->parallel_dp, (int)cfg->parallel_tp,
-                               (int)cfg->parallel_pp, &g));
+  TD_CHECK_GOTO(td_grid_create(app->world, (int)cfg->parallel_dp, (int)cfg->parallel_cp,
+                               (int)cfg->parallel_tp, (int)cfg->parallel_pp, &g));
   /* Test-only: TD_TEST_FAIL_RANK=r makes rank r fail alone, here, while every
    * other rank waits in a collective: the job must end, not hang. */
   TD_CHECK_GOTO(td_test_fail_point("check"));
@@ -152,13 +159,15 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
     me.dev_plain = mem_total(&pm);
   }
   TD_CHECK_GOTO(td_agree(app->world, st));
-  me.rank = g->rank, me.dp = g->dp_rank, me.tp = g->tp_rank, me.pp = g->pp_rank;
+  me.rank = g->rank, me.dp = g->dp_rank, me.cp = g->cp_rank, me.tp = g->tp_rank;
+  me.pp = g->pp_rank;
   int len = 0;
   char host[MPI_MAX_PROCESSOR_NAME];
   MPI_Get_processor_name(host, &len);
   snprintf(me.host, sizeof me.host, "%s", host);
   me.gpu = td_trainer_gpu_of(cfg, local_rank, &me.gpus);
   TD_MPI_CHECK(MPI_Comm_size(g->tp_comm, &me.tp_size));
+  TD_MPI_CHECK(MPI_Comm_size(g->cp_comm, &me.cp_size));
   TD_MPI_CHECK(MPI_Comm_size(g->dp_comm, &me.dp_size));
   TD_MPI_CHECK(MPI_Comm_size(g->pp_comm, &me.pp_size));
   me.embed_size = 0;
@@ -179,14 +188,30 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   printf("# resolved deck (%s)\n", cfg->deck_path);
   td_config_print(cfg, stdout);
   char a[32], b[32], c[32], d[32], w[32], f[32], h[32], t[32];
-  printf("\n# grid: dp %lld × tp %lld × pp %lld = %d ranks (rank = tp + tp·(dp + dp·pp))%s\n",
-         (long long)cfg->parallel_dp, (long long)cfg->parallel_tp, (long long)cfg->parallel_pp,
-         app->size,
-         cfg->parallel_sequence_parallel ? "; sequence parallel: each tp rank holds seq/tp "
-                                           "tokens of the residual stream and norms" : "");
+  int64_t cp = cfg->parallel_cp;
+  if (cp > 1)
+    printf("\n# grid: dp %lld × cp %lld × tp %lld × pp %lld = %d ranks (rank = tp + tp·(cp + "
+           "cp·(dp + dp·pp)))\n", (long long)cfg->parallel_dp, (long long)cp,
+           (long long)cfg->parallel_tp, (long long)cfg->parallel_pp, app->size);
+  else
+    printf("\n# grid: dp %lld × tp %lld × pp %lld = %d ranks (rank = tp + tp·(dp + dp·pp))\n",
+           (long long)cfg->parallel_dp, (long long)cfg->parallel_tp, (long long)cfg->parallel_pp,
+           app->size);
+  if (cfg->parallel_sequence_parallel)
+    printf("sequence parallel: each tp rank holds 1/tp of its tokens of the residual stream and "
+           "norms\n");
+  if (cp > 1)
+    printf("context parallel: each cp rank holds %lld of every sequence's %lld tokens, chunks i "
+           "and %lld − i of %lld; keys and values all-gathered over cp for attention (forward "
+           "and again in backward), their gradients reduce-scattered; gradients summed over "
+           "dp × cp = %lld ranks\n", (long long)(cfg->model_seq_len / cp),
+           (long long)cfg->model_seq_len, (long long)(2 * cp - 1), (long long)(2 * cp),
+           (long long)(cfg->parallel_dp * cp));
   int cuda = strcmp(cfg->run_device, "cuda") == 0;
-  printf("%5s %4s %4s %4s  %-16s%s %10s %10s %10s %10s %10s %10s %10s\n", "rank", "dp", "tp", "pp",
-         "host", cuda ? "  gpu" : "", "params", "param mem", "grad mem", "optim mem", "work mem",
+  printf("%5s %4s", "rank", "dp");
+  if (cp > 1) printf(" %4s", "cp");
+  printf(" %4s %4s  %-16s%s %10s %10s %10s %10s %10s %10s %10s\n", "tp", "pp", "host",
+         cuda ? "  gpu" : "", "params", "param mem", "grad mem", "optim mem", "work mem",
          "activ mem", "total");
   int64_t worst = 0;
   for (int i = 0; i < app->size; ++i) {
@@ -203,8 +228,10 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
     char gpu[16] = "";
     if (cuda && x->gpu >= 0) snprintf(gpu, sizeof gpu, " %4d", x->gpu);
     else if (cuda) snprintf(gpu, sizeof gpu, " %4s", "none");
-    printf("%5d %4d %4d %4d  %-16.16s%s %10s %10s %10s %10s %10s %10s %10s\n", x->rank, x->dp,
-           x->tp, x->pp, x->host, gpu, a, b, c, d, w, f, h);
+    printf("%5d %4d", x->rank, x->dp);
+    if (cp > 1) printf(" %4d", x->cp);
+    printf(" %4d %4d  %-16.16s%s %10s %10s %10s %10s %10s %10s %10s\n", x->tp, x->pp, x->host,
+           gpu, a, b, c, d, w, f, h);
   }
   if (cuda && all[0].gpus == 0)
     printf("gpu: none visible where check ran (each rank drives GPU local rank mod the node's "
@@ -216,8 +243,10 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
                                     "on one NCCL channel per direction of each link)"
                                   : "in MPI on host copies",
            dcomm == TD_DCOMM_OFF && why[0] ? ": " : "", dcomm == TD_DCOMM_OFF ? why : "");
-  printf("communicators: tp %d, dp %d, pp %d ranks each; embedding group %d (first/last stage)\n",
-         all[0].tp_size, all[0].dp_size, all[0].pp_size, all[0].embed_size);
+  printf("communicators: tp %d,", all[0].tp_size);
+  if (cp > 1) printf(" cp %d, dp × cp %d,", all[0].cp_size, all[0].cp_size * all[0].dp_size);
+  printf(" dp %d, pp %d ranks each; embedding group %d (first/last stage)\n", all[0].dp_size,
+         all[0].pp_size, all[0].embed_size);
   print_nodes(g, all, cuda);
   td_model_dims dm;
   td_config_dims(cfg, &dm);
@@ -261,8 +290,8 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
     for (int i = 1; i < app->size; ++i)
       if (mem_total(&all[i].mem) > mem_total(&x->mem)) x = &all[i];
     int64_t dev = mem_total(&x->mem), moved = x->dev_plain - dev;
-    int64_t owned = zero == 0 ? x->mem.params_local
-                              : (x->mem.params_local + cfg->parallel_dp - 1) / cfg->parallel_dp;
+    int64_t dpcp = cfg->parallel_dp * cp; /* ZeRO shards over dp × cp */
+    int64_t owned = zero == 0 ? x->mem.params_local : (x->mem.params_local + dpcp - 1) / dpcp;
     char hb[32], db[32], pb[32], mb[32];
     human_bytes((double)x->mem.host, hb, sizeof hb);
     human_bytes((double)dev, db, sizeof db);
@@ -326,11 +355,12 @@ td_status td_cmd_check(td_app *app, int argc, char **argv) {
   }
   td_config cfg;
   if (ranks) {
-    /* Print the rank count the deck asks for (dp·tp·pp), for launch scripts. */
+    /* Print the rank count the deck asks for (dp·cp·tp·pp), for launch scripts. */
     if (app->rank == 0) st = td_config_load(a.deck, a.nset, a.sets, 0, &cfg);
     TD_CHECK(td_agree(app->world, st));
     if (app->rank == 0)
-      printf("%lld\n", (long long)(cfg.parallel_dp * cfg.parallel_tp * cfg.parallel_pp));
+      printf("%lld\n", (long long)(cfg.parallel_dp * cfg.parallel_cp * cfg.parallel_tp *
+                                   cfg.parallel_pp));
     return TD_OK;
   }
   TD_CHECK(td_app_load_config(app, &a, &cfg));

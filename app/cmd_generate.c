@@ -105,15 +105,15 @@ static td_status gen_config(td_app *app, const gen_args *g, td_config *cfg) {
                     s_mb[] = "parallel.micro_batch=1", s_gb[64], s_z[] = "parallel.zero=0",
                     s_sl[] = "parallel.stage_layers=[]", s_ps[] = "parallel.pp_schedule=1f1b",
                     s_vs[] = "parallel.virtual_stages=1",
-                    s_sp[] = "parallel.sequence_parallel=false";
-        sets[n++] = s_tp, sets[n++] = s_pp, sets[n++] = s_z, sets[n++] = s_sl;
+                    s_sp[] = "parallel.sequence_parallel=false", s_cp[] = "parallel.cp=1";
+        sets[n++] = s_tp, sets[n++] = s_pp, sets[n++] = s_z, sets[n++] = s_sl, sets[n++] = s_cp;
         sets[n++] = s_ps, sets[n++] = s_vs; /* the saved run's schedule needs its pipeline */
         sets[n++] = s_sp;                   /* ... and its sequence parallelism, tp > 1 */
         for (int i = 0; i < g->nset; ++i) sets[n++] = g->sets[i];
         td_config probe;
         st = td_config_load(name, n, sets, 0, &probe);
         if (st == TD_OK) {
-          int64_t rest = probe.parallel_tp * probe.parallel_pp;
+          int64_t rest = probe.parallel_cp * probe.parallel_tp * probe.parallel_pp;
           int64_t dp = app->size % rest == 0 ? app->size / rest : 1;
           snprintf(s_dp, sizeof s_dp, "parallel.dp=%lld", (long long)dp);
           snprintf(s_gb, sizeof s_gb, "training.global_batch=%lld", (long long)dp);

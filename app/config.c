@@ -455,10 +455,10 @@ static void where_of(const td_config *cfg, const marks *mk, const entry *e, char
 #define WHERE(sec, key) \
   (where_of(cfg, mk, find_entry(#sec, #key), wbuf, sizeof wbuf), wbuf)
 
-/* Where the grid was set: the first of parallel.dp/tp/pp given explicitly. */
+/* Where the grid was set: the first of parallel.dp/cp/tp/pp given explicitly. */
 static const char *grid_where(const td_config *cfg, const marks *mk, char *buf, size_t cap) {
-  const char *keys[] = {"dp", "tp", "pp"};
-  for (int i = 0; i < 3; ++i) {
+  const char *keys[] = {"dp", "cp", "tp", "pp"};
+  for (int i = 0; i < 4; ++i) {
     const entry *e = find_entry("parallel", keys[i]);
     if (mk->set[entry_index(e)]) {
       where_of(cfg, mk, e, buf, cap);
@@ -593,13 +593,21 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
     if ((k_schema[i].flags & TD_F_REQ) && !mk->set[i])
       TD_FAIL(TD_ERR_DECK, "%s: missing required key '%s': %s", cfg->deck_path,
               k_schema[i].full, k_schema[i].doc);
-  int64_t dp = cfg->parallel_dp, tp = cfg->parallel_tp, pp = cfg->parallel_pp;
-  if (cfg->world > 0 && dp * tp * pp != cfg->world)
+  int64_t dp = cfg->parallel_dp, cp = cfg->parallel_cp, tp = cfg->parallel_tp;
+  int64_t pp = cfg->parallel_pp, T = cfg->model_seq_len;
+  if (cfg->world > 0 && dp * cp * tp * pp != cfg->world)
     TD_FAIL(TD_ERR_DECK,
-            "%s: parallel: dp × tp × pp = %lld × %lld × %lld = %lld, but the job has %d rank%s "
-            "(set parallel.dp/tp/pp so that their product is the number of MPI ranks)",
-            grid_where(cfg, mk, wbuf, sizeof wbuf), (long long)dp, (long long)tp, (long long)pp,
-            (long long)(dp * tp * pp), cfg->world, cfg->world == 1 ? "" : "s");
+            "%s: parallel: dp × cp × tp × pp = %lld × %lld × %lld × %lld = %lld, but the job has "
+            "%d rank%s (set parallel.dp/cp/tp/pp so that their product is the number of MPI "
+            "ranks)",
+            grid_where(cfg, mk, wbuf, sizeof wbuf), (long long)dp, (long long)cp, (long long)tp,
+            (long long)pp, (long long)(dp * cp * tp * pp), cfg->world, cfg->world == 1 ? "" : "s");
+  if (cp > 1 && T % (2 * cp) != 0)
+    TD_FAIL(TD_ERR_DECK,
+            "%s: parallel.cp = %lld needs model.seq_len = %lld divisible by 2·cp = %lld (each "
+            "context-parallel rank holds two of the sequence's 2·cp equal chunks, one early and "
+            "one late, so that the causal attention's work is balanced)",
+            WHERE(parallel, cp), (long long)cp, (long long)T, (long long)(2 * cp));
   if (cfg->model_dim % cfg->model_heads != 0)
     TD_FAIL(TD_ERR_DECK, "%s: model.dim = %lld is not divisible by model.heads = %lld",
             WHERE(model, dim), (long long)cfg->model_dim, (long long)cfg->model_heads);
@@ -613,12 +621,12 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
             "%s: parallel.sequence_parallel = true needs parallel.tp > 1 (it splits the tokens "
             "of the tensor-parallel group's replicated regions; tp is %lld)",
             WHERE(parallel, sequence_parallel), (long long)tp);
-  if (cfg->parallel_sequence_parallel && cfg->model_seq_len % tp != 0)
+  if (cfg->parallel_sequence_parallel && (T / cp) % tp != 0)
     TD_FAIL(TD_ERR_DECK,
-            "%s: parallel.sequence_parallel = true needs model.seq_len = %lld divisible by "
-            "parallel.tp = %lld (each tensor-parallel rank holds seq_len / tp tokens of every "
-            "sequence's norms and residual stream)",
-            WHERE(parallel, sequence_parallel), (long long)cfg->model_seq_len, (long long)tp);
+            "%s: parallel.sequence_parallel = true needs the tokens a rank holds of each "
+            "sequence, model.seq_len / parallel.cp = %lld, divisible by parallel.tp = %lld (each "
+            "tensor-parallel rank holds 1/tp of them in the norms and residual stream)",
+            WHERE(parallel, sequence_parallel), (long long)(T / cp), (long long)tp);
   td_model_dims dm;
   td_config_dims(cfg, &dm);
   if (dm.llama) {

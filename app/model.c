@@ -91,7 +91,7 @@ static td_status alloc_blocks(td_model *m, td_acts *a, int64_t nl) {
   ACT(ln1_rstd, L * Nl);
   ACT(qkv, L * N * m->C3);
   ACTM(atty, L * N * m->Cl);
-  ACT(att, (m->recompute_att ? 0 : L) * m->B * m->NH * m->T * m->T);
+  ACT(att, (m->recompute_att ? 0 : L) * m->B * m->NH * m->T * m->Tk);
   ACT(res2, L * Nl * C);
   ACTM(ln2, L * Nl * C);
   ACT(ln2_mean, means * L * Nl);
@@ -116,7 +116,7 @@ static void use_slot(td_model *m, int slot) { use_chunk(m, m->slot_chunk[slot]);
 /* Layer li's attention probabilities in the set a: its own, or the one
  * buffer selective recomputation fills again before each backward. */
 static float *att_at(const td_model *m, const td_acts *a, int64_t li) {
-  return m->recompute_att ? m->att_re : a->att + li * m->B * m->NH * m->T * m->T;
+  return m->recompute_att ? m->att_re : a->att + li * m->B * m->NH * m->T * m->Tk;
 }
 
 static td_status alloc_slot(td_model *m, td_acts *a) {
@@ -173,15 +173,23 @@ static td_status alloc_buffers(td_model *m) {
     TD_CHECK(dev_alloc(m, &m->xg, N * C, td_dtype_size(m->at),
                        "sequence-parallel gather scratch xg"));
     SCR(gsp, 6 * C);
-    if (m->k && !(m->sp_counts = calloc((size_t)2 * m->grid->tp, sizeof(int))))
-      TD_FAIL(TD_ERR_NOMEM, "out of memory for the model");
   }
+  int64_t kvw = 2 * m->KV * m->HS, NK = m->B * m->Tk; /* context parallel: keys and values */
+  if (m->cp > 1) {
+    SCR(kvl, N * kvw);
+    SCR(kvg, NK * kvw);
+    SCR(kvf, NK * kvw);
+    SCR(dkvf, NK * kvw);
+  }
+  int groups = m->grid->tp > m->cp ? m->grid->tp : m->cp;
+  if (m->k && !(m->counts = calloc((size_t)2 * groups, sizeof(int))))
+    TD_FAIL(TD_ERR_NOMEM, "out of memory for the model");
   SCR(dln, N * C);
   SCR(dqkv, N * m->C3);
   SCR(datty, N * m->Cl);
   SCR(dfch, N * m->F * (m->llama ? 3 : 1)); /* llama: d gate, d up, d (silu(gate)·up) */
-  SCR(datt_scratch, m->B * m->NH * m->T * m->T);
-  if (m->recompute_att) SCR(att_re, m->B * m->NH * m->T * m->T);
+  SCR(datt_scratch, m->B * m->NH * m->T * m->Tk);
+  if (m->recompute_att) SCR(att_re, m->B * m->NH * m->T * m->Tk);
   if (m->at == TD_DTYPE_BF16) { /* the widest gradient a matmul reads */
     int64_t w = C > m->C3 ? C : m->C3;
     w = w > m->F ? w : m->F;
@@ -201,6 +209,8 @@ static td_status alloc_buffers(td_model *m) {
     hs = hs > N * C + Nl * C ? hs : N * C + Nl * C;
     hs = hs > 6 * C ? hs : 6 * C;
   }
+  if (staged && m->cp > 1 && (m->cp + 1) * N * kvw > hs) /* keys and values' reduce-scatter */
+    hs = (m->cp + 1) * N * kvw;
   const td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);
   if (staged && m->grid->pp > 1 && m->tied && wte->present &&
       m->grid->embed_comm != MPI_COMM_NULL && wte->local_numel > hs)
@@ -246,7 +256,14 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   td_config_dims(cfg, &d);
   m->llama = d.llama, m->tied = d.tied;
   m->norm_eps = (float)cfg->model_norm_eps, m->rope_theta = (float)cfg->model_rope_theta;
-  m->B = B, m->T = cfg->model_seq_len, m->C = cfg->model_dim, m->V = cfg->model_vocab_size;
+  m->cp = grid->cp;
+  m->Tk = cfg->model_seq_len;
+  m->B = B, m->T = m->Tk / m->cp, m->C = cfg->model_dim, m->V = cfg->model_vocab_size;
+  if (m->cp > 1) { /* chunks cp_rank and 2·cp − 1 − cp_rank of 2·cp */
+    int64_t c = m->T / 2;
+    m->pos_cp = (td_pos){m->Tk, c, grid->cp_rank * c, (2 * m->cp - 1 - grid->cp_rank) * c};
+    m->pos = &m->pos_cp;
+  }
   m->NH = d.H / tp, m->KV = d.KV / tp, m->HS = d.HS;
   m->Cl = m->NH * m->HS, m->C3 = (m->NH + 2 * m->KV) * m->HS, m->F = d.F / tp;
   td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);
@@ -274,7 +291,7 @@ done:
 }
 
 int64_t td_model_rows(const td_config *cfg, int64_t B) {
-  int64_t N = B * cfg->model_seq_len, tp = cfg->parallel_tp;
+  int64_t N = B * (cfg->model_seq_len / cfg->parallel_cp), tp = cfg->parallel_tp;
   return cfg->parallel_sequence_parallel && tp > 1 ? N / tp : N;
 }
 
@@ -291,8 +308,8 @@ void td_model_destroy(td_model **mp) {
       for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; ++j)
         if (bufs[j]) m->k->free(m->k, bufs[j]);
     }
-    void *scr[] = {m->dres,  m->dtmp,         m->dln, m->dqkv,  m->datty,
-                   m->dfch, m->datt_scratch, m->dmm, m->att_re, m->xg, m->gsp};
+    void *scr[] = {m->dres, m->dtmp, m->dln,    m->dqkv, m->datty, m->dfch, m->datt_scratch,
+                   m->dmm,  m->att_re, m->xg, m->gsp,  m->kvl,  m->kvg,  m->kvf, m->dkvf};
     for (size_t j = 0; j < sizeof scr / sizeof scr[0]; ++j)
       if (scr[j]) m->k->free(m->k, scr[j]);
   }
@@ -304,7 +321,7 @@ void td_model_destroy(td_model **mp) {
   free(m->acts);
   free(m->chunks);
   free(m->slot_chunk);
-  free(m->sp_counts);
+  free(m->counts);
   td_free(m->rowstat_host);
   td_free(m->host_stage);
   free(m->unit_begin);
@@ -422,37 +439,148 @@ static td_status tp_sum(td_model *m, float *x, int64_t n) {
 
 /* ---- sequence parallelism ------------------------------------------------------- */
 
+/* A group the model gathers and scatters rows over: tensor parallel
+ * (sequence parallelism) or context parallel (keys and values). */
+typedef struct {
+  MPI_Comm comm;
+  struct td_dcomm *dc; /* its device collectives, or NULL: MPI (staged) */
+  int size;
+  td_coll_stats *stats;
+} group;
+
+static group tp_group(const td_model *m) {
+  return (group){m->grid->tp_comm, m->dc_tp, m->grid->tp, m->stats};
+}
+
+static group cp_group(const td_model *m) {
+  return (group){m->grid->cp_comm, m->dc_cp, m->cp, m->cp_stats ? m->cp_stats : m->stats};
+}
+
+/* Equal counts n at displacements r·n of a device collective over p members. */
+static td_status equal_parts(td_model *m, int p, int64_t n, int **counts, int **displs) {
+  int all = 0;
+  TD_CHECK(td_mpi_count(n * p, &all));
+  *counts = m->counts, *displs = m->counts + p;
+  for (int r = 0; r < p; ++r) (*counts)[r] = (int)n, (*displs)[r] = (int)(r * n);
+  return TD_OK;
+}
+
+/* full (size·n elements of type t) = the n elements x of every member of
+ * the group, member r's at r·n. Collective on the group. */
+static td_status group_gather(td_model *m, group g, const void *x, void *full, td_dtype t,
+                              int64_t n) {
+  if (g.dc) {
+    int *counts = NULL, *displs = NULL;
+    TD_CHECK(equal_parts(m, g.size, n, &counts, &displs));
+    uint64_t tk = 0;
+    TD_CHECK(td_dcomm_allgatherv(g.dc, x, full, counts, displs, t, g.stats, &tk));
+    return td_dcomm_join(g.dc, tk);
+  }
+  TD_CHECK(m->k->sync(m->k));
+  return td_coll_allgather_staged(g.comm, m->k, x, full, m->host_stage, n, t, g.stats);
+}
+
+/* x (n floats) = the sum over the group of part r (elements [r·n, (r+1)·n))
+ * of every member's full, r this rank. Collective on the group. */
+static td_status group_scatter(td_model *m, group g, const float *full, float *x, int64_t n) {
+  if (g.dc) {
+    int *counts = NULL, *displs = NULL;
+    TD_CHECK(equal_parts(m, g.size, n, &counts, &displs));
+    uint64_t tk = 0;
+    TD_CHECK(td_dcomm_reduce_scatterv(g.dc, full, x, counts, displs, g.stats, &tk));
+    return td_dcomm_join(g.dc, tk);
+  }
+  TD_CHECK(m->k->sync(m->k));
+  return td_coll_reduce_scatter_f32_staged(g.comm, m->k, full, x, m->host_stage, n, g.stats);
+}
+
 /* full (N rows of cols, type t) = the Nl rows x of every tp rank, rank r's
  * at row r·Nl. Collective on tp_comm. */
 static td_status sp_gather(td_model *m, const void *x, void *full, td_dtype t, int64_t cols) {
-  int64_t n = m->Nl * cols;
-  if (m->dc_tp) {
-    int p = m->grid->tp, *counts = m->sp_counts, *displs = counts + p, all = 0;
-    TD_CHECK(td_mpi_count(n * p, &all));
-    for (int r = 0; r < p; ++r) counts[r] = (int)n, displs[r] = (int)(r * n);
-    uint64_t tk = 0;
-    TD_CHECK(td_dcomm_allgatherv(m->dc_tp, x, full, counts, displs, t, m->stats, &tk));
-    return td_dcomm_join(m->dc_tp, tk);
-  }
-  TD_CHECK(m->k->sync(m->k));
-  return td_coll_allgather_staged(m->grid->tp_comm, m->k, x, full, m->host_stage, n, t, m->stats);
+  return group_gather(m, tp_group(m), x, full, t, m->Nl * cols);
 }
 
 /* x (Nl rows of cols floats) = the sum over tp of rows [r·Nl, (r+1)·Nl) of
  * the partial full (N rows), r this rank. Collective on tp_comm. */
 static td_status sp_scatter(td_model *m, const float *full, float *x, int64_t cols) {
-  int64_t n = m->Nl * cols;
-  if (m->dc_tp) {
-    int p = m->grid->tp, *counts = m->sp_counts, *displs = counts + p, all = 0;
-    TD_CHECK(td_mpi_count(n * p, &all));
-    for (int r = 0; r < p; ++r) counts[r] = (int)n, displs[r] = (int)(r * n);
-    uint64_t tk = 0;
-    TD_CHECK(td_dcomm_reduce_scatterv(m->dc_tp, full, x, counts, displs, m->stats, &tk));
-    return td_dcomm_join(m->dc_tp, tk);
+  return group_scatter(m, tp_group(m), full, x, m->Nl * cols);
+}
+
+/* ---- context parallelism ---------------------------------------------------------- */
+
+/* Between kvg's order (cp rank r's (B, T, w) rows at r·B·T rows) and kvf's
+ * (B, Tk, w), position order: rank r's rows [0, T/2) of sequence b are
+ * positions [r·T/2, (r+1)·T/2), rows [T/2, T) positions from
+ * (2·cp − 1 − r)·T/2 (chunks r and 2·cp − 1 − r, as pos says for rank r). */
+static td_status cp_order(td_model *m, float *kvg, float *kvf, int64_t w, int to_positions) {
+  int64_t B = m->B, T = m->T, c = T / 2, cp = m->cp;
+  for (int64_t r = 0; r < cp; ++r)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t run = 0; run < 2; ++run) {
+        float *g = kvg + ((r * B + b) * T + run * c) * w;
+        float *f = kvf + (b * m->Tk + (run == 0 ? r : 2 * cp - 1 - r) * c) * w;
+        TD_CHECK(to_positions ? m->k->copy2d(m->k, f, w, g, w, c, w)
+                              : m->k->copy2d(m->k, g, w, f, w, c, w));
+      }
+  return TD_OK;
+}
+
+/* The keys and values attention reads, of one layer: kk and v themselves
+ * (rows of stride ldkv, *ld = ldkv), or under context parallelism every cp
+ * rank's packed, gathered and put in position order in m->kvf (*K, *V into
+ * it, *ld = 2·KV·HS). Collective on cp_comm (context parallel). */
+static td_status attn_keys(td_model *m, const float *kk, const float *v, int64_t ldkv,
+                           const float **K, const float **V, int64_t *ld) {
+  *K = kk, *V = v, *ld = ldkv;
+  if (m->cp == 1) return TD_OK;
+  int64_t N = m->B * m->T, wkv = m->KV * m->HS, w = 2 * wkv;
+  TD_CHECK(m->k->copy2d(m->k, m->kvl, w, kk, ldkv, N, wkv));
+  TD_CHECK(m->k->copy2d(m->k, m->kvl + wkv, w, v, ldkv, N, wkv));
+  TD_CHECK(group_gather(m, cp_group(m), m->kvl, m->kvg, TD_DTYPE_F32, N * w));
+  TD_CHECK(cp_order(m, m->kvg, m->kvf, w, 1));
+  *K = m->kvf, *V = m->kvf + wkv, *ld = w;
+  return TD_OK;
+}
+
+/* Attention of one layer: out (N, NH·HS) and the probabilities att from q
+ * (rows of stride ldq) and kk, v (rows of stride ldkv) — the kernel on this
+ * rank's keys, or under context parallelism on every cp rank's at this
+ * rank's positions. Collective on cp_comm (context parallel). */
+static td_status attn_fwd(td_model *m, float *out, float *att, const float *q, int64_t ldq,
+                          const float *kk, const float *v, int64_t ldkv) {
+  const float *K = NULL, *V = NULL;
+  int64_t ld = 0;
+  TD_CHECK(attn_keys(m, kk, v, ldkv, &K, &V, &ld));
+  return m->k->gqa_fwd(m->k, out, att, q, K, V, ldq, ld, m->B, m->T, m->NH, m->KV, m->HS, m->pos);
+}
+
+/* Its backward: dq, dk, dv (=, the layouts of q, kk, v) from dout (N,
+ * NH·HS) and the probabilities att of the forward — or, under selective
+ * recomputation (att NULL), made again into m->att_re first (the output
+ * they give again is not needed: into m->dln, free here). Under context
+ * parallelism the keys and values are gathered again and their gradients,
+ * partial sums over this rank's queries, reduce-scattered to the ranks
+ * that hold them. Collective on cp_comm (context parallel). */
+static td_status attn_bwd(td_model *m, float *dq, float *dk, float *dv, const float *dout,
+                          const float *q, int64_t ldq, const float *kk, const float *v,
+                          int64_t ldkv, const float *att) {
+  td_kernels *k = m->k;
+  const float *K = NULL, *V = NULL;
+  int64_t ld = 0, N = m->B * m->T, wkv = m->KV * m->HS;
+  TD_CHECK(attn_keys(m, kk, v, ldkv, &K, &V, &ld));
+  if (!att) {
+    TD_CHECK(k->gqa_fwd(k, m->dln, m->att_re, q, K, V, ldq, ld, m->B, m->T, m->NH, m->KV, m->HS,
+                        m->pos));
+    att = m->att_re;
   }
-  TD_CHECK(m->k->sync(m->k));
-  return td_coll_reduce_scatter_f32_staged(m->grid->tp_comm, m->k, full, x, m->host_stage, n,
-                                           m->stats);
+  float *dK = m->cp > 1 ? m->dkvf : dk, *dV = m->cp > 1 ? m->dkvf + wkv : dv;
+  TD_CHECK(k->gqa_bwd(k, dq, dK, dV, m->datt_scratch, dout, q, K, V, att, ldq, ld, m->B, m->T,
+                      m->NH, m->KV, m->HS, m->pos));
+  if (m->cp == 1) return TD_OK;
+  TD_CHECK(cp_order(m, m->kvg, m->dkvf, ld, 0));
+  TD_CHECK(group_scatter(m, cp_group(m), m->kvg, m->kvl, N * ld));
+  TD_CHECK(k->copy2d(k, dk, ldkv, m->kvl, ld, N, wkv));
+  return k->copy2d(k, dv, ldkv, m->kvl + wkv, ld, N, wkv);
 }
 
 /* The input of a column-parallel matmul (qkv, fc; q, k, v, gate, up; the
@@ -531,12 +659,10 @@ static td_status gpt2_block_fwd(td_model *m, td_acts *a, int64_t li, int layer,
   TD_CHECK(mm(m, 0, 0, N, m->C3, C, x, at, w.wqkv, pt, 0.0f, qkv));
   TD_CHECK(poll(m));
   TD_CHECK(k->bias_fwd(k, qkv, w.bqkv, pt, N, m->C3));
-  if (at == TD_DTYPE_F32) {
-    TD_CHECK(k->attention_fwd(k, atty, att, qkv, B, T, m->NH, m->HS));
-  } else { /* attention in float32 (datty is free until backward), saved rounded */
-    TD_CHECK(k->attention_fwd(k, m->datty, att, qkv, B, T, m->NH, m->HS));
-    TD_CHECK(k->cast(k, atty, at, m->datty, TD_DTYPE_F32, N * m->Cl));
-  }
+  /* attention in float32 (bf16: into datty, free until backward, saved rounded) */
+  float *out = at == TD_DTYPE_F32 ? (float *)atty : m->datty;
+  TD_CHECK(attn_fwd(m, out, att, qkv, m->C3, qkv + m->Cl, qkv + 2 * m->Cl, m->C3));
+  if (at != TD_DTYPE_F32) TD_CHECK(k->cast(k, atty, at, m->datty, TD_DTYPE_F32, N * m->Cl));
   TD_CHECK(mm(m, 0, 0, N, C, m->Cl, atty, at, w.wproj, pt, 0.0f, m->dtmp));
   TD_CHECK(poll(m));
   TD_CHECK(row_out(m, w.bproj, resid, res2));
@@ -577,10 +703,10 @@ static td_status llama_block_fwd(td_model *m, td_acts *a, int64_t li, int layer,
   TD_CHECK(mm(m, 0, 1, N, Ckv, C, x, at, pw(m, TD_PK_K_W, layer), pt, 0.0f, kk));
   TD_CHECK(mm(m, 0, 1, N, Ckv, C, x, at, pw(m, TD_PK_V_W, layer), pt, 0.0f, v));
   TD_CHECK(poll(m));
-  TD_CHECK(k->rope(k, q, B, T, m->NH, m->HS, Cq, m->rope_theta, 0));
-  TD_CHECK(k->rope(k, kk, B, T, m->KV, m->HS, Ckv, m->rope_theta, 0));
+  TD_CHECK(k->rope(k, q, B, T, m->NH, m->HS, Cq, m->rope_theta, 0, m->pos));
+  TD_CHECK(k->rope(k, kk, B, T, m->KV, m->HS, Ckv, m->rope_theta, 0, m->pos));
   float *out = at == TD_DTYPE_F32 ? (float *)atty : m->datty; /* bf16: saved rounded */
-  TD_CHECK(k->gqa_fwd(k, out, att, q, kk, v, Cq, Ckv, B, T, m->NH, m->KV, m->HS));
+  TD_CHECK(attn_fwd(m, out, att, q, Cq, kk, v, Ckv));
   if (at != TD_DTYPE_F32) TD_CHECK(k->cast(k, atty, at, m->datty, TD_DTYPE_F32, N * Cq));
   TD_CHECK(mm(m, 0, 1, N, C, Cq, atty, at, pw(m, TD_PK_O_W, layer), pt, 0.0f, m->dtmp));
   TD_CHECK(poll(m));
@@ -635,7 +761,7 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
     const void *wpe = m->llama || m->grid->tp_rank != 0 ? NULL : pw(m, TD_PK_WPE, -1);
     /* partial over tp (a vocabulary shard): all-reduced, or under sequence
      * parallelism reduce-scattered to the rank's rows */
-    TD_CHECK(k->embed_fwd(k, m->sp ? m->dtmp : x, a->inputs, wte, m->v0, m->Vs, wpe, pt, B, T, C));
+    TD_CHECK(k->embed_fwd(k, m->sp ? m->dtmp : x, a->inputs, wte, m->v0, m->Vs, wpe, pt, B, T, C, m->pos));
     TD_CHECK(m->sp ? sp_scatter(m, m->dtmp, x, C) : tp_sum(m, x, N * C));
   }
   for (int64_t li = 0; li < m->L_count; ++li) {
@@ -908,11 +1034,10 @@ static td_status gpt2_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
   /* m->dres now holds d loss / d res2. Attention: res2 = x + attn(...)·Wproj + bproj */
   TD_CHECK(rep_dst(m, TD_PK_ATTPROJ_B, layer, &g1));
   TD_CHECK(k->bias_bwd(k, g1, m->dres, Nl, C));
-  if (m->recompute_att) /* the probabilities again (the output, already kept, into datty) */
-    TD_CHECK(k->attention_fwd(k, m->datty, m->att_re, qkv, B, T, m->NH, m->HS));
   TD_CHECK(row_grad(m, &dy));
   TD_CHECK(conv_bwd(m, dy, C, atty, keep, m->Cl, w.wproj, TD_PK_ATTPROJ_W, layer, m->datty));
-  TD_CHECK(k->attention_bwd(k, m->dqkv, m->datt_scratch, m->datty, qkv, att, B, T, m->NH, m->HS));
+  TD_CHECK(attn_bwd(m, m->dqkv, m->dqkv + m->Cl, m->dqkv + 2 * m->Cl, m->datty, qkv, m->C3,
+                    qkv + m->Cl, qkv + 2 * m->Cl, m->C3, m->recompute_att ? NULL : att));
   TD_CHECK(wdst(m, TD_PK_QKV_B, layer, &g1));
   TD_CHECK(k->bias_bwd(k, g1, m->dqkv, N, m->C3));
   TD_CHECK(col_in(m, ln1, &x));
@@ -970,14 +1095,11 @@ static td_status llama_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
   TD_CHECK(k->rmsnorm_bwd(k, m->dres, gn, dx, res2, pw(m, TD_PK_MLP_NORM, layer), pt,
                           a->ln2_rstd + li * Nl, Nl, C));
   /* m->dres now holds d loss / d res2. Attention: res2 = x + o(attn(...)) */
-  if (m->recompute_att) /* the probabilities again (the output, already kept, into datty) */
-    TD_CHECK(k->gqa_fwd(k, m->datty, m->att_re, q, kk, v, Cq, Ckv, B, T, m->NH, m->KV, m->HS));
   TD_CHECK(row_grad(m, &dy));
   TD_CHECK(linear_bwd(m, dy, C, atty, keep, Cq, TD_PK_O_W, layer, 0.0f, m->datty));
-  TD_CHECK(k->gqa_bwd(k, dq, dk, dv, m->datt_scratch, m->datty, q, kk, v, att, Cq, Ckv, B, T,
-                      m->NH, m->KV, m->HS));
-  TD_CHECK(k->rope(k, dq, B, T, m->NH, m->HS, Cq, m->rope_theta, 1));
-  TD_CHECK(k->rope(k, dk, B, T, m->KV, m->HS, Ckv, m->rope_theta, 1));
+  TD_CHECK(attn_bwd(m, dq, dk, dv, m->datty, q, Cq, kk, v, Ckv, m->recompute_att ? NULL : att));
+  TD_CHECK(k->rope(k, dq, B, T, m->NH, m->HS, Cq, m->rope_theta, 1, m->pos));
+  TD_CHECK(k->rope(k, dk, B, T, m->KV, m->HS, Ckv, m->rope_theta, 1, m->pos));
   TD_CHECK(col_in(m, n1, &x));
   TD_CHECK(linear_bwd(m, dq, Cq, x, keepx, C, TD_PK_Q_W, layer, 0.0f, m->dln));
   TD_CHECK(linear_bwd(m, dk, Ckv, x, keepx, C, TD_PK_K_W, layer, 1.0f, m->dln));
@@ -1055,7 +1177,7 @@ static td_status backward_impl(td_model *m, int slot, float loss_scale, const fl
   if (m->first_stage) TD_CHECK(row_grad(m, &de));
   if (m->first_stage && !m->defer) {
     TD_CHECK(k->embed_bwd(k, pg(m, TD_PK_WTE, -1), m->llama ? NULL : pg(m, TD_PK_WPE, -1),
-                          de, a->inputs, m->v0, m->Vs, B, T, C));
+                          de, a->inputs, m->v0, m->Vs, B, T, C, m->pos));
   } else if (m->first_stage) { /* W scatters a copy of the gradient into the embedding */
     void *c = NULL;
     TD_CHECK(wl_take(m, N * C, 4, &c));
@@ -1102,7 +1224,7 @@ td_status td_model_backward_weight(td_model *m, int slot) {
       }
       case WOP_EMBED:
         TD_CHECK(k->embed_bwd(k, pg(m, TD_PK_WTE, -1), m->llama ? NULL : pg(m, TD_PK_WPE, -1),
-                              op->a, op->b, m->v0, m->Vs, m->B, m->T, m->C));
+                              op->a, op->b, m->v0, m->Vs, m->B, m->T, m->C, m->pos));
         break;
       default: TD_FAIL(TD_ERR_INTERNAL, "split backward: unknown operation %d", op->kind);
     }

@@ -273,9 +273,11 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
    * is inter-node when its members are on more than one node */
   double cb = 0, cms = 0, cb_in = 0, cms_in = 0, cb_out = 0, cms_out = 0;
   const td_grid *g = t->grid;
-  int stride = g->tp * g->dp, first = g->rank - g->pp_rank * stride;
-  int spans[TD_GROUP_COUNT] = {g->tp_nodes > 1, g->dp_nodes > 1, g->pp_nodes > 1,
-                               g->node_of[first] != g->node_of[first + (g->pp - 1) * stride]};
+  int stride = g->tp * g->cp * g->dp, first = g->rank - g->pp_rank * stride;
+  int spans[TD_GROUP_COUNT] = {g->tp_nodes > 1, td_grid_group_nodes(g, 'b', g->rank) > 1,
+                               g->pp_nodes > 1,
+                               g->node_of[first] != g->node_of[first + (g->pp - 1) * stride],
+                               g->cp_nodes > 1};
   for (int i = 0; i < TD_GROUP_COUNT; ++i) {
     double b = 0, ms = 0;
     td_coll_stats_total(&t->gstats[i], &b, &ms);
@@ -460,9 +462,11 @@ td_status td_trainer_run(td_trainer *t) {
   TD_CHECK(td_agree(t->app->world, st));
   if (t->dump_path) TD_CHECK_GOTO(dump_begin(t, &d));
   int bf16 = strcmp(c->training_precision, "bf16") == 0;
-  td_log("trident: training %s on %d rank%s (dp %lld, tp %lld, pp %lld, zero %lld), %d thread%s "
+  char cps[32] = "";
+  if (c->parallel_cp > 1) snprintf(cps, sizeof cps, ", cp %lld", (long long)c->parallel_cp);
+  td_log("trident: training %s on %d rank%s (dp %lld%s, tp %lld, pp %lld, zero %lld), %d thread%s "
          "per rank, %s back-end (%s), %s%s, %lld steps of %lld tokens\n",
-         c->run_name, t->app->size, t->app->size == 1 ? "" : "s", (long long)c->parallel_dp,
+         c->run_name, t->app->size, t->app->size == 1 ? "" : "s", (long long)c->parallel_dp, cps,
          (long long)c->parallel_tp, (long long)c->parallel_pp, (long long)c->parallel_zero,
          t->threads, t->threads == 1 ? "" : "s", t->k->name, t->k->matmul_name,
          c->training_precision,
@@ -472,8 +476,8 @@ td_status td_trainer_run(td_trainer *t) {
          (long long)c->training_steps, (long long)(c->training_global_batch * c->model_seq_len));
   if (t->dcomm != TD_DCOMM_OFF && t->app->size > 1)
     td_log("trident: collectives on the %s back-end's buffers: %s device communicators "
-           "(data-parallel, tensor-parallel, tied embedding)%s\n",
-           t->k->name, td_dcomm_kind_name(t->dcomm),
+           "(data-parallel, tensor-parallel, %stied embedding)%s\n",
+           t->k->name, td_dcomm_kind_name(t->dcomm), t->grid->cp > 1 ? "context-parallel, " : "",
            t->grid->pp > 1 ? "; pipeline messages on one-way device channels (a "
                              "communicator per direction of each link)"
                            : "");

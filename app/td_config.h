@@ -56,6 +56,9 @@
     "start from these weights: safetensors (Hugging Face GPT-2, trident export) or llm.c "   \
     ".bin; empty: random")                                                                   \
   X(parallel, dp, INT, "1", 1, 1048576, NULL, 0, "data-parallel size")                        \
+  X(parallel, cp, INT, "1", 1, 4096, NULL, 0,                                                \
+    "context-parallel size: ranks that split every sequence into 2·cp chunks (model.seq_len "  \
+    "divisible by 2·cp), keys and values all-gathered for attention")                        \
   X(parallel, tp, INT, "1", 1, 4096, NULL, 0, "tensor-parallel size")                         \
   X(parallel, pp, INT, "1", 1, 4096, NULL, 0, "pipeline-parallel size (stages)")              \
   X(parallel, zero, INT, "0", 0, 3, NULL, 0, "ZeRO stage: 0 none, 1 optimizer, 2 +gradients, 3 +parameters") \

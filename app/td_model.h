@@ -87,6 +87,21 @@ struct td_model {
   int64_t B, T, C, V, Vs, v0, L_first, L_count, NH, HS;
   int64_t C3, Cl, F; /* local q+k+v width (gpt2: 3C/tp), query width C/tp, MLP width F/tp */
   int64_t KV;        /* local key/value heads (gpt2: NH) */
+  /* parallel.cp (context parallelism): T is the rank's rows of each
+   * sequence, seq_len / cp: of its 2·cp chunks of seq_len / (2·cp)
+   * positions, chunks cp_rank and 2·cp − 1 − cp_rank (*pos; NULL without
+   * cp). Every layer's attention reads the keys and values of the whole
+   * sequence: the rank's (N, 2·KV·HS) rows packed in kvl, all-gathered over
+   * cp_comm into kvg (cp_rank-major), put in position order in kvf (B, seq_len,
+   * 2·KV·HS); in backward gathered again, their gradients (dkvf) put back in
+   * kvg's order and reduce-scattered to kvl */
+  const td_pos *pos;
+  td_pos pos_cp;
+  int cp;
+  int64_t Tk; /* model.seq_len: the keys of every sequence */
+  float *kvl, *kvg, *kvf, *dkvf;
+  struct td_dcomm *dc_cp;  /* device collectives over cp_comm (the trainer's), else NULL */
+  td_coll_stats *cp_stats; /* where the cp collectives are counted (NULL: stats) */
   int llama, tied;   /* family; the head is wte */
   float norm_eps, rope_theta;
   int first_stage, last_stage;
@@ -134,7 +149,7 @@ struct td_model {
   int64_t Nl;
   void *xg;
   float *gsp;
-  int *sp_counts; /* (2·tp) counts and displacements of the device collectives */
+  int *counts;    /* (2·max(tp, cp)) counts and displacements of the device collectives */
   int nrep;
   int64_t rep_used;
   struct { td_param_kind kind; int layer; int64_t off, n; } rep[8];

@@ -32,7 +32,7 @@ typedef struct td_mem_plan {
   int64_t live_micro;   /* activation slots (micro-batches alive at once) */
 } td_mem_plan;
 
-enum { TD_GROUP_TP, TD_GROUP_DP, TD_GROUP_PP, TD_GROUP_EMBED, TD_GROUP_COUNT };
+enum { TD_GROUP_TP, TD_GROUP_DP, TD_GROUP_PP, TD_GROUP_EMBED, TD_GROUP_CP, TD_GROUP_COUNT };
 
 typedef struct td_trainer {
   td_app *app;
@@ -44,7 +44,8 @@ typedef struct td_trainer {
   td_zero *zero;       /* parameters, gradients, moments (ZeRO stage 0–3) */
   td_pipe *pipe;       /* micro-batch schedule over the pipeline stages */
   td_dcomm_kind dcomm; /* device collectives (td_trainer_dcomm_kind) */
-  struct td_dcomm *dc_dp, *dc_tp, *dc_embed; /* when dcomm is not TD_DCOMM_OFF */
+  struct td_dcomm *dc_dp, *dc_tp, *dc_embed, *dc_cp; /* when dcomm is not TD_DCOMM_OFF
+                                                  (dc_dp over dp × cp; dc_cp when cp > 1) */
   int64_t micro_j;     /* micro-batch whose backward runs now */
   int embed_pending;   /* unit 0's backward release waits for td_trainer_embed_sync
                           (1: parameters and gradients, 2: gradients, after a W) */
@@ -55,7 +56,8 @@ typedef struct td_trainer {
   td_tokenizer_files tok; /* data.train's /tokenizer (NULLs: none), copied into checkpoints */
   td_sampler *sampler;
   /* communication per group this rank takes part in (tensor-parallel,
-   * data-parallel, pipeline, tied embedding: TD_GROUP_*); the metrics sum
+   * data-parallel (dp × cp: gradients), pipeline, tied embedding, context
+   * parallel (keys and values): TD_GROUP_*); the metrics sum
    * them, and split them into intra- and inter-node by whether the group's
    * members are on one node or several (td_grid) */
   td_coll_stats gstats[TD_GROUP_COUNT];

@@ -216,7 +216,7 @@ static td_status zero_opts(const td_config *c, const td_grid *g, const td_model 
   }
   memset(o, 0, sizeof *o);
   o->stage = (int)c->parallel_zero;
-  o->dp_comm = g->dp_comm;
+  o->dp_comm = g->dpcp_comm; /* gradients sum over dp × cp: shards over both */
   o->bucket_bytes = c->parallel_bucket_mb * 1048576.0;
   o->n = r->total_local;
   o->ntensors = nt;
@@ -376,8 +376,8 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
     st = td_error_set(TD_ERR_DECK, __FILE__, __LINE__, __func__, "%s: training.precision: %s",
                       c->deck_path, why);
   TD_CHECK_GOTO(td_agree(app->world, st));
-  TD_CHECK_GOTO(td_grid_create(app->world, (int)c->parallel_dp, (int)c->parallel_tp,
-                               (int)c->parallel_pp, &t->grid));
+  TD_CHECK_GOTO(td_grid_create(app->world, (int)c->parallel_dp, (int)c->parallel_cp,
+                               (int)c->parallel_tp, (int)c->parallel_pp, &t->grid));
   TD_CHECK_GOTO(td_watchdog_start(app->world, (double)c->run_watchdog_s));
   int local_rank = 0, local_size = 1;
   TD_CHECK_GOTO(td_trainer_node_place(app, &local_rank, &local_size));
@@ -402,7 +402,10 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   TD_CHECK_GOTO(td_trainer_dcomm_kind(app, c, local_size, &t->dcomm, why, sizeof why));
   if (t->dcomm == TD_DCOMM_OFF && why[0] && app->rank == 0 && app->size > 1)
     td_warn("collectives run in MPI on host copies of the GPU buffers: %s", why);
-  TD_CHECK_GOTO(td_dcomm_create(t->grid->dp_comm, t->k, t->dcomm, "data-parallel", &t->dc_dp));
+  TD_CHECK_GOTO(td_dcomm_create(t->grid->dpcp_comm, t->k, t->dcomm, "data-parallel", &t->dc_dp));
+  if (t->grid->cp > 1)
+    TD_CHECK_GOTO(td_dcomm_create(t->grid->cp_comm, t->k, t->dcomm, "context-parallel",
+                                  &t->dc_cp));
   if (t->grid->tp > 1)
     TD_CHECK_GOTO(td_dcomm_create(t->grid->tp_comm, t->k, t->dcomm, "tensor-parallel",
                                   &t->dc_tp));
@@ -413,7 +416,10 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
                        &t->model);
   free(nslots);
   nslots = NULL;
-  if (st == TD_OK) t->model->dc_tp = t->dc_tp, t->model->dc_embed = t->dc_embed;
+  if (st == TD_OK) {
+    t->model->dc_tp = t->dc_tp, t->model->dc_embed = t->dc_embed, t->model->dc_cp = t->dc_cp;
+    t->model->cp_stats = &t->gstats[TD_GROUP_CP];
+  }
   if (st == TD_OK) st = create_zero(t);
   if (st == TD_OK) t->embed_step = embed_at_end(c, t->grid, t->model);
   if (st == TD_OK) st = td_pipe_create(t, &t->pipe);
@@ -455,6 +461,7 @@ void td_trainer_destroy(td_trainer **tp) {
   td_model_destroy(&t->model);
   td_dcomm_destroy(&t->dc_dp);
   td_dcomm_destroy(&t->dc_tp);
+  td_dcomm_destroy(&t->dc_cp);
   td_dcomm_destroy(&t->dc_embed);
   td_kernels_destroy(&t->k);
   td_dataset_close(&t->train);
@@ -483,10 +490,16 @@ td_status td_trainer_read_windows(td_trainer *t, td_dataset *d, const int64_t *w
 
 void td_trainer_load_micro(td_trainer *t, int64_t first, int64_t n) {
   int64_t T = t->cfg.model_seq_len;
+  const td_pos *pos = t->model->pos; /* context parallel: this rank's two chunks */
+  int64_t Tl = t->model->T, half = pos ? pos->half : Tl;
   for (int64_t b = 0; b < t->B; ++b) {
     const int32_t *win = t->tok_win + (first + (b < n ? b : n - 1)) * (T + 1);
-    memcpy(t->tok_in + b * T, win, (size_t)T * sizeof(int32_t));
-    memcpy(t->tok_tgt + b * T, win + 1, (size_t)T * sizeof(int32_t));
+    int64_t runs[2][2] = {{0, pos ? pos->p0 : 0}, {half, pos ? pos->p1 : half}};
+    for (int r = 0; r < 2; ++r) {
+      int64_t at = runs[r][0], p = runs[r][1], len = r == 0 ? half : Tl - half;
+      memcpy(t->tok_in + b * Tl + at, win + p, (size_t)len * sizeof(int32_t));
+      memcpy(t->tok_tgt + b * Tl + at, win + p + 1, (size_t)len * sizeof(int32_t));
+    }
   }
 }
 
@@ -541,7 +554,7 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
   /* Gradients: summed over data-parallel replicas (each holds Σ over its slice). */
   td_timer_start(&t->timers, tid_opt);
   TD_CHECK(td_zero_finish_grads(t->zero));
-  TD_CHECK(td_coll_allreduce_f64(t->grid->dp_comm, &loss_sum, 1, MPI_SUM,
+  TD_CHECK(td_coll_allreduce_f64(t->grid->dpcp_comm, &loss_sum, 1, MPI_SUM,
                                  &t->gstats[TD_GROUP_DP]));
   TD_CHECK(td_coll_allreduce_f64(t->grid->pp_comm, &loss_sum, 1, MPI_SUM,
                                  &t->gstats[TD_GROUP_PP])); /* last stage's */
@@ -604,14 +617,14 @@ td_status td_trainer_eval(td_trainer *t, double *loss, int64_t *ntokens) {
     for (int64_t b = 0; b < t->B; ++b) w[b] = first + (b < n ? b : 0);
     TD_CHECK(td_trainer_read_windows(t, t->val, w, n > 0 ? n : 1));
     td_trainer_load_micro(t, 0, n > 0 ? n : 1);
-    m->valid_rows = n * T;
+    m->valid_rows = n * m->T; /* the rows of n sequences this rank holds */
     double ls = 0.0;
     td_status st = td_pipe_forward(t, t->tok_in, t->tok_tgt, &ls);
-    m->valid_rows = t->B * T;
+    m->valid_rows = t->B * m->T;
     TD_CHECK(st);
     sum += ls;
   }
-  TD_CHECK(td_coll_allreduce_f64(t->grid->dp_comm, &sum, 1, MPI_SUM, &t->gstats[TD_GROUP_DP]));
+  TD_CHECK(td_coll_allreduce_f64(t->grid->dpcp_comm, &sum, 1, MPI_SUM, &t->gstats[TD_GROUP_DP]));
   TD_CHECK(td_coll_allreduce_f64(t->grid->pp_comm, &sum, 1, MPI_SUM, &t->gstats[TD_GROUP_PP]));
   *ntokens = total * T;
   *loss = sum / (double)(total * T);

@@ -1,4 +1,4 @@
-/* grid.c — communicators of the 3-D process grid. */
+/* grid.c — communicators of the process grid (dp × cp × tp × pp). */
 #include "parallel/td_grid.h"
 
 #include <stdlib.h>
@@ -6,22 +6,42 @@
 #include "parallel/td_mpi.h"
 #include "parallel/td_watchdog.h"
 
-int td_grid_rank_of(const td_grid *g, int dp_rank, int tp_rank, int pp_rank) {
-  return tp_rank + g->tp * (dp_rank + g->dp * pp_rank);
+int td_grid_rank_of(const td_grid *g, int dp_rank, int cp_rank, int tp_rank, int pp_rank) {
+  return tp_rank + g->tp * (cp_rank + g->cp * (dp_rank + g->dp * pp_rank));
+}
+
+/* World rank r's coordinates in the order dp, cp, tp, pp. */
+static void coords_of(const td_grid *g, int r, int c[4]) {
+  c[2] = r % g->tp;
+  c[1] = (r / g->tp) % g->cp;
+  c[0] = (r / (g->tp * g->cp)) % g->dp;
+  c[3] = r / (g->tp * g->cp * g->dp);
+}
+
+/* Index into coords_of's order of a group kind; -1 for 'b' (dp × cp). */
+static int kind_axis(char kind) {
+  return kind == 'd' ? 0 : kind == 'c' ? 1 : kind == 't' ? 2 : kind == 'p' ? 3 : -1;
 }
 
 int td_grid_group_nodes(const td_grid *g, char kind, int r) {
-  int dp_rank = (r / g->tp) % g->dp, tp_rank = r % g->tp, pp_rank = r / (g->tp * g->dp);
-  int n = kind == 't' ? g->tp : kind == 'd' ? g->dp : g->pp, count = 0;
+  int c[4], axis = kind_axis(kind), count = 0;
+  coords_of(g, r, c);
+  /* the members: along one axis, or along dp and cp together ('b') */
+  int n = axis < 0 ? g->dp * g->cp : axis == 0 ? g->dp : axis == 1 ? g->cp : axis == 2 ? g->tp : g->pp;
+  int *node = malloc((size_t)n * sizeof *node);
+  if (!node) return 1;
   for (int i = 0; i < n; ++i) {
-    int a = td_grid_rank_of(g, kind == 'd' ? i : dp_rank, kind == 't' ? i : tp_rank,
-                            kind == 'p' ? i : pp_rank);
+    int x[4] = {c[0], c[1], c[2], c[3]};
+    if (axis < 0)
+      x[0] = i / g->cp, x[1] = i % g->cp;
+    else
+      x[axis] = i;
+    node[i] = g->node_of[td_grid_rank_of(g, x[0], x[1], x[2], x[3])];
     int seen = 0; /* a node counted once: was it met at an earlier member? */
-    for (int j = 0; j < i && !seen; ++j)
-      seen = g->node_of[td_grid_rank_of(g, kind == 'd' ? j : dp_rank, kind == 't' ? j : tp_rank,
-                                        kind == 'p' ? j : pp_rank)] == g->node_of[a];
+    for (int j = 0; j < i && !seen; ++j) seen = node[j] == node[i];
     count += !seen;
   }
+  free(node);
   return count;
 }
 
@@ -50,6 +70,7 @@ static td_status find_nodes(td_grid *g) {
     g->node_of[r] = g->node_of[r] == r ? g->nodes++ : g->node_of[g->node_of[r]];
   g->node = g->node_of[g->rank];
   g->tp_nodes = td_grid_group_nodes(g, 't', g->rank);
+  g->cp_nodes = td_grid_group_nodes(g, 'c', g->rank);
   g->dp_nodes = td_grid_group_nodes(g, 'd', g->rank);
   g->pp_nodes = td_grid_group_nodes(g, 'p', g->rank);
   return TD_OK;
@@ -61,36 +82,43 @@ static td_status split(MPI_Comm world, int color, int key, MPI_Comm *out) {
   return TD_OK;
 }
 
-td_status td_grid_create(MPI_Comm world, int dp, int tp, int pp, td_grid **out) {
+td_status td_grid_create(MPI_Comm world, int dp, int cp, int tp, int pp, td_grid **out) {
   td_status st = TD_OK;
   *out = NULL;
   td_grid *g = calloc(1, sizeof *g);
   if (!g) TD_FAIL(TD_ERR_NOMEM, "out of memory");
-  g->tp_comm = g->dp_comm = g->pp_comm = g->embed_comm = MPI_COMM_NULL;
+  g->tp_comm = g->cp_comm = g->dp_comm = g->dpcp_comm = g->pp_comm = g->embed_comm =
+      MPI_COMM_NULL;
   g->world = world;
-  g->dp = dp, g->tp = tp, g->pp = pp;
+  g->dp = dp, g->cp = cp, g->tp = tp, g->pp = pp;
   int rc = MPI_Comm_rank(world, &g->rank);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_size(world, &g->size);
   if (rc != MPI_SUCCESS) {
     st = td_mpi_fail(rc, "MPI_Comm_rank/size", __FILE__, __LINE__, __func__);
     goto done;
   }
-  if (g->size != dp * tp * pp)
-    TD_FAIL_GOTO(TD_ERR_INTERNAL, "grid %d×%d×%d does not match %d ranks", dp, tp, pp, g->size);
-  g->tp_rank = g->rank % tp;
-  g->dp_rank = (g->rank / tp) % dp;
-  g->pp_rank = g->rank / (tp * dp);
-  /* Colors identify the group, keys order its members by their coordinate. */
-  TD_CHECK_GOTO(split(world, g->dp_rank + dp * g->pp_rank, g->tp_rank, &g->tp_comm));
-  TD_CHECK_GOTO(split(world, g->tp_rank + tp * g->pp_rank, g->dp_rank, &g->dp_comm));
-  TD_CHECK_GOTO(split(world, g->tp_rank + tp * g->dp_rank, g->pp_rank, &g->pp_comm));
-  int ends = g->pp_rank == 0 || g->pp_rank == pp - 1;
-  TD_CHECK_GOTO(split(world, ends ? g->tp_rank + tp * g->dp_rank : MPI_UNDEFINED, g->pp_rank,
-                      &g->embed_comm));
+  if (g->size != dp * cp * tp * pp)
+    TD_FAIL_GOTO(TD_ERR_INTERNAL, "grid %d×%d×%d×%d does not match %d ranks", dp, cp, tp, pp,
+                 g->size);
+  int c[4];
+  coords_of(g, g->rank, c);
+  g->dp_rank = c[0], g->cp_rank = c[1], g->tp_rank = c[2], g->pp_rank = c[3];
+  /* Colors identify the group (the other coordinates), keys order its
+   * members by their coordinate. */
+  int d = g->dp_rank, x = g->cp_rank, t = g->tp_rank, p = g->pp_rank;
+  TD_CHECK_GOTO(split(world, x + cp * (d + dp * p), t, &g->tp_comm));
+  TD_CHECK_GOTO(split(world, t + tp * (d + dp * p), x, &g->cp_comm));
+  TD_CHECK_GOTO(split(world, t + tp * (x + cp * p), d, &g->dp_comm));
+  TD_CHECK_GOTO(split(world, t + tp * p, x + cp * d, &g->dpcp_comm));
+  TD_CHECK_GOTO(split(world, t + tp * (x + cp * d), p, &g->pp_comm));
+  int ends = p == 0 || p == pp - 1;
+  TD_CHECK_GOTO(split(world, ends ? t + tp * (x + cp * d) : MPI_UNDEFINED, p, &g->embed_comm));
   TD_CHECK_GOTO(find_nodes(g));
   td_watchdog_name(world, "the world communicator");
   td_watchdog_name(g->tp_comm, "tp_comm (tensor-parallel group)");
+  td_watchdog_name(g->cp_comm, "cp_comm (context-parallel group)");
   td_watchdog_name(g->dp_comm, "dp_comm (data-parallel replicas)");
+  td_watchdog_name(g->dpcp_comm, "dpcp_comm (data- × context-parallel ranks: gradients)");
   td_watchdog_name(g->pp_comm, "pp_comm (pipeline stages)");
   if (g->embed_comm != MPI_COMM_NULL)
     td_watchdog_name(g->embed_comm, "embed_comm (first and last pipeline stage)");
@@ -107,8 +135,9 @@ void td_grid_destroy(td_grid **gp) {
   if (!gp || !*gp) return;
   td_grid *g = *gp;
   *gp = NULL;
-  MPI_Comm *cs[] = {&g->tp_comm, &g->dp_comm, &g->pp_comm, &g->embed_comm};
-  for (int i = 0; i < 4 && !td_error_alone(); ++i) /* collective: not when failing alone */
+  MPI_Comm *cs[] = {&g->tp_comm, &g->cp_comm, &g->dp_comm, &g->dpcp_comm, &g->pp_comm,
+                    &g->embed_comm};
+  for (int i = 0; i < 6 && !td_error_alone(); ++i) /* collective: not when failing alone */
     if (*cs[i] != MPI_COMM_NULL) MPI_Comm_free(cs[i]);
   free(g->node_of);
   free(g);

@@ -6,7 +6,8 @@
 # "N passed, M failed" and exit 0 only when nothing failed.
 #
 # Runs use inputs/tiny.yaml (4 layers, dim 128, vocab 256, T 64, global batch
-# 8) on the license texts. A grid is "dp,tp,pp,zero[,micro_batch]".
+# 8) on the license texts. A grid is "dp,tp,pp,zero[,micro_batch[,cp]]"
+# (micro_batch 0: the deck's default).
 #
 # WORKDIR is shared by the tests: the corpus and the single-rank reference
 # runs (ck_ensure_ref) are made once, under flock, and stamped with a
@@ -75,14 +76,16 @@ ck_grid() {
   local IFS=,
   # shellcheck disable=SC2206
   local f=($1)
-  if [ ${#f[@]} -lt 4 ] || [ ${#f[@]} -gt 5 ]; then
-    echo "bad grid '$1' (want dp,tp,pp,zero[,micro_batch])" >&2
+  if [ ${#f[@]} -lt 4 ] || [ ${#f[@]} -gt 6 ]; then
+    echo "bad grid '$1' (want dp,tp,pp,zero[,micro_batch[,cp]])" >&2
     exit 2
   fi
-  g_np=$((f[0] * f[1] * f[2]))
+  local cp=${f[5]:-1}
+  g_np=$((f[0] * f[1] * f[2] * cp))
   g_args=(--set "parallel.dp=${f[0]}" --set "parallel.tp=${f[1]}"
           --set "parallel.pp=${f[2]}" --set "parallel.zero=${f[3]}")
-  if [ ${#f[@]} = 5 ]; then g_args+=(--set "parallel.micro_batch=${f[4]}"); fi
+  if [ ${#f[@]} -ge 5 ]; then g_args+=(--set "parallel.micro_batch=${f[4]}"); fi
+  if [ ${#f[@]} = 6 ]; then g_args+=(--set "parallel.cp=$cp"); fi
 }
 
 # ck_train GRID DIR LOG [--set k=v]... — one `trident train` of the tiny deck

@@ -10,7 +10,8 @@
 #   grid_invariance.sh --twice [OPTIONS] TRIDENT WORKDIR NAME GRID [--set k=v]...
 #       trains the same grid twice and demands bit-identical results.
 #
-# A grid is "dp,tp,pp,zero[,micro_batch]"; the job runs on dp·tp·pp ranks.
+# A grid is "dp,tp,pp,zero[,micro_batch[,cp]]" (micro_batch 0: the deck's
+# default); the job runs on dp·cp·tp·pp ranks.
 # Extra arguments go to every run (both sides). OPTIONS:
 #   --loss-rtol R      (default 1e-4)      --param-rtol R  (default: compare_runs.py's)
 #   --norm-rtol R      grad_norm (default: compare_runs.py's, 1e-4)
@@ -40,7 +41,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -95,17 +96,19 @@ parse_grid() {
   local IFS=,
   # shellcheck disable=SC2206
   local f=($1)
-  if [ ${#f[@]} -lt 4 ] || [ ${#f[@]} -gt 5 ]; then
-    echo "grid_invariance: bad grid '$1' (want dp,tp,pp,zero[,micro_batch])" >&2
+  if [ ${#f[@]} -lt 4 ] || [ ${#f[@]} -gt 6 ]; then
+    echo "grid_invariance: bad grid '$1' (want dp,tp,pp,zero[,micro_batch[,cp]])" >&2
     exit 2
   fi
   for x in "${f[@]}"; do
     case $x in ''|*[!0-9]*) echo "grid_invariance: bad grid '$1'" >&2; exit 2 ;; esac
   done
-  g_np=$((f[0] * f[1] * f[2]))
+  local cp=${f[5]:-1}
+  g_np=$((f[0] * f[1] * f[2] * cp))
   g_args=(--set "parallel.dp=${f[0]}" --set "parallel.tp=${f[1]}"
           --set "parallel.pp=${f[2]}" --set "parallel.zero=${f[3]}")
-  if [ ${#f[@]} = 5 ]; then g_args+=(--set "parallel.micro_batch=${f[4]}"); fi
+  if [ ${#f[@]} -ge 5 ]; then g_args+=(--set "parallel.micro_batch=${f[4]}"); fi
+  if [ ${#f[@]} = 6 ]; then g_args+=(--set "parallel.cp=$cp"); fi
 }
 
 # with_lock FILE CMD... — run CMD holding an exclusive lock on FILE.

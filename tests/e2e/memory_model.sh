@@ -25,7 +25,7 @@ deck=tiny
 case_() {
   local name=$1 dp=$2 tp=$3 pp=$4 zero=$5
   shift 5
-  local np=$((dp * tp * pp)) dir=$work/$name
+  local np=$((dp * tp * pp * ${CP:-1})) dir=$work/$name
   local args=("$src/inputs/$deck.yaml" --set "data.train=$corpus" --set parallel.dp="$dp"
               --set parallel.tp="$tp" --set parallel.pp="$pp" --set parallel.zero="$zero"
               --set training.steps=2 --set schedule.warmup=1 --set checkpoint.every=0
@@ -75,8 +75,15 @@ case_ recompute_pp2_1f1b 1 1 2 0 --set parallel.micro_batch=1 --set training.rec
 case_ sp_tp2 1 2 1 0 --set parallel.sequence_parallel=true
 case_ sp_tp2_pp2_zbh1_bf16 1 2 2 1 --set parallel.micro_batch=2 --set parallel.sequence_parallel=true \
   --set parallel.pp_schedule=zb-h1 --set training.precision=bf16
+# context parallelism (CP=n: n times the ranks): a rank's rows of each
+# sequence, the (T/cp, T) scores, the gathered keys and values
+CP=2 case_ cp2 1 1 1 0 --set parallel.cp=2
+CP=2 case_ cp2_tp2_sp_zero3 2 2 1 3 --set parallel.cp=2 --set parallel.sequence_parallel=true \
+  --set parallel.micro_batch=2
 # the LLaMA family (GQA, SwiGLU, untied head)
 deck=llama-tiny
+CP=4 case_ llama_cp4_recompute_attention 1 1 1 0 --set parallel.cp=4 \
+  --set training.recompute=attention
 case_ llama_dp1 1 1 1 0
 case_ llama_tp2_pp2_zero1 1 2 2 1 --set parallel.micro_batch=2
 case_ llama_dp2_zero3_bf16 2 1 1 3 --set parallel.micro_batch=2 --set training.precision=bf16

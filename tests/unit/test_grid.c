@@ -1,14 +1,17 @@
-/* test_grid.c — the 3-D process grid (DESIGN.md, "Process grid").
+/* test_grid.c — the process grid (DESIGN.md, "Process grid").
  *
- * Run as mpiexec -n W test_grid (W = 1, 2, 4, 8, ...). For every (dp, tp, pp)
- * with dp·tp·pp = W, builds the grid over a duplicate of MPI_COMM_WORLD and
- * checks, on every rank:
- *   - coordinates follow rank = tp_rank + tp·(dp_rank + dp·pp_rank);
- *   - tp_comm, dp_comm, pp_comm have the right sizes, this rank's rank in each
+ * Run as mpiexec -n W test_grid (W = 1, 2, 4, 8, ...). For every (dp, cp,
+ * tp, pp) with dp·cp·tp·pp = W, builds the grid over a duplicate of
+ * MPI_COMM_WORLD and checks, on every rank:
+ *   - coordinates follow rank = tp_rank + tp·(cp_rank + cp·(dp_rank +
+ *     dp·pp_rank));
+ *   - tp_comm, cp_comm, dp_comm, dpcp_comm (dp × cp, rank cp + cp·dp),
+ *     pp_comm have the right sizes, this rank's rank in each
  *     is its coordinate, and the members (world ranks, gathered) are exactly
  *     the expected ranks in coordinate order;
  *   - embed_comm is MPI_COMM_NULL exactly on middle stages, otherwise holds
- *     {first, last} stage of the same (dp, tp) (size 1 when pp == 1);
+ *     {first, last} stage of the same (dp, cp, tp) (size 1 when pp == 1);
+ *   - on one node every group spans one node;
  *   - td_grid_rank_of is the inverse of the coordinates, for every rank;
  *   - a shape that does not match the world size is an error on every rank
  *     (no hang), and td_grid_destroy accepts NULL.
@@ -61,14 +64,14 @@ static void check_members(MPI_Comm comm, const char *what, const int *expect, in
   free(got);
 }
 
-static void check_shape(MPI_Comm world, int dp, int tp, int pp) {
+static void check_shape(MPI_Comm world, int dp, int cp, int tp, int pp) {
   char shape[64];
-  snprintf(shape, sizeof shape, "grid (dp %d, tp %d, pp %d)", dp, tp, pp);
+  snprintf(shape, sizeof shape, "grid (dp %d, cp %d, tp %d, pp %d)", dp, cp, tp, pp);
   int rank, size;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
   td_grid *g = NULL;
-  td_status st = td_grid_create(world, dp, tp, pp, &g);
+  td_status st = td_grid_create(world, dp, cp, tp, pp, &g);
   EXPECT(st == TD_OK && g != NULL, "%s: td_grid_create failed: %s", shape, td_error_message());
   /* Every rank must agree that creation worked before using the comms. */
   int ok = st == TD_OK && g != NULL, all_ok = 0;
@@ -78,62 +81,79 @@ static void check_shape(MPI_Comm world, int dp, int tp, int pp) {
     td_grid_destroy(&g);
     return;
   }
-  EXPECT(g->dp == dp && g->tp == tp && g->pp == pp, "%s: sizes (%d, %d, %d)", shape, g->dp,
-         g->tp, g->pp);
+  EXPECT(g->dp == dp && g->cp == cp && g->tp == tp && g->pp == pp, "%s: sizes (%d, %d, %d, %d)",
+         shape, g->dp, g->cp, g->tp, g->pp);
   EXPECT(g->rank == rank && g->size == size, "%s: rank/size %d/%d, expected %d/%d", shape,
          g->rank, g->size, rank, size);
-  int t = rank % tp, d = (rank / tp) % dp, p = rank / (tp * dp);
-  EXPECT(g->tp_rank == t && g->dp_rank == d && g->pp_rank == p,
-         "%s: world rank %d has (dp %d, tp %d, pp %d), expected (dp %d, tp %d, pp %d)", shape,
-         rank, g->dp_rank, g->tp_rank, g->pp_rank, d, t, p);
-  EXPECT(g->tp_rank + tp * (g->dp_rank + dp * g->pp_rank) == rank,
-         "%s: rank %d != tp + tp·(dp + dp·pp) of its coordinates", shape, rank);
-  EXPECT(td_grid_rank_of(g, g->dp_rank, g->tp_rank, g->pp_rank) == rank,
+  int t = rank % tp, c = (rank / tp) % cp, d = (rank / (tp * cp)) % dp, p = rank / (tp * cp * dp);
+  EXPECT(g->tp_rank == t && g->cp_rank == c && g->dp_rank == d && g->pp_rank == p,
+         "%s: world rank %d has (dp %d, cp %d, tp %d, pp %d), expected (dp %d, cp %d, tp %d, "
+         "pp %d)", shape, rank, g->dp_rank, g->cp_rank, g->tp_rank, g->pp_rank, d, c, t, p);
+  EXPECT(g->tp_rank + tp * (g->cp_rank + cp * (g->dp_rank + dp * g->pp_rank)) == rank,
+         "%s: rank %d != tp + tp·(cp + cp·(dp + dp·pp)) of its coordinates", shape, rank);
+  EXPECT(td_grid_rank_of(g, d, c, t, p) == rank,
          "%s: td_grid_rank_of(own coordinates) = %d, expected %d", shape,
-         td_grid_rank_of(g, g->dp_rank, g->tp_rank, g->pp_rank), rank);
+         td_grid_rank_of(g, d, c, t, p), rank);
   /* td_grid_rank_of is a bijection onto 0..size-1 and inverts the formula. */
   int bij = 1;
   char *seen = calloc((size_t)size, 1);
   for (int pi = 0; pi < pp; ++pi)
     for (int di = 0; di < dp; ++di)
-      for (int ti = 0; ti < tp; ++ti) {
-        int r = td_grid_rank_of(g, di, ti, pi);
-        if (r < 0 || r >= size || seen[r] || r % tp != ti || (r / tp) % dp != di ||
-            r / (tp * dp) != pi)
-          bij = 0;
-        else
-          seen[r] = 1;
-      }
+      for (int ci = 0; ci < cp; ++ci)
+        for (int ti = 0; ti < tp; ++ti) {
+          int r = td_grid_rank_of(g, di, ci, ti, pi);
+          if (r < 0 || r >= size || seen[r] || r % tp != ti || (r / tp) % cp != ci ||
+              (r / (tp * cp)) % dp != di || r / (tp * cp * dp) != pi)
+            bij = 0;
+          else
+            seen[r] = 1;
+        }
   free(seen);
   EXPECT(bij, "%s: td_grid_rank_of is not the inverse of the rank formula", shape);
 
   int *expect = malloc(sizeof *expect * (size_t)(size + 2));
   int me;
-  /* tp_comm: same (dp, pp), ordered by tp. */
+  /* tp_comm: same (dp, cp, pp), ordered by tp. */
   EXPECT(g->tp_comm != MPI_COMM_NULL, "%s: tp_comm is MPI_COMM_NULL", shape);
   if (g->tp_comm != MPI_COMM_NULL) {
-    for (int i = 0; i < tp; ++i) expect[i] = td_grid_rank_of(g, d, i, p);
+    for (int i = 0; i < tp; ++i) expect[i] = td_grid_rank_of(g, d, c, i, p);
     check_members(g->tp_comm, "tp_comm", expect, tp, rank, shape);
     MPI_Comm_rank(g->tp_comm, &me);
     EXPECT(me == t, "%s: rank in tp_comm %d, expected tp_rank %d", shape, me, t);
   }
-  /* dp_comm: same (tp, pp), ordered by dp. */
+  /* cp_comm: same (dp, tp, pp), ordered by cp. */
+  EXPECT(g->cp_comm != MPI_COMM_NULL, "%s: cp_comm is MPI_COMM_NULL", shape);
+  if (g->cp_comm != MPI_COMM_NULL) {
+    for (int i = 0; i < cp; ++i) expect[i] = td_grid_rank_of(g, d, i, t, p);
+    check_members(g->cp_comm, "cp_comm", expect, cp, rank, shape);
+    MPI_Comm_rank(g->cp_comm, &me);
+    EXPECT(me == c, "%s: rank in cp_comm %d, expected cp_rank %d", shape, me, c);
+  }
+  /* dp_comm: same (cp, tp, pp), ordered by dp. */
   EXPECT(g->dp_comm != MPI_COMM_NULL, "%s: dp_comm is MPI_COMM_NULL", shape);
   if (g->dp_comm != MPI_COMM_NULL) {
-    for (int i = 0; i < dp; ++i) expect[i] = td_grid_rank_of(g, i, t, p);
+    for (int i = 0; i < dp; ++i) expect[i] = td_grid_rank_of(g, i, c, t, p);
     check_members(g->dp_comm, "dp_comm", expect, dp, rank, shape);
     MPI_Comm_rank(g->dp_comm, &me);
     EXPECT(me == d, "%s: rank in dp_comm %d, expected dp_rank %d", shape, me, d);
   }
-  /* pp_comm: same (dp, tp), ordered by stage. */
+  /* dpcp_comm: same (tp, pp), ordered by cp + cp·dp. */
+  EXPECT(g->dpcp_comm != MPI_COMM_NULL, "%s: dpcp_comm is MPI_COMM_NULL", shape);
+  if (g->dpcp_comm != MPI_COMM_NULL) {
+    for (int i = 0; i < dp * cp; ++i) expect[i] = td_grid_rank_of(g, i / cp, i % cp, t, p);
+    check_members(g->dpcp_comm, "dpcp_comm", expect, dp * cp, rank, shape);
+    MPI_Comm_rank(g->dpcp_comm, &me);
+    EXPECT(me == c + cp * d, "%s: rank in dpcp_comm %d, expected %d", shape, me, c + cp * d);
+  }
+  /* pp_comm: same (dp, cp, tp), ordered by stage. */
   EXPECT(g->pp_comm != MPI_COMM_NULL, "%s: pp_comm is MPI_COMM_NULL", shape);
   if (g->pp_comm != MPI_COMM_NULL) {
-    for (int i = 0; i < pp; ++i) expect[i] = td_grid_rank_of(g, d, t, i);
+    for (int i = 0; i < pp; ++i) expect[i] = td_grid_rank_of(g, d, c, t, i);
     check_members(g->pp_comm, "pp_comm", expect, pp, rank, shape);
     MPI_Comm_rank(g->pp_comm, &me);
     EXPECT(me == p, "%s: rank in pp_comm %d, expected pp_rank %d", shape, me, p);
   }
-  /* embed_comm: {first, last} stage of this (dp, tp); NULL on middle stages. */
+  /* embed_comm: {first, last} stage of this (dp, cp, tp); NULL on middle stages. */
   int end = p == 0 || p == pp - 1;
   if (!end) {
     EXPECT(g->embed_comm == MPI_COMM_NULL, "%s: middle stage %d has an embed_comm", shape, p);
@@ -141,8 +161,8 @@ static void check_shape(MPI_Comm world, int dp, int tp, int pp) {
     EXPECT(g->embed_comm != MPI_COMM_NULL, "%s: end stage %d has no embed_comm", shape, p);
     if (g->embed_comm != MPI_COMM_NULL) {
       int n = 0;
-      expect[n++] = td_grid_rank_of(g, d, t, 0);
-      if (pp > 1) expect[n++] = td_grid_rank_of(g, d, t, pp - 1);
+      expect[n++] = td_grid_rank_of(g, d, c, t, 0);
+      if (pp > 1) expect[n++] = td_grid_rank_of(g, d, c, t, pp - 1);
       check_members(g->embed_comm, "embed_comm", expect, n, rank, shape);
       MPI_Comm_rank(g->embed_comm, &me);
       EXPECT(me == (p == 0 ? 0 : n - 1), "%s: rank in embed_comm %d on stage %d", shape, me, p);
@@ -155,6 +175,10 @@ static void check_shape(MPI_Comm world, int dp, int tp, int pp) {
     MPI_Allreduce(&g->tp_rank, &sum, 1, MPI_INT, MPI_SUM, g->tp_comm);
     EXPECT(sum == tp * (tp - 1) / 2, "%s: allreduce over tp_comm gave %d", shape, sum);
   }
+  /* One node (this test's ranks share memory): every group spans one. */
+  EXPECT(g->nodes == 1 && td_grid_group_nodes(g, 'b', rank) == 1 && g->cp_nodes == 1,
+         "%s: %d nodes, dp × cp group over %d, cp group over %d", shape, g->nodes,
+         td_grid_group_nodes(g, 'b', rank), g->cp_nodes);
   td_grid_destroy(&g);
   EXPECT(g == NULL, "%s: td_grid_destroy did not clear the pointer", shape);
 }
@@ -168,21 +192,22 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(world, &g_rank);
   MPI_Comm_size(world, &size);
 
-  /* Every ordered factorisation of the world size, e.g. at 8: (8,1,1),
-   * (1,8,1), (1,1,8), (2,2,2), (4,2,1), (1,2,4), (2,1,4), ... */
+  /* Every ordered factorisation of the world size into (dp, cp, tp, pp),
+   * e.g. at 8: (8,1,1,1), (1,8,1,1), ..., (2,2,2,1), (1,2,2,2), ... */
   int shapes = 0;
   for (int dp = 1; dp <= size; ++dp)
-    for (int tp = 1; tp <= size; ++tp)
-      for (int pp = 1; pp <= size; ++pp)
-        if (dp * tp * pp == size) {
-          check_shape(world, dp, tp, pp);
-          ++shapes;
-        }
+    for (int cp = 1; cp <= size; ++cp)
+      for (int tp = 1; tp <= size; ++tp)
+        for (int pp = 1; pp <= size; ++pp)
+          if (dp * cp * tp * pp == size) {
+            check_shape(world, dp, cp, tp, pp);
+            ++shapes;
+          }
   EXPECT(shapes >= 1, "no shape tested");
 
   /* A shape that does not match the world is an error on every rank. */
   td_grid *bad = NULL;
-  td_status st = td_grid_create(world, size + 1, 1, 1, &bad);
+  td_status st = td_grid_create(world, size + 1, 1, 1, 1, &bad);
   EXPECT(st != TD_OK && bad == NULL, "grid (dp %d, tp 1, pp 1) on %d ranks was accepted",
          size + 1, size);
   td_error_clear();
