@@ -80,6 +80,11 @@ if(TD_CUDA_EMULATE)
   # (the emulated NCCL) in place of the tp all-reduces
   td_cudaemu_grid(tp2_sp ${_cu} --run-set parallel.sequence_parallel=true
     ${TD_GRID_BIN} ${_cu_work} tp2_sp 1,1,1,0 1,2,1,0 ${_small})
+  # context parallelism on the device: keys and values gathered over the cp
+  # group by NCCL all-gathers, their gradients reduce-scattered; positions
+  # (RoPE, GQA's causal mask) of the rank's two chunks
+  td_cudaemu_grid(llama_cp2 ${_cu} ${_llama}
+    ${TD_GRID_BIN} ${_cu_work} llama_cp2 1,1,1,0 1,1,1,0,0,2 ${_small})
   set_property(TEST ${_cu_tests} APPEND PROPERTY ENVIRONMENT ${TD_CUDAEMU_TEST_ENV})
   # the parameters cross devices bit for bit (train --dump of the resumed run)
   add_test(NAME cudaemu_ckpt_readback
