@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # jobs/mpirun.sh — train a deck with mpiexec on a lab machine, with as many
-# ranks as the deck's dp × tp × pp, rerunning after a signal-stop (exit 75)
+# ranks as the deck's dp × cp × tp × pp, rerunning after a signal-stop (exit 75)
 # when RESTART=1. MPIEXEC overrides the launcher (default: the MPICH or Open
 # MPI one the binary was built with). Stop it for a later resume with
 # SIGUSR1 to this script's mpiexec (MPICH and Open MPI forward it).

@@ -45,17 +45,19 @@
 
 static int g_fail;
 
-/* act_bytes of GPT-2 (vocab V) at s, h, a, t, L layers, micro-batch b. */
-static double act_of(int64_t s, int64_t h, int64_t a, int64_t t, int64_t L, int64_t b, int64_t V,
-                     int sp, const char *recompute, const char *precision) {
+/* act_bytes of GPT-2 (vocab V) at s, h, a, t, cp c, L layers, micro-batch b. */
+static double act_of_cp(int64_t s, int64_t h, int64_t a, int64_t t, int64_t c, int64_t L,
+                        int64_t b, int64_t V, int sp, const char *recompute,
+                        const char *precision) {
   char text[2048];
   snprintf(text, sizeof text,
            "model: {arch: gpt2, vocab_size: %lld, seq_len: %lld, layers: %lld, dim: %lld, "
            "heads: %lld}\n"
-           "parallel: {dp: 1, tp: %lld, pp: 1, sequence_parallel: %s}\n"
+           "parallel: {dp: 1, cp: %lld, tp: %lld, pp: 1, sequence_parallel: %s}\n"
            "data: {train: none.h5}\n"
            "training: {global_batch: %lld, steps: 1, precision: %s, recompute: %s}\n",
-           (long long)V, (long long)s, (long long)L, (long long)h, (long long)a, (long long)t,
+           (long long)V, (long long)s, (long long)L, (long long)h, (long long)a, (long long)c,
+           (long long)t,
            sp ? "true" : "false", (long long)b, precision, recompute);
   td_config cfg;
   if (td_config_load_text("actmem", text, &cfg) != TD_OK) {
@@ -64,8 +66,9 @@ static double act_of(int64_t s, int64_t h, int64_t a, int64_t t, int64_t L, int6
   }
   td_grid g;
   memset(&g, 0, sizeof g);
-  g.dp = 1, g.tp = (int)t, g.pp = 1, g.size = (int)t;
+  g.dp = 1, g.cp = (int)c, g.tp = (int)t, g.pp = 1, g.size = (int)(t * c);
   g.world = g.tp_comm = g.dp_comm = g.pp_comm = MPI_COMM_NULL, g.embed_comm = MPI_COMM_NULL;
+  g.cp_comm = g.dpcp_comm = MPI_COMM_NULL;
   td_model *m = NULL;
   int nslots = 1;
   if (td_model_create(&cfg, &g, NULL, NULL, b, &nslots, 0, &m) != TD_OK) {
@@ -75,6 +78,11 @@ static double act_of(int64_t s, int64_t h, int64_t a, int64_t t, int64_t L, int6
   double bytes = m->act_bytes;
   td_model_destroy(&m);
   return bytes;
+}
+
+static double act_of(int64_t s, int64_t h, int64_t a, int64_t t, int64_t L, int64_t b, int64_t V,
+                     int sp, const char *recompute, const char *precision) {
+  return act_of_cp(s, h, a, t, 1, L, b, V, sp, recompute, precision);
 }
 
 /* The paper's bytes per layer. */
@@ -126,6 +134,26 @@ int main(void) {
            tp / 1048576.0, sp / 1048576.0, sp / tp);
     if (!(sp < tp)) ++g_fail;
   }
+  /* Context parallelism: a layer keeps its rank's s/c rows of every
+   * activation and (a/t, s/c, s) scores — the table's bytes with s/c rows
+   * and the score term divided by c (the gathered keys and values are one
+   * shared buffer, not per layer). */
+  printf("\nper layer with context parallelism (tp 8 + sp, bf16):\n");
+  for (int64_t c = 2; c <= 4; c *= 2)
+    for (int sel = 0; sel < 2; ++sel) {
+      int64_t s = 2048, h = 8192, a = 64, t = 8;
+      const char *rc = sel ? "attention" : "none";
+      double got = act_of_cp(s, h, a, t, c, 2, b, V, 1, rc, "bf16") -
+                   act_of_cp(s, h, a, t, c, 1, b, V, 1, rc, "bf16");
+      double sc = (double)s / (double)c, sbh = sc * (double)b * (double)h;
+      double want = sbh / (double)t * 50.0 + 16.0 * sc * (double)b / (double)t +
+                    (sel ? 0.0 : 4.0 * (double)a * sc * (double)s * (double)b / (double)t);
+      double cp1 = predicted((double)s, (double)b, (double)h, (double)a, (double)t, 1, sel);
+      printf("  cp %lld %-10s %10.1f MiB  predicted %10.1f  cp 1 %10.1f  ratio %.3f%s\n",
+             (long long)c, sel ? "selective" : "none", got / 1048576.0, want / 1048576.0,
+             cp1 / 1048576.0, got / cp1, got == want ? "" : "  MISMATCH");
+      if (got != want) ++g_fail;
+    }
   printf("%s\n", g_fail ? "FAILED" : "all per-layer bytes as predicted");
   return g_fail ? 1 : 0;
 }
