@@ -50,12 +50,17 @@ set_tests_properties(llama_1b_check PROPERTIES TIMEOUT 120 PROCESSORS 2
 
 # llama bf16: dp 2 with ZeRO-3 and tp 2 against one rank, both bf16, at the
 # bounds of precision.cmake's bf16_grid_* (and why those bounds), except
-# grad_norm under tp: 2e-2. Measured: every step within 1.4e-4 but step 13,
-# whose gradient is sensitive to bf16 rounding — its norm is 2.3820 in fp32
-# on any grid (1e-6), and 2.3737 (1 rank), 2.3692 (dp 2) and 2.4050 (tp 2) in
-# bf16 — while the loss stays within 3.6e-5 and step 14 agrees again (1e-7).
+# grad_norm: 1e-2 at dp 2, 2e-2 under tp. Measured: every step within 1.4e-4
+# but step 13, whose gradient is sensitive to bf16 rounding — its norm is
+# 2.3820 in fp32 on any grid (1e-6), and in bf16 2.3737 (1 rank), 2.3692
+# (dp 2) and 2.4050 (tp 2) on a CPU without bf16 instructions (operands
+# widened to fp32), 2.3734 (1 rank) and 2.3529 (dp 2, 8.7e-3) on one with
+# AVX512-BF16 (oneDNN's native bf16 products) — while the loss stays within
+# 3.6e-5 and step 14 agrees again (1e-5); the final parameters there differ
+# by up to 0.034 of max|p| (embed_tokens: AdamW's ±lr steps where the
+# gradient is near zero), within the tp bound 5e-2.
 td_add_grid_test(NAME llama_bf16_grid_dp2_zero3 LABELS llama precision
-  ARGS --norm-rtol 3e-3 --param-rtol 1.5e-2 --deck ${TD_LLAMA_DECK} ${TD_GRID_BIN} ${TD_LLAMA_WORK}
+  ARGS --norm-rtol 1e-2 --param-rtol 5e-2 --deck ${TD_LLAMA_DECK} ${TD_GRID_BIN} ${TD_LLAMA_WORK}
        llama_bf16_grid_dp2_zero3 ${TD_GRID_REF} 2,1,1,3 --set training.precision=bf16)
 td_add_grid_test(NAME llama_bf16_grid_tp2 LABELS llama precision
   ARGS --loss-rtol 1e-3 --norm-rtol 2e-2 --param-rtol 5e-2 --deck ${TD_LLAMA_DECK} ${TD_GRID_BIN}
