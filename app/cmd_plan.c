@@ -62,6 +62,10 @@ static void print_json(const results *rs, int top) {
   for (int i = 0; i < rs->n && i < top; ++i) {
     const td_plan_result *r = &rs->r[i];
     const td_config *c = &r->cfg;
+    char why[256];
+    snprintf(why, sizeof why, "%s", r->refused);
+    for (char *q = why; *q; ++q)
+      if (*q == '"' || *q == '\\' || (unsigned char)*q < 32) *q = '\'';
     printf("%s\n {\"dp\": %lld, \"cp\": %lld, \"tp\": %lld, \"pp\": %lld, \"zero\": %lld, "
            "\"micro_batch\": %lld, \"schedule\": \"%s\", \"virtual_stages\": %lld, "
            "\"sequence_parallel\": %s, \"recompute\": \"%s\", \"fits\": %s, "
@@ -70,7 +74,7 @@ static void print_json(const results *rs, int top) {
            "\"act_bytes\": %lld, \"over_bytes\": %.0f, \"step_s\": %.6g, \"tokens_per_s\": %.6g, "
            "\"tflops_per_device\": %.6g, \"hw_tflops_per_device\": %.6g, \"mfu\": %.6g, "
            "\"bubble\": %.6g, \"matmul_efficiency\": %.4g, \"compute_s\": %.6g, "
-           "\"optimizer_s\": %.6g, \"comm_bytes\": %.0f, \"comm\": {",
+           "\"optimizer_s\": %.6g, \"comm_bytes\": %.0f, \"refused\": \"%s\", \"comm\": {",
            i ? "," : "", (long long)c->parallel_dp, (long long)c->parallel_cp,
            (long long)c->parallel_tp, (long long)c->parallel_pp, (long long)c->parallel_zero,
            (long long)td_config_micro_batch(c), c->parallel_pp_schedule,
@@ -79,7 +83,7 @@ static void print_json(const results *rs, int top) {
            r->mem_stage, (long long)r->mem.param, (long long)r->mem.grad,
            (long long)r->mem.optim, (long long)r->mem.work, (long long)r->mem.act,
            r->over_bytes, r->step_s, r->tokens_per_s, r->tflops, r->hw_tflops, r->mfu, r->bubble,
-           r->eff, r->compute_s, r->optim_s, r->comm_bytes);
+           r->eff, r->compute_s, r->optim_s, r->comm_bytes, why);
     for (int g = 0; g < TD_GROUP_COUNT; ++g)
       printf("%s\"%s\": {\"s\": %.6g, \"exposed_s\": %.6g}", g ? ", " : "", td_plan_group_name(g),
              r->comm_s[g], r->exposed_s[g]);
@@ -102,7 +106,8 @@ static void print_table(const results *rs, int top, const td_cluster *cl, int wo
     const td_plan_result *r = &rs->r[i];
     const td_config *c = &r->cfg;
     char fit[48] = "";
-    if (!r->fits) snprintf(fit, sizeof fit, " (over by %.2f GiB)", r->over_bytes / gib);
+    if (r->refused[0]) snprintf(fit, sizeof fit, " (refused: see --json)");
+    else if (!r->fits) snprintf(fit, sizeof fit, " (over by %.2f GiB)", r->over_bytes / gib);
     printf("%3d %4lld %3lld %3lld %3lld %2lld %2s %-9s %3lld %2lld %-9s | %8.2f %7.2f %7.2f %7.2f "
            "%7.2f %7.2f | %9.4g %10.4g %7.1f %5.1f%% %6.3f | %.3g/%.3g %.3g/%.3g %.3g/%.3g "
            "%.3g/%.3g%s\n", i + 1, (long long)c->parallel_dp, (long long)c->parallel_cp,
@@ -171,7 +176,7 @@ static td_status enumerate(const td_config *base, const char *text, const td_clu
                   td_plan_result r;
                   td_status e = td_plan_eval(&chk, cl, &r);
                   if (e == TD_ERR_NOMEM) return e;
-                  if (e != TD_OK) {
+                  if (e != TD_OK || r.refused[0]) {
                     td_error_clear();
                     ++*rejected;
                     continue;

@@ -289,9 +289,18 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
   double *fs = NULL, *bs = NULL, *ws = NULL;
   memset(r, 0, sizeof *r);
   r->cfg = *c;
-  TD_CHECK(plan_memory(c, r));
-  r->fits = (double)r->mem_total <= cl->mem_bytes;
-  r->over_bytes = r->fits ? 0.0 : (double)r->mem_total - cl->mem_bytes;
+  /* a configuration the allocating code refuses still gets its time (the
+   * published runs are larger than some of trident's limits) */
+  td_status ms = plan_memory(c, r);
+  if (ms == TD_ERR_NOMEM) return ms;
+  if (ms != TD_OK) {
+    snprintf(r->refused, sizeof r->refused, "%s", td_error_message());
+    td_error_clear();
+    r->mem_total = 0, r->fits = 0, r->over_bytes = 0;
+  } else {
+    r->fits = (double)r->mem_total <= cl->mem_bytes;
+    r->over_bytes = r->fits ? 0.0 : (double)r->mem_total - cl->mem_bytes;
+  }
 
   td_model_dims d;
   td_config_dims(c, &d);

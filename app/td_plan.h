@@ -61,6 +61,8 @@ typedef struct td_plan_result {
   int mem_stage;          /* its stage */
   int fits;               /* mem_total ≤ the device's memory */
   double over_bytes;      /* mem_total − memory when it does not fit */
+  char refused[256];      /* why trident would refuse to build it (memory unknown, fits 0),
+                             e.g. a ZeRO shard beyond MPI's int counts; "" when it builds */
   double model_flops;     /* per step, all ranks: td_flops_per_token × tokens */
   double hw_flops;        /* + recomputation */
   double compute_s;       /* per step on the slowest stage: matmuls and attention */
