@@ -790,6 +790,11 @@ td_status td_config_load_text(const char *name, const char *text, td_config *cfg
   return load_impl(name, text, 0, NULL, 0, cfg);
 }
 
+td_status td_config_load_text_sets(const char *name, const char *text, int nset, char **sets,
+                                   int world, td_config *cfg) {
+  return load_impl(name, text, nset, sets, world, cfg);
+}
+
 /* The code point at s (UTF-8) and its length in bytes; an invalid byte is
  * returned as itself with length 1. */
 static uint32_t utf8_next(const unsigned char *s, int *len) {

@@ -64,6 +64,18 @@ static const command k_commands[] = {
     {"export", td_cmd_export, "trident export --checkpoint FILE --out DIR [--dtype fp32|bf16]",
      "Write a checkpoint's model as Hugging Face GPT-2 files: DIR/model.safetensors (names\n"
      "transformer.*, the tied lm_head left out) and DIR/config.json (GPT2LMHeadModel).\n"},
+    {"plan", td_cmd_plan,
+     "trident plan DECK --cluster FILE [--ranks N] [--top K] [--json] [--emit] [--set ...]",
+     "Which grid to run: every configuration of N ranks (dp, cp, tp, pp, ZeRO stage, sequence\n"
+     "parallelism, recomputation, micro-batch, schedule) predicted on the cluster FILE, best\n"
+     "first: memory per rank (as training allocates it), step time, tokens/s, TFLOP/s and\n"
+     "MFU per device, pipeline bubble, communication exposed/total (docs/plan.md).\n"
+     "  --cluster FILE         the machine (inputs/clusters/*.yaml)\n"
+     "  --ranks N              ranks to plan for (default: the cluster's nodes × devices)\n"
+     "  --top K                print the best K (default 10)\n"
+     "  --json                 a JSON array, best first, one object per configuration\n"
+     "  --emit                 print the --set overrides of the best configuration\n"
+     "  --set parallel.k=v     predict this one configuration of the deck instead\n"},
     {"ckpt", td_cmd_ckpt, "trident ckpt info FILE",
      "Show a checkpoint: step, tokens seen, saved grid, model config, every tensor with its\n"
      "shape and checksum status.\n"},

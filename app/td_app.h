@@ -24,6 +24,7 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv);
 td_status td_cmd_prepare(td_app *app, int argc, char **argv);
 td_status td_cmd_ckpt(td_app *app, int argc, char **argv);
 td_status td_cmd_export(td_app *app, int argc, char **argv);
+td_status td_cmd_plan(td_app *app, int argc, char **argv);
 
 /* Parsed "DECK [--set k=v]... [other options]" command lines. */
 #define TD_MAX_SETS 128

@@ -137,6 +137,10 @@ td_status td_config_load(const char *path, int nset, char **sets, int world,
 /* The same from YAML text (a checkpoint's /config), named `name` in errors,
  * without the world-size check. */
 td_status td_config_load_text(const char *name, const char *text, td_config *cfg);
+/* The same from YAML text with overrides, checked against `world` ranks (0:
+ * any): trident plan checks each configuration it considers this way. */
+td_status td_config_load_text_sets(const char *name, const char *text, int nset, char **sets,
+                                   int world, td_config *cfg);
 /* Write the resolved deck as YAML (loadable by td_config_load). */
 void td_config_print(const td_config *cfg, FILE *out);
 /* The resolved deck as YAML text in a malloc'd string (for checkpoints). */

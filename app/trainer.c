@@ -217,6 +217,8 @@ static td_status zero_opts(const td_config *c, const td_grid *g, const td_model 
   memset(o, 0, sizeof *o);
   o->stage = (int)c->parallel_zero;
   o->dp_comm = g->dpcp_comm; /* gradients sum over dp × cp: shards over both */
+  o->group_size = g->dp * g->cp; /* used only on a virtual grid (td_grid_virtual) */
+  o->group_rank = g->cp_rank + g->cp * g->dp_rank;
   o->bucket_bytes = c->parallel_bucket_mb * 1048576.0;
   o->n = r->total_local;
   o->ntensors = nt;

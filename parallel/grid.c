@@ -2,12 +2,26 @@
 #include "parallel/td_grid.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "parallel/td_mpi.h"
 #include "parallel/td_watchdog.h"
 
 int td_grid_rank_of(const td_grid *g, int dp_rank, int cp_rank, int tp_rank, int pp_rank) {
   return tp_rank + g->tp * (cp_rank + g->cp * (dp_rank + g->dp * pp_rank));
+}
+
+void td_grid_virtual(int dp, int cp, int tp, int pp, int dp_rank, int cp_rank, int tp_rank,
+                     int pp_rank, td_grid *out) {
+  memset(out, 0, sizeof *out);
+  out->dp = dp, out->cp = cp, out->tp = tp, out->pp = pp;
+  out->dp_rank = dp_rank, out->cp_rank = cp_rank, out->tp_rank = tp_rank, out->pp_rank = pp_rank;
+  out->rank = td_grid_rank_of(out, dp_rank, cp_rank, tp_rank, pp_rank);
+  out->size = dp * cp * tp * pp;
+  out->world = out->tp_comm = out->cp_comm = out->dp_comm = out->dpcp_comm = out->pp_comm =
+      out->embed_comm = MPI_COMM_NULL;
+  out->nodes = 1, out->local_size = 1;
+  out->tp_nodes = out->cp_nodes = out->dp_nodes = out->pp_nodes = 1;
 }
 
 /* World rank r's coordinates in the order dp, cp, tp, pp. */

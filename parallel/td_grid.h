@@ -41,6 +41,12 @@ typedef struct td_grid {
 
 /* Build the grid over `world` (whose size must be dp·cp·tp·pp). Collective on world. */
 td_status td_grid_create(MPI_Comm world, int dp, int cp, int tp, int pp, td_grid **out);
+/* A virtual grid: sizes and this rank's coordinates set, every communicator
+ * MPI_COMM_NULL, one node (node_of NULL). Only for size queries of what a
+ * rank of a grid that is planned, not built, would allocate (td_trainer_plan:
+ * trident plan). Nothing to destroy. Not collective. */
+void td_grid_virtual(int dp, int cp, int tp, int pp, int dp_rank, int cp_rank, int tp_rank,
+                     int pp_rank, td_grid *out);
 /* Free the communicators. Collective on world (skipped, leaking them, when
  * this rank failed alone: td_error_alone). Accepts NULL; sets *g = NULL. */
 void td_grid_destroy(td_grid **g);

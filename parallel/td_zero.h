@@ -79,6 +79,9 @@ typedef struct td_zero_opts {
                               in bf16 (only the working copy) and no moments */
   td_kernels *host;        /* offload: the CPU back-end that runs AdamW and the bf16 casts on
                               the host (not owned; NULL for a size query) */
+  int group_size, group_rank; /* size query on a virtual grid (dp_comm is MPI_COMM_NULL: a
+                                 rank of a grid planned, not built — trident plan): the
+                                 data-parallel group's size and this rank's place in it */
 } td_zero_opts;
 
 typedef struct td_zero td_zero;

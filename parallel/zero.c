@@ -241,9 +241,12 @@ td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *st
   z->k = k, z->stats = stats;
   z->dc = o->dcomm;
   z->staged = o->dcomm ? 0 : k ? !k->host_memory : o->staged;
-  if (MPI_Comm_size(o->dp_comm, &z->dp) != MPI_SUCCESS ||
-      MPI_Comm_rank(o->dp_comm, &z->rank) != MPI_SUCCESS)
+  if (o->dp_comm == MPI_COMM_NULL && !k && o->group_size > 0) { /* virtual grid: a size query */
+    z->dp = o->group_size, z->rank = o->group_rank;
+  } else if (MPI_Comm_size(o->dp_comm, &z->dp) != MPI_SUCCESS ||
+             MPI_Comm_rank(o->dp_comm, &z->rank) != MPI_SUCCESS) {
     TD_FAIL_GOTO(TD_ERR_MPI, "ZeRO engine: the data-parallel communicator is not usable");
+  }
   z->tensors = malloc((size_t)(o->ntensors + 1) * sizeof *z->tensors);
   z->ub = malloc((size_t)(o->nunits + 1) * sizeof(int64_t));
   z->ue = malloc((size_t)(o->nunits + 1) * sizeof(int64_t));

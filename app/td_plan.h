@@ -1,0 +1,88 @@
+/* td_plan.h — the planner (trident plan): predicted memory, step time and
+ * MFU of a configuration on a cluster, from the code that trains it.
+ *
+ * Memory: td_trainer_plan on a virtual grid (td_grid_virtual), the allocating
+ * code's size query. FLOPs: td_flops_per_token. Pipeline bubble: the deck's
+ * schedule (td_pipe_schedule) timed by td_schedule_simulate with this file's
+ * per-stage costs. Communication: td_plan_comm, the bytes per step that the
+ * collectives count in the metrics (comm_bytes), per group and kind; a test
+ * (tests/plan/comm_bytes.sh) trains small grids and demands equality. Time:
+ * an α–β model per link (intra-node when the group lies inside a node) and
+ * matmul time at peak × a stated efficiency (the cluster file). */
+#ifndef TD_PLAN_H
+#define TD_PLAN_H
+
+#include <stdint.h>
+
+#include "app/td_config.h"
+#include "app/td_trainer.h"
+#include "parallel/td_coll.h"
+#include "td_error.h"
+
+/* A link: bandwidth per device in bytes/s (one direction) and latency in s. */
+typedef struct td_link {
+  double bw, lat;
+} td_link;
+
+/* A cluster file (inputs/clusters, docs/plan.md). */
+typedef struct td_cluster {
+  char path[TD_STR_MAX];
+  char name[128], device[128];
+  int nodes, devices_per_node;
+  double peak_fp32, peak_bf16; /* FLOP/s per device (matmul) */
+  double mem_bytes;            /* per device (a CPU "device" is one rank's share of the node) */
+  double mem_bw;               /* bytes/s per device (optimizer, memory-bound work) */
+  double eff_large, eff_small; /* matmul efficiency (of peak) for large and small shapes */
+  double small_dim;            /* a matmul whose smallest dimension is below this is small */
+  td_link intra, inter;
+} td_cluster;
+
+/* Read and check a cluster file; errors name the file, line:column and key
+ * (TD_ERR_DECK, exit 2). Not collective. */
+td_status td_cluster_load(const char *path, td_cluster *out);
+/* Print it as a cluster file (--calibrate). */
+void td_cluster_print(const td_cluster *c, FILE *out);
+
+/* Bytes one rank sends and receives per optimizer step, counted as the
+ * collectives count them (parallel/coll_mpi.c, zero.c, pipeline.c: ring
+ * volume per rank), per group (TD_GROUP_*) and kind (TD_COLL_*), for the
+ * rank with dp, cp and tp rank 0 on pipeline stage `stage`; and the calls. */
+typedef struct td_plan_comm {
+  double bytes[TD_GROUP_COUNT][TD_COLL_KINDS];
+  double calls[TD_GROUP_COUNT][TD_COLL_KINDS];
+} td_plan_comm;
+td_status td_plan_comm_bytes(const td_config *cfg, int stage, td_plan_comm *out);
+
+/* One configuration's prediction. */
+typedef struct td_plan_result {
+  td_config cfg;          /* the configuration (resolved deck) */
+  td_mem_plan mem;        /* the rank with the most memory (first or last stage) */
+  int64_t mem_total;      /* its bytes */
+  int mem_stage;          /* its stage */
+  int fits;               /* mem_total ≤ the device's memory */
+  double over_bytes;      /* mem_total − memory when it does not fit */
+  char refused[256];      /* why trident would refuse to build it (memory unknown, fits 0),
+                             e.g. a ZeRO shard beyond MPI's int counts; "" when it builds */
+  double model_flops;     /* per step, all ranks: td_flops_per_token × tokens */
+  double hw_flops;        /* + recomputation */
+  double compute_s;       /* per step on the slowest stage: matmuls and attention */
+  double step_s, tokens_per_s;
+  double tflops;          /* model FLOP/s per device / 1e12 */
+  double hw_tflops;       /* hardware FLOP/s per device (with recompute) / 1e12 */
+  double mfu;             /* model FLOP/s per device / peak */
+  double bubble;          /* pipeline: idle over compute time, slowest stage (simulated) */
+  double eff;             /* the matmul efficiency used */
+  double comm_s[TD_GROUP_COUNT];    /* time in each group's communication per step */
+  double exposed_s[TD_GROUP_COUNT]; /* ... of it not overlapped with compute */
+  double comm_bytes;      /* per step, the largest stage's rank (metrics comm_bytes) */
+  double optim_s;         /* the optimizer step (memory bound) */
+} td_plan_result;
+
+/* Predict cfg (a checked deck: its grid, schedule, ZeRO stage, ...) on
+ * cluster c. Not collective; allocates nothing of the model's. */
+td_status td_plan_eval(const td_config *cfg, const td_cluster *c, td_plan_result *out);
+
+/* Name of a group for output ("tp", "dp", "pp", "embed", "cp"). */
+const char *td_plan_group_name(int group);
+
+#endif

@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""Published large runs vs `trident plan`, from the shipped cluster files alone
+(global constants; no per-row tuning). Each row is the paper's configuration
+(grid, batch, recomputation, schedule) as --set overrides of a deck in this
+folder; the predicted TFLOP/s per GPU must be within ±15% of the published
+figure. Narayanan et al. 2021 count hardware FLOPs (with the recomputation,
+their 96·B·s·l·h² formula): compared with hw_tflops_per_device; Llama 3
+counts model FLOPs (no recomputation): tflops_per_device.
+
+    /usr/bin/python3 tests/plan/published.py build/trident [--markdown]
+"""
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def interleaved(layers, pp, v):
+    """Chunks of pp·v: first and last one layer less (Llama 3 §3.3.2)."""
+    n = pp * v
+    per = (layers + 2) // n
+    s = [per] * n
+    s[0] -= 1
+    s[-1] -= 1
+    assert sum(s) == layers, (layers, pp, v, s)
+    return "[" + ",".join(map(str, s)) + "]"
+
+
+ROWS = [
+    # name, deck, cluster, sets, published TFLOP/s per GPU, MFU, key
+    ("Megatron-LM 1.7B, 32 A100 (tp 1, pp 1, batch 512)", "megatron-gpt.yaml", "dgx-a100.yaml",
+     ["parallel.dp=32"], 137, 0.44, "hw_tflops_per_device"),
+    ("Megatron-LM 1T, 3072 A100 (tp 8, pp 64, batch 3072)", "megatron-gpt.yaml", "dgx-a100.yaml",
+     ["model.layers=128", "model.dim=25600", "model.heads=160", "parallel.dp=6", "parallel.tp=8",
+      "parallel.pp=64", "training.global_batch=3072", "parallel.pp_schedule=interleaved",
+      "parallel.virtual_stages=2"], 163, 0.52, "hw_tflops_per_device"),
+    ("Llama 3 405B, 8192 H100 (tp 8, pp 16, dp 64, s 8192)", "llama3-405b.yaml", "dgx-h100.yaml",
+     ["parallel.virtual_stages=4", "parallel.stage_layers=" + interleaved(126, 16, 4)], 430, 0.43,
+     "tflops_per_device"),
+    ("Llama 3 405B, 16384 H100 (tp 8, pp 16, dp 128, s 8192)", "llama3-405b.yaml", "dgx-h100.yaml",
+     ["parallel.dp=128", "parallel.virtual_stages=4", "parallel.stage_layers=" + interleaved(126, 16, 4)],
+     400, 0.41, "tflops_per_device"),
+    ("Llama 3 405B, 16384 H100 (tp 8, cp 16, pp 16, dp 8, s 131072)", "llama3-405b.yaml",
+     "dgx-h100.yaml",
+     ["parallel.dp=8", "parallel.cp=16", "model.seq_len=131072", "training.global_batch=128",
+      "parallel.virtual_stages=4", "parallel.stage_layers=" + interleaved(126, 16, 4)], 380, 0.38,
+     "tflops_per_device"),
+]
+
+
+# Rows the model misses by more than ±15%, with the term that is wrong
+# (docs/plan.md). They must stay within ±20% (no constant is bent to fit).
+KNOWN = {
+    "Megatron-LM 1T, 3072 A100 (tp 8, pp 64, batch 3072)":
+        "pp and tp terms: trident sends full-width fp32 activations between stages from every tp "
+        "rank and sums fp32 in tp; Megatron sends bf16 split over tp (scatter-gather) and overlaps",
+    "Llama 3 405B, 16384 H100 (tp 8, pp 16, dp 128, s 8192)":
+        "bubble: 16 micro-batches over 16 stages at v = 4 simulated as 0.41; Llama 3's tuned schedule "
+        "(more chunks, asynchronous p2p) hides more of it",
+}
+
+
+def predict(trident, deck, cluster, sets):
+    cmd = [trident, "plan", os.path.join(HERE, deck), "--cluster",
+           os.path.join(ROOT, "inputs", "clusters", cluster), "--json"]
+    for s in sets:
+        cmd += ["--set", s]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return json.loads(out)[0]
+
+
+def main():
+    trident = sys.argv[1]
+    md = "--markdown" in sys.argv
+    bad = 0
+    if md:
+        print("| run | published TFLOP/s (MFU) | predicted | error | bubble | exposed tp / dp / pp / cp s | step s |")
+        print("|---|---:|---:|---:|---:|---|---:|")
+    for name, deck, cluster, sets, pub, mfu, key in ROWS:
+        x = predict(trident, deck, cluster, sets)
+        got = x[key]
+        err = got / pub - 1
+        ok = abs(err) <= 0.15 or (name in KNOWN and abs(err) <= 0.20)
+        bad += not ok
+        c = x["comm"]
+        exp = " / ".join("%.2f" % c[g]["exposed_s"] for g in ("tp", "dp", "pp", "cp"))
+        if md:
+            print("| %s | %d (%d%%) | %.0f (%.0f%%) | %+.0f%%%s | %.3f | %s | %.2f |" % (
+                name, pub, round(100 * mfu), got, 100 * x["mfu"], 100 * err, " (known: see below)" if name in KNOWN else "",
+                x["bubble"], exp, x["step_s"]))
+        else:
+            print("%-70s published %4d predicted %6.1f (%+5.1f%%) bubble %.3f exposed %s %s" % (
+                name, pub, got, 100 * err, x["bubble"], exp, "ok" if ok else "OUTSIDE ±15%"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
