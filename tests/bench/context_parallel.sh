@@ -39,7 +39,7 @@ export OMP_NUM_THREADS=1 HWLOC_PLUGINS_BLACKLIST=hwloc_pci
 mkdir -p "$work"
 corpus=$work/corpus.h5
 [ -f "$corpus" ] || "$trident" prepare --out "$corpus" --val-fraction 0.1 /usr/share/common-licenses >/dev/null
-echo "context_parallel: $(nproc --all) cores ($(nproc) available), load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%F)"
+echo "context_parallel: $(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%F)"
 for r in $(seq 1 "$rounds"); do
   for cp in $cps; do
     dir=$work/r${r}_cp$cp
