@@ -23,19 +23,22 @@ if(TD_CUDA_EMULATE)
   # AddressSanitizer, so the grids stay small
   # Bounds: losses and grad_norm as the CPU grids (fp32 1e-4; bf16 the
   # mixed-precision bounds of precision.cmake). Final parameters after 4
-  # AdamW steps: within 5e-3 (fp32) and 0.25 (bf16) of each tensor's
+  # AdamW steps: within 5e-3 (fp32) and 0.5 (bf16) of each tensor's
   # max|p_ref|. AdamW turns a rounding-sized gradient into a step-sized update
   # (±lr whatever its size), so where a gradient is near zero the two
   # back-ends' summation orders can flip one update; a tensor that started at
   # zero (biases) holds only 4 updates, so one flipped update is a large
   # fraction of it (measured: 2.2e-3 fp32 at tp 2, 0.21 bf16 on one rank,
-  # both on c_attn/c_proj biases, with losses equal to 2e-5).
+  # both on c_attn/c_proj biases, with losses equal to 2e-5). bf16: 0.5 —
+  # on a CPU with bf16 instructions (AVX512-BF16) the CPU reference's
+  # products round differently from the device's, and the same bias moved
+  # 0.36 (one rank) and 0.34 (dp 2 × tp 2) of its max, losses within 2e-5.
   set(_cu_work ${CMAKE_CURRENT_BINARY_DIR}/cudaemu_grid)
   set(_cu ${TD_CUDAEMU_TRAIN} --param-rtol 5e-3)
   set(_small ${TD_CUDAEMU_SMALL} --set eval.batches=1)
   set(_bf16 --set training.precision=bf16)
-  set(_bf16_tol --norm-rtol 3e-3 --param-rtol 0.25)
-  set(_bf16_tol_tp --loss-rtol 1e-3 --norm-rtol 1e-2 --param-rtol 0.25)
+  set(_bf16_tol --norm-rtol 3e-3 --param-rtol 0.5)
+  set(_bf16_tol_tp --loss-rtol 1e-3 --norm-rtol 1e-2 --param-rtol 0.5)
   set(_llama --deck ${PROJECT_SOURCE_DIR}/inputs/llama-tiny.yaml)
   set(_cu_tests "")
   # td_cudaemu_grid(NAME grid_invariance.sh arguments...)
