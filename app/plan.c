@@ -46,6 +46,8 @@ static const ckey k_ckeys[] = {
        "fraction of peak reached on small matmuls"),
     CK("device.small_matmul_dim", small_dim, 0, 1, 0, 1e9, 1,
        "a matmul is small when its smallest dimension is below this"),
+    CK("device.baseline_mib", baseline, 0, 1048576.0, 0, 1e9, 0,
+       "resident MiB a rank holds besides trident's buffers (MPI, libraries), default 0"),
     CK("links.intra.gbps", intra.bw, 0, 1e9, 1e-6, 1e6, 1, "intra-node bandwidth per device, GB/s"),
     CK("links.intra.latency_us", intra.lat, 0, 1e-6, 0, 1e7, 1, "intra-node latency, µs"),
     CK("links.inter.gbps", inter.bw, 0, 1e9, 1e-6, 1e6, 1, "inter-node bandwidth per device, GB/s"),
@@ -122,6 +124,7 @@ void td_cluster_print(const td_cluster *c, FILE *out) {
           c->peak_bf16 / 1e12);
   fprintf(out, "  matmul_efficiency: %.3f\n  small_matmul_efficiency: %.3f\n"
           "  small_matmul_dim: %.0f\n", c->eff_large, c->eff_small, c->small_dim);
+  if (c->baseline > 0) fprintf(out, "  baseline_mib: %.1f\n", c->baseline / 1048576.0);
   fprintf(out, "links:\n  intra: {gbps: %.4f, latency_us: %.2f}\n"
           "  inter: {gbps: %.4f, latency_us: %.2f}\n", c->intra.bw / 1e9, c->intra.lat * 1e6,
           c->inter.bw / 1e9, c->inter.lat * 1e6);
@@ -289,6 +292,7 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
   double *fs = NULL, *bs = NULL, *ws = NULL;
   memset(r, 0, sizeof *r);
   r->cfg = *c;
+  r->baseline = cl->baseline;
   /* a configuration the allocating code refuses still gets its time (the
    * published runs are larger than some of trident's limits) */
   td_status ms = plan_memory(c, r);
@@ -298,8 +302,9 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
     td_error_clear();
     r->mem_total = 0, r->fits = 0, r->over_bytes = 0;
   } else {
-    r->fits = (double)r->mem_total <= cl->mem_bytes;
-    r->over_bytes = r->fits ? 0.0 : (double)r->mem_total - cl->mem_bytes;
+    double need = (double)r->mem_total + cl->baseline;
+    r->fits = need <= cl->mem_bytes;
+    r->over_bytes = r->fits ? 0.0 : need - cl->mem_bytes;
   }
 
   td_model_dims d;
