@@ -37,6 +37,8 @@ typedef struct td_cluster {
   double eff_large, eff_small; /* matmul efficiency (of peak) for large and small shapes */
   double small_dim;            /* a matmul whose smallest dimension is below this is small */
   td_link intra, inter;
+  double att_rate;             /* FLOP/s of the attention kernels (their 12·A·T per token,
+                                  device.attention_tflops); 0: at the matmul rate */
   double baseline;             /* bytes a rank holds besides trident's buffers (MPI, libraries,
                                   the back-end), device.baseline_mib; 0 when not calibrated */
 } td_cluster;
@@ -52,6 +54,7 @@ void td_cluster_print(const td_cluster *c, FILE *out);
  * all-reduce latency (s) and bandwidth (bytes/s), the all-reduce's raw times. */
 typedef struct td_calibration {
   double large[2], small[2];
+  double att;  /* attention kernels, fp32, forward + backward */
   double p2p_lat, p2p_bw, ar_lat, ar_bw, ar_small_s, ar_big_s;
 } td_calibration;
 
