@@ -1,5 +1,5 @@
 /* cmd_plan.c — `trident plan DECK --cluster FILE [--ranks N] [--top K]
- * [--json] [--emit]`: the configurations of N ranks that fit, best first,
+ * [--json] [--emit]`, or `mpiexec -n 2 trident plan --calibrate`: the configurations of N ranks that fit, best first,
  * with predicted memory, step time, MFU, bubble and communication
  * (app/td_plan.h); with --set parallel.* one given configuration. */
 #include <stdio.h>
@@ -74,7 +74,7 @@ static void print_json(const results *rs, int top) {
            "\"act_bytes\": %lld, \"over_bytes\": %.0f, \"step_s\": %.6g, \"tokens_per_s\": %.6g, "
            "\"tflops_per_device\": %.6g, \"hw_tflops_per_device\": %.6g, \"mfu\": %.6g, "
            "\"bubble\": %.6g, \"matmul_efficiency\": %.4g, \"compute_s\": %.6g, "
-           "\"optimizer_s\": %.6g, \"comm_bytes\": %.0f, \"refused\": \"%s\", \"comm\": {",
+           "\"optimizer_s\": %.6g, \"comm_bytes\": %.0f, \"baseline_bytes\": %.0f, \"refused\": \"%s\", \"comm\": {",
            i ? "," : "", (long long)c->parallel_dp, (long long)c->parallel_cp,
            (long long)c->parallel_tp, (long long)c->parallel_pp, (long long)c->parallel_zero,
            (long long)td_config_micro_batch(c), c->parallel_pp_schedule,
@@ -83,7 +83,7 @@ static void print_json(const results *rs, int top) {
            r->mem_stage, (long long)r->mem.param, (long long)r->mem.grad,
            (long long)r->mem.optim, (long long)r->mem.work, (long long)r->mem.act,
            r->over_bytes, r->step_s, r->tokens_per_s, r->tflops, r->hw_tflops, r->mfu, r->bubble,
-           r->eff, r->compute_s, r->optim_s, r->comm_bytes, why);
+           r->eff, r->compute_s, r->optim_s, r->comm_bytes, r->baseline, why);
     for (int g = 0; g < TD_GROUP_COUNT; ++g)
       printf("%s\"%s\": {\"s\": %.6g, \"exposed_s\": %.6g}", g ? ", " : "", td_plan_group_name(g),
              r->comm_s[g], r->exposed_s[g]);
@@ -242,7 +242,7 @@ td_status td_cmd_plan(td_app *app, int argc, char **argv) {
   td_deck_args a;
   td_status st = td_app_deck_args("plan", argc, argv, &a);
   const char *cluster = NULL;
-  int ranks = 0, top = 10, json = 0, emit = 0;
+  int ranks = 0, top = 10, json = 0, emit = 0, calibrate = 0;
   for (int i = 0; st == TD_OK && i < a.nrest; ++i) {
     const char *o = a.rest[i];
     if (strcmp(o, "--cluster") == 0 && i + 1 < a.nrest) cluster = a.rest[++i];
@@ -250,14 +250,29 @@ td_status td_cmd_plan(td_app *app, int argc, char **argv) {
     else if (strcmp(o, "--top") == 0 && i + 1 < a.nrest) top = atoi(a.rest[++i]);
     else if (strcmp(o, "--json") == 0) json = 1;
     else if (strcmp(o, "--emit") == 0) emit = 1;
+    else if (strcmp(o, "--calibrate") == 0) calibrate = 1;
     else
       st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
                         "trident plan: unknown option '%s' (see trident plan --help)", o);
   }
+  if (calibrate) {
+    /* every rank measures; rank 0 prints the cluster file */
+    td_cluster cl;
+    td_calibration cal;
+    if (st == TD_OK) st = td_plan_calibrate(app->world, &cl, &cal);
+    TD_CHECK(td_agree(app->world, st));
+    if (app->rank == 0) {
+      td_calibration_print(&cal, stdout);
+      td_cluster_print(&cl, stdout);
+      fflush(stdout);
+    }
+    return TD_OK;
+  }
   if (st == TD_OK && (!a.deck || !cluster))
     st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
                       "trident plan: usage: trident plan DECK --cluster FILE [--ranks N] "
-                      "[--top K] [--json] [--emit] [--set k.k=v]...");
+                      "[--top K] [--json] [--emit] [--set k.k=v]... | mpiexec -n 2 trident "
+                      "plan --calibrate > cluster.yaml");
   if (st == TD_OK && (ranks < 0 || top < 1))
     st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
                       "trident plan: --ranks and --top take positive numbers");

@@ -75,7 +75,10 @@ static const command k_commands[] = {
      "  --top K                print the best K (default 10)\n"
      "  --json                 a JSON array, best first, one object per configuration\n"
      "  --emit                 print the --set overrides of the best configuration\n"
-     "  --set parallel.k=v     predict this one configuration of the deck instead\n"},
+     "  --set parallel.k=v     predict this one configuration of the deck instead\n"
+     "  --calibrate            measure this machine (gemm rates, memory bandwidth, MPI\n"
+     "                         latency/bandwidth, the process baseline) and print a\n"
+     "                         cluster file: mpiexec -n 2 trident plan --calibrate\n"},
     {"ckpt", td_cmd_ckpt, "trident ckpt info FILE",
      "Show a checkpoint: step, tokens seen, saved grid, model config, every tensor with its\n"
      "shape and checksum status.\n"},

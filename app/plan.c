@@ -46,6 +46,10 @@ static const ckey k_ckeys[] = {
        "fraction of peak reached on small matmuls"),
     CK("device.small_matmul_dim", small_dim, 0, 1, 0, 1e9, 1,
        "a matmul is small when its smallest dimension is below this"),
+    CK("device.attention_tflops", att_rate, 0, 1e12, 0, 1e6, 0,
+       "attention kernels' rate (12·A·T FLOPs per token), TFLOP/s; default: the matmul rate"),
+    CK("device.baseline_mib", baseline, 0, 1048576.0, 0, 1e9, 0,
+       "resident MiB a rank holds besides trident's buffers (MPI, libraries), default 0"),
     CK("links.intra.gbps", intra.bw, 0, 1e9, 1e-6, 1e6, 1, "intra-node bandwidth per device, GB/s"),
     CK("links.intra.latency_us", intra.lat, 0, 1e-6, 0, 1e7, 1, "intra-node latency, µs"),
     CK("links.inter.gbps", inter.bw, 0, 1e9, 1e-6, 1e6, 1, "inter-node bandwidth per device, GB/s"),
@@ -122,6 +126,8 @@ void td_cluster_print(const td_cluster *c, FILE *out) {
           c->peak_bf16 / 1e12);
   fprintf(out, "  matmul_efficiency: %.3f\n  small_matmul_efficiency: %.3f\n"
           "  small_matmul_dim: %.0f\n", c->eff_large, c->eff_small, c->small_dim);
+  if (c->att_rate > 0) fprintf(out, "  attention_tflops: %.4f\n", c->att_rate / 1e12);
+  if (c->baseline > 0) fprintf(out, "  baseline_mib: %.1f\n", c->baseline / 1048576.0);
   fprintf(out, "links:\n  intra: {gbps: %.4f, latency_us: %.2f}\n"
           "  inter: {gbps: %.4f, latency_us: %.2f}\n", c->intra.bw / 1e9, c->intra.lat * 1e6,
           c->inter.bw / 1e9, c->inter.lat * 1e6);
@@ -289,6 +295,7 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
   double *fs = NULL, *bs = NULL, *ws = NULL;
   memset(r, 0, sizeof *r);
   r->cfg = *c;
+  r->baseline = cl->baseline;
   /* a configuration the allocating code refuses still gets its time (the
    * published runs are larger than some of trident's limits) */
   td_status ms = plan_memory(c, r);
@@ -298,8 +305,9 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
     td_error_clear();
     r->mem_total = 0, r->fits = 0, r->over_bytes = 0;
   } else {
-    r->fits = (double)r->mem_total <= cl->mem_bytes;
-    r->over_bytes = r->fits ? 0.0 : (double)r->mem_total - cl->mem_bytes;
+    double need = (double)r->mem_total + cl->baseline;
+    r->fits = need <= cl->mem_bytes;
+    r->over_bytes = r->fits ? 0.0 : need - cl->mem_bytes;
   }
 
   td_model_dims d;
@@ -316,6 +324,7 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
    * terms over 3: forward is a third of training), and the head's */
   double A = (double)(d.H * d.HS), T = (double)d.T;
   double blk_f = (2.0 * (double)d.block_matmul + 4.0 * A * T) / tp;
+  double blk_mm = 2.0 * (double)d.block_matmul / tp, blk_att = 4.0 * A * T / tp;
   double head_f = 2.0 * (double)d.V * (double)d.C / tp;
   /* recomputation in hardware FLOPs: blocks → every block's forward again;
    * attention → the attention scores (Q·Kᵀ) again */
@@ -328,6 +337,10 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
   double dim = rows < width ? rows : width;
   r->eff = dim < cl->small_dim ? cl->eff_small : cl->eff_large;
   double peak = bf16 ? cl->peak_bf16 : cl->peak_fp32, rate = peak * r->eff;
+  /* the attention kernels (scores, softmax, att·V) at their own calibrated
+   * rate when the cluster file has one */
+  double att_rate = cl->att_rate > 0 ? cl->att_rate : rate;
+  double blk_s = blk_mm / rate + blk_att / att_rate; /* seconds per token of one block's forward */
 
   /* communication per stage: times per step from the bytes */
   int stride[TD_GROUP_COUNT] = {1, tp, tp * cp * dp, tp * cp * dp * (pp - 1), tp};
@@ -385,9 +398,10 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
       int mc = td_sched_model_chunk(s, stage, k);
       td_config_chunk_layers(c, mc, &first, &count);
       double toks = (double)B * T / cp;
-      double f = toks * (double)count * blk_f / rate;
+      double f = toks * (double)count * blk_s;
       if (mc == pp * s->v - 1) f += toks * head_f / rate;
-      double rec = toks * (double)count * rec_f / rate;
+      double rec = toks * (double)count *
+                   (blocks ? blk_s : attn ? 2.0 * A * T / tp / att_rate : 0.0);
       double cm = comm_micro * (double)count;
       fs[stage * s->v + k] = f + cm / 3.0;
       if (split) {

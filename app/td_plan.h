@@ -12,7 +12,9 @@
 #ifndef TD_PLAN_H
 #define TD_PLAN_H
 
+#include <mpi.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "app/td_config.h"
 #include "app/td_trainer.h"
@@ -35,6 +37,10 @@ typedef struct td_cluster {
   double eff_large, eff_small; /* matmul efficiency (of peak) for large and small shapes */
   double small_dim;            /* a matmul whose smallest dimension is below this is small */
   td_link intra, inter;
+  double att_rate;             /* FLOP/s of the attention kernels (their 12·A·T per token,
+                                  device.attention_tflops); 0: at the matmul rate */
+  double baseline;             /* bytes a rank holds besides trident's buffers (MPI, libraries,
+                                  the back-end), device.baseline_mib; 0 when not calibrated */
 } td_cluster;
 
 /* Read and check a cluster file; errors name the file, line:column and key
@@ -42,6 +48,23 @@ typedef struct td_cluster {
 td_status td_cluster_load(const char *path, td_cluster *out);
 /* Print it as a cluster file (--calibrate). */
 void td_cluster_print(const td_cluster *c, FILE *out);
+
+/* What --calibrate measured besides the cluster file: matmul FLOP/s at
+ * large and small shapes ([0] fp32, [1] bf16), MPI point-to-point and
+ * all-reduce latency (s) and bandwidth (bytes/s), the all-reduce's raw times. */
+typedef struct td_calibration {
+  double large[2], small[2];
+  double att;  /* attention kernels, fp32, forward + backward */
+  double p2p_lat, p2p_bw, ar_lat, ar_bw, ar_small_s, ar_big_s;
+} td_calibration;
+
+/* Measure this machine (app/plan_calibrate.c): the CPU back-end's gemm rate
+ * per precision, memory bandwidth, MPI between ranks 0 and 1, the process's
+ * resident baseline; c is a cluster file of one node of comm's ranks (the
+ * same on every rank). Needs 2 ranks or more. Collective on comm. */
+td_status td_plan_calibrate(MPI_Comm comm, td_cluster *c, td_calibration *cal);
+/* The measurements as comment lines of a cluster file. */
+void td_calibration_print(const td_calibration *cal, FILE *out);
 
 /* Bytes one rank sends and receives per optimizer step, counted as the
  * collectives count them (parallel/coll_mpi.c, zero.c, pipeline.c: ring
@@ -59,7 +82,8 @@ typedef struct td_plan_result {
   td_mem_plan mem;        /* the rank with the most memory (first or last stage) */
   int64_t mem_total;      /* its bytes */
   int mem_stage;          /* its stage */
-  int fits;               /* mem_total ≤ the device's memory */
+  double baseline;        /* the cluster's process baseline (device.baseline_mib), bytes */
+  int fits;               /* mem_total + baseline ≤ the device's memory */
   double over_bytes;      /* mem_total − memory when it does not fit */
   char refused[256];      /* why trident would refuse to build it (memory unknown, fits 0),
                              e.g. a ZeRO shard beyond MPI's int counts; "" when it builds */

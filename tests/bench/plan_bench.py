@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""`trident plan` against reality on this machine, in one run: calibrate
+(mpiexec -n 2 trident plan --calibrate), predict each configuration of the
+small deck at 2 ranks from that cluster file, train it, compare.
+
+    /usr/bin/python3 tests/bench/plan_bench.py TRIDENT MPIEXEC WORK
+        [--steps N] [--reduced] [--check MAE SPEARMAN MEM]
+
+Measured step time: the median of metrics.jsonl step_ms over steps 2..N
+(step 1 warms up). Measured memory: metrics mem_bytes of the last step (the
+peak RSS, largest rank); predicted: mem_bytes_per_rank (trident's buffers,
+the size query) + baseline_bytes (the calibrated process baseline, a term of
+its own). Prints a markdown table, the median absolute step-time error, the
+Spearman correlation of the rankings and the worst memory error; with
+--check exits 1 when the error is above MAE, the correlation below SPEARMAN
+or a memory error above MEM (fractions)."""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DECK = os.path.join(ROOT, "inputs", "small.yaml")
+BASE = ["training.global_batch=8", "schedule.warmup=1", "eval.every=0", "checkpoint.every=0", "checkpoint.resume=never"]
+CONFIGS = [  # name, overrides (2 ranks)
+    ("dp 2, ZeRO 0", ["parallel.dp=2", "parallel.zero=0"]),
+    ("dp 2, ZeRO 1", ["parallel.dp=2", "parallel.zero=1"]),
+    ("dp 2, ZeRO 2, mb 2", ["parallel.dp=2", "parallel.zero=2", "parallel.micro_batch=2"]),
+    ("dp 2, ZeRO 3, mb 2", ["parallel.dp=2", "parallel.zero=3", "parallel.micro_batch=2"]),
+    ("tp 2", ["parallel.tp=2"]),
+    ("tp 2, sp", ["parallel.tp=2", "parallel.sequence_parallel=true"]),
+    ("pp 2, 1f1b, mb 1", ["parallel.pp=2", "parallel.micro_batch=1", "parallel.pp_schedule=1f1b"]),
+    ("pp 2, 1f1b, mb 4", ["parallel.pp=2", "parallel.micro_batch=4", "parallel.pp_schedule=1f1b"]),
+    ("pp 2, zb-h1, mb 1", ["parallel.pp=2", "parallel.micro_batch=1", "parallel.pp_schedule=zb-h1"]),
+    ("pp 2, gpipe, mb 2", ["parallel.pp=2", "parallel.micro_batch=2", "parallel.pp_schedule=gpipe"]),
+]
+REDUCED = ["dp 2, ZeRO 0", "dp 2, ZeRO 3, mb 2", "tp 2", "pp 2, 1f1b, mb 1"]
+
+
+def sets(xs):
+    return sum([["--set", s] for s in xs], [])
+
+
+def ranks(v):
+    order = sorted(range(len(v)), key=lambda i: v[i])
+    r = [0.0] * len(v)
+    for k, i in enumerate(order):
+        r[i] = float(k)
+    return r
+
+
+def spearman(a, b):
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.mean(ra), statistics.mean(rb)
+    num = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    den = (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
+    return num / den if den else 0.0
+
+
+def main():
+    a = sys.argv[1:]
+    trident, mpiexec, work = a[0], a[1], a[2]
+    steps = int(a[a.index("--steps") + 1]) if "--steps" in a else 20
+    configs = [c for c in CONFIGS if "--reduced" not in a or c[0] in REDUCED]
+    check = [float(x) for x in a[a.index("--check") + 1:a.index("--check") + 4]] if "--check" in a else None
+    os.makedirs(work, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", HWLOC_PLUGINS_BLACKLIST="hwloc_pci")
+    data = os.path.join(work, "corpus.h5")
+    if not os.path.exists(data):
+        txt = os.path.join(work, "corpus.txt")
+        with open(txt, "w") as f:
+            f.write(open(os.path.join(ROOT, "README.md")).read() * 20)
+        subprocess.run([trident, "prepare", "--out", data, txt], check=True, capture_output=True)
+    cluster = os.path.join(work, "cluster.yaml")
+    cal = subprocess.run([mpiexec, "-n", "2", trident, "plan", "--calibrate"], check=True,
+                         capture_output=True, text=True, env=env).stdout
+    open(cluster, "w").write(cal)
+    print("## calibrated cluster file (%s)\n\n```\n%s```\n" % (time.strftime("%Y-%m-%d %H:%M"), cal))
+    rows = []
+    for name, over in configs:
+        args = sets(over + BASE + ["data.train=" + data, "training.steps=%d" % steps,
+                                   "run.out_dir=" + os.path.join(work, name.replace(" ", "").replace(",", "_"))])
+        p = json.loads(subprocess.run([trident, "plan", DECK, "--cluster", cluster, "--json"] + args,
+                                      check=True, capture_output=True, text=True).stdout)[0]
+        out = [x for x in args if x.startswith("run.out_dir=")][0].split("=", 1)[1]
+        subprocess.run([mpiexec, "-n", "2", trident, "train", DECK] + args, check=True,
+                       capture_output=True, env=env)
+        m = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+        m = [r for r in m if "step_ms" in r]
+        meas_s = statistics.median(r["step_ms"] for r in m[1:]) / 1e3
+        meas_mem = m[-1]["mem_bytes"]
+        pred_mem = p["mem_bytes_per_rank"] + p["baseline_bytes"]
+        rows.append((name, p["step_s"], meas_s, p["mem_bytes_per_rank"], p["baseline_bytes"], pred_mem,
+                     meas_mem, p["bubble"], p["compute_s"]))
+        sys.stderr.write("%s: predicted %.3f s measured %.3f s\n" % (name, p["step_s"], meas_s))
+    mib = 1048576.0
+    print("| configuration | predicted step ms | measured ms | error | predicted MiB (buffers + baseline) | measured peak RSS MiB | error |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    errs, merrs = [], []
+    for name, ps, ms, buf, base, pm, mm, bub, comp in rows:
+        e, me = ps / ms - 1, pm / mm - 1
+        errs.append(abs(e)), merrs.append(abs(me))
+        print("| %s | %.1f | %.1f | %+.0f%% | %.1f (%.1f + %.1f) | %.1f | %+.1f%% |" % (
+            name, ps * 1e3, ms * 1e3, 100 * e, pm / mib, buf / mib, base / mib, mm / mib, 100 * me))
+    mae = statistics.median(errs)
+    rho = spearman([r[1] for r in rows], [r[2] for r in rows])
+    print("\n%d configurations, %d steps each: median absolute step-time error %.1f%%, Spearman %.2f, "
+          "worst memory error %.1f%%" % (len(rows), steps, 100 * mae, rho, 100 * max(merrs)))
+    if check:
+        ok = mae <= check[0] and rho >= check[1] and max(merrs) <= check[2]
+        print("check (error ≤ %.0f%%, Spearman ≥ %.2f, memory ≤ %.0f%%): %s" % (
+            100 * check[0], check[1], 100 * check[2], "ok" if ok else "FAILED"))
+        return 0 if ok else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
