@@ -50,3 +50,11 @@ td_status td_kernels_xent_args(int64_t N, int64_t Vs, int64_t Vvalid) {
              (long long)Vvalid);
   return TD_OK;
 }
+
+td_status td_kernels_copy2d_args(int64_t rows, int64_t cols, int64_t ldd, int64_t lds) {
+  TD_REQUIRE(rows >= 0 && cols >= 0 && ldd >= cols && lds >= cols, TD_ERR_USAGE,
+             "copy2d: expected rows, cols >= 0 and strides >= cols, got rows=%lld cols=%lld "
+             "ldd=%lld lds=%lld",
+             (long long)rows, (long long)cols, (long long)ldd, (long long)lds);
+  return TD_OK;
+}

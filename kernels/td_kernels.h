@@ -253,7 +253,7 @@ struct td_kernels {
 
 /* The size checks of the ops whose arguments relate (kernels/args.c), made
  * by every back-end, with one wording: gqa_fwd/gqa_bwd (and attention_*),
- * rope, the three xent ops. TD_ERR_USAGE naming the op and the values. */
+ * rope, the three xent ops, copy2d. TD_ERR_USAGE naming the op and the values. */
 td_status td_kernels_gqa_args(int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t NH,
                               int64_t KV, int64_t HS);
 /* pos (may be NULL) describes T rows: half ≤ T, 0 ≤ p0, p0 + half ≤ p1,
@@ -262,6 +262,7 @@ td_status td_kernels_pos_args(const char *op, const td_pos *pos, int64_t T);
 td_status td_kernels_rope_args(int64_t B, int64_t T, int64_t H, int64_t HS, int64_t ld,
                                float theta);
 td_status td_kernels_xent_args(int64_t N, int64_t Vs, int64_t Vvalid);
+td_status td_kernels_copy2d_args(int64_t rows, int64_t cols, int64_t ldd, int64_t lds);
 
 /* Create the CPU back-end with `threads` OpenMP threads (0: leave as is). */
 td_status td_kernels_cpu_create(int threads, td_kernels **out);

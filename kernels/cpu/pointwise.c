@@ -55,10 +55,7 @@ td_status td_cpu_cast(td_kernels *k, void *dst, td_dtype dt, const void *src, td
  * floats; no overlap. */
 td_status td_cpu_copy2d(td_kernels *k, float *dst, int64_t ldd, const float *src, int64_t lds,
                         int64_t rows, int64_t cols) {
-  TD_REQUIRE(rows >= 0 && cols >= 0 && ldd >= cols && lds >= cols, TD_ERR_USAGE,
-             "copy2d: expected rows, cols >= 0 and strides >= cols, got rows=%lld cols=%lld "
-             "ldd=%lld lds=%lld",
-             (long long)rows, (long long)cols, (long long)ldd, (long long)lds);
+  TD_CHECK(td_kernels_copy2d_args(rows, cols, ldd, lds));
   if (rows == 0 || cols == 0) return TD_OK;
 #pragma omp parallel for schedule(static) if (rows * cols > TD_PW_MIN)
   for (int64_t r = 0; r < rows; r++)
