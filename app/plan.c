@@ -176,7 +176,34 @@ td_status td_plan_comm_bytes(const td_config *c, int stage, td_plan_comm *o) {
    * stage), the head's input gradient and the vocabulary-parallel
    * cross-entropy's 3 statistics per row (last stage); per step the gradient
    * norm's per-tensor sums (trainer.c grad_sumsq) */
-  if (tp > 1) {
+  if (tp > 1 && c->parallel_sequence_parallel) {
+    /* sequence parallel (model.c sp_gather/sp_scatter; ring volume (p − 1)/p
+     * of the whole): per layer forward 2 all-gathers of a norm output (the
+     * activation type) and 2 reduce-scatters (float32); backward 2 gathers of
+     * the residual gradient, 2 re-gathers of the norm outputs for the weight
+     * gradients, 2 reduce-scatters, and the replicated gradients summed once
+     * (rep_flush: 6C floats GPT-2, 2C LLaMA); blocks recomputation repeats
+     * the forward's. First stage: the embedding's reduce-scatter and its
+     * gradient's gather; last stage: the final norm gathered (forward and
+     * again in backward), the input gradient reduce-scattered, its norm's
+     * gradient summed (2C GPT-2, C LLaMA), the cross-entropy's statistics
+     * over all rows (as without sp) */
+    double f = (double)(tp - 1) / tp, at = bf16 ? 2.0 : 4.0, part = f * Nf * C;
+    double rep = d.llama ? 2.0 * C : 6.0 * C, repf = d.llama ? C : 2.0 * C;
+    double ag_at = (double)L * (4.0 + (blocks ? 2.0 : 0.0)), ag_f32 = (double)L * 2.0;
+    double rs = (double)L * (4.0 + (blocks ? 2.0 : 0.0)), arr = (double)L;
+    double ag_bytes = ag_at * part * at + ag_f32 * part * 4.0, rs_bytes = rs * part * 4.0;
+    double ar_bytes = (double)L * ar(tp, rep, 4.0);
+    if (first_stage) ag_f32 += 1, ag_bytes += part * 4.0, rs += 1, rs_bytes += part * 4.0;
+    if (last_stage) {
+      ag_at += 2, ag_bytes += 2.0 * part * at, rs += 1, rs_bytes += part * 4.0;
+      arr += 3, ar_bytes += ar(tp, repf, 4.0) + ar(tp, 3.0 * Nf, 4.0);
+    }
+    add(o, TD_GROUP_TP, TD_COLL_ALLGATHER, (double)m * ag_bytes, (double)m * (ag_at + ag_f32));
+    add(o, TD_GROUP_TP, TD_COLL_REDUCE_SCATTER, (double)m * rs_bytes, (double)m * rs);
+    add(o, TD_GROUP_TP, TD_COLL_ALLREDUCE, (double)m * ar_bytes, (double)m * arr);
+    add(o, TD_GROUP_TP, TD_COLL_ALLREDUCE, ar(tp, reg->n, 8.0), 1);
+  } else if (tp > 1) {
     double per_layer = (4.0 + (blocks ? 2.0 : 0.0)) * ar(tp, Nf * C, 4.0);
     double micro = (double)L * per_layer + (first_stage ? ar(tp, Nf * C, 4.0) : 0.0) +
                    (last_stage ? ar(tp, Nf * C, 4.0) + ar(tp, 3.0 * Nf, 4.0) : 0.0);
