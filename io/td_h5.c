@@ -392,11 +392,19 @@ static td_status read_string_obj(hid_t obj, int is_attr, const char *what,
   } else {
     size_t n = H5Tget_size(t);
     /* the size comes from the file: a damaged type must not size a buffer
-     * beyond what is stored */
+     * beyond what is stored, nor beyond the file (a damaged layout claims
+     * storage the file does not have) */
     hsize_t stored = is_attr ? H5Aget_storage_size(obj) : H5Dget_storage_size(obj);
-    if (n == 0 || (hsize_t)n > stored)
-      TD_FAIL_GOTO(TD_ERR_HDF5, "%s: a string of %zu bytes with %llu bytes stored (damaged?)",
-                   what, n, (unsigned long long)stored);
+    hsize_t fsize = 0;
+    hid_t fid = H5Iget_file_id(obj);
+    if (fid >= 0) {
+      if (H5Fget_filesize(fid, &fsize) < 0) fsize = 0;
+      H5Fclose(fid);
+    }
+    if (n == 0 || (hsize_t)n > stored || (fsize > 0 && (hsize_t)n > fsize))
+      TD_FAIL_GOTO(TD_ERR_HDF5,
+                   "%s: a string of %zu bytes with %llu bytes stored in a file of %llu bytes "
+                   "(damaged?)", what, n, (unsigned long long)stored, (unsigned long long)fsize);
     mt = H5Tcopy(t);
     if (mt < 0 || H5Tset_size(mt, n + 1) < 0 ||
         H5Tset_strpad(mt, H5T_STR_NULLTERM) < 0)
