@@ -58,7 +58,8 @@ static void print_json(const rank_info *all, int n) {
       printf(", \"%s\": %lld", keys[j], (long long)v[j]);
       if (v[j] > mx[j]) mx[j] = v[j];
     }
-    printf(", \"host_bytes\": %lld}", (long long)m->host); /* optimizer.offload's state */
+    printf(", \"host_bytes\": %lld, \"startup_bytes\": %lld}", (long long)m->host,
+           (long long)m->startup); /* optimizer.offload's state; the start-up's host copy */
     if (m->host > hmx) hmx = m->host;
   }
   printf("],\n \"max\": {");
@@ -284,6 +285,13 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
          : zero == 2 ? " (unit gradients, reduce-scatter shares)" : " (none)",
          (long long)all[0].mem.live_micro, cfg->parallel_virtual_stages > 1 ? "chunk " : "",
          all[0].mem.live_micro == 1 ? "" : "es");
+  int64_t start_max = 0;
+  for (int i = 0; i < app->size; ++i)
+    if (all[i].mem.startup > start_max) start_max = all[i].mem.startup;
+  human_bytes((double)start_max, h, sizeof h);
+  printf("start-up: while the parameters are set, a host copy of them (%s on the largest rank, "
+         "4 bytes a local parameter) exists beside these buffers; freed before the first step\n",
+         h);
   if (offload) {
     /* the rank whose device memory is largest: its host state and what moved */
     const rank_info *x = &all[0];

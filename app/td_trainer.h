@@ -29,6 +29,9 @@ typedef struct td_mem_plan {
   int64_t host;         /* optimizer.offload: the optimizer's state in host memory (not in
                            the five above; td_zero_host_bytes) */
   int64_t params_local; /* parameters of this rank's shard (td_trainer_plan) */
+  int64_t startup;      /* host bytes held only while training starts: the initial
+                           parameters' host copy (create_zero), 4 per local parameter,
+                           beside every buffer above; freed before the first step */
   int64_t live_micro;   /* activation slots (micro-batches alive at once) */
 } td_mem_plan;
 

@@ -258,6 +258,7 @@ static void mem_of(const td_config *c, const td_grid *g, const td_model *m, cons
                                                    td_model_rows(c, m->B), c->model_dim,
                                                    m->staged && !m->dcomm);
   mem->params_local = m->reg->total_local;
+  mem->startup = m->reg->total_local * (int64_t)sizeof(float); /* create_zero's `host` */
   mem->live_micro = m->nslots;
 }
 

@@ -152,11 +152,12 @@ td_status td_alloc(void **out, size_t bytes, const char *what) {
   if (bytes == 0) bytes = 64;
   void *p = NULL;
   if (bytes >= TD_HUGE) {
-    size_t rounded = (bytes + TD_HUGE - 1) / TD_HUGE * TD_HUGE;
-    if (posix_memalign(&p, TD_HUGE, rounded) != 0) p = NULL;
+    /* exactly `bytes` (the memory model counts these), aligned so that its
+     * whole huge pages can be huge; the tail is ordinary pages */
+    if (posix_memalign(&p, TD_HUGE, bytes) != 0) p = NULL;
     if (p) {
-      madvise(p, rounded, MADV_HUGEPAGE);
-      memset(p, 0, rounded);
+      madvise(p, bytes / TD_HUGE * TD_HUGE, MADV_HUGEPAGE);
+      memset(p, 0, bytes);
     }
   } else {
     if (posix_memalign(&p, 64, bytes) != 0) p = NULL;
