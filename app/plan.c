@@ -332,7 +332,12 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
     td_error_clear();
     r->mem_total = 0, r->fits = 0, r->over_bytes = 0;
   } else {
-    double need = (double)r->mem_total + cl->baseline;
+    /* the peak: every buffer, the process's own bytes and, on a CPU, the
+     * initial parameters' host copy that exists beside them at start-up (as
+     * large as ZeRO 0's gradient all-reduces in flight, whose temporaries
+     * MPICH allocates per message) */
+    if (strcmp(c->run_device, "cpu") == 0) r->startup = (double)r->mem.startup;
+    double need = (double)r->mem_total + cl->baseline + r->startup;
     r->fits = need <= cl->mem_bytes;
     r->over_bytes = r->fits ? 0.0 : need - cl->mem_bytes;
   }

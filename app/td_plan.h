@@ -83,7 +83,9 @@ typedef struct td_plan_result {
   int64_t mem_total;      /* its bytes */
   int mem_stage;          /* its stage */
   double baseline;        /* the cluster's process baseline (device.baseline_mib), bytes */
-  int fits;               /* mem_total + baseline ≤ the device's memory */
+  double startup;         /* the start-up's host copy of the parameters (mem.startup) when
+                             the device's memory is the host's (run.device cpu), else 0 */
+  int fits;               /* mem_total + baseline + startup ≤ the device's memory */
   double over_bytes;      /* mem_total − memory when it does not fit */
   char refused[256];      /* why trident would refuse to build it (memory unknown, fits 0),
                              e.g. a ZeRO shard beyond MPI's int counts; "" when it builds */

@@ -91,8 +91,8 @@ def main():
         m = [r for r in m if "step_ms" in r]
         meas_s = statistics.median(r["step_ms"] for r in m[1:]) / 1e3
         meas_mem = m[-1]["mem_bytes"]
-        pred_mem = p["mem_bytes_per_rank"] + p["baseline_bytes"]
-        rows.append((name, p["step_s"], meas_s, p["mem_bytes_per_rank"], p["baseline_bytes"], pred_mem,
+        pred_mem = p["mem_bytes_per_rank"] + p["baseline_bytes"] + p["startup_bytes"]
+        rows.append((name, p["step_s"], meas_s, p["mem_bytes_per_rank"], p["baseline_bytes"] + p["startup_bytes"], pred_mem,
                      meas_mem, p["bubble"], p["compute_s"]))
         sys.stderr.write("%s: predicted %.3f s measured %.3f s\n" % (name, p["step_s"], meas_s))
     mib = 1048576.0
