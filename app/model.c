@@ -66,11 +66,25 @@ static size_t wl_bytes(const td_model *m, int64_t *nops);
 
 /* ---- allocation ------------------------------------------------------------ */
 
-/* Allocate n elements of es bytes in the back-end and count them in
- * act_bytes; a size query (no back-end) only counts. The one place where
+/* Count n elements of es bytes in act_bytes and record them in the ledger
+ * under `what` (a static string). */
+static td_status count_alloc(td_model *m, int64_t n, size_t es, const char *what) {
+  if (m->nledger == m->ledger_cap) {
+    int cap = m->ledger_cap ? 2 * m->ledger_cap : 64;
+    td_model_alloc *p = realloc(m->ledger, (size_t)cap * sizeof *p);
+    if (!p) TD_FAIL(TD_ERR_NOMEM, "out of memory for the model's allocation ledger");
+    m->ledger = p, m->ledger_cap = cap;
+  }
+  m->ledger[m->nledger++] = (td_model_alloc){what, n, es};
+  m->act_bytes += (double)es * (double)n;
+  return TD_OK;
+}
+
+/* Allocate n elements of es bytes in the back-end and count them
+ * (count_alloc); a size query (no back-end) only counts. The one place where
  * the model's memory is decided (trident check prints it from here). */
 static td_status dev_alloc(td_model *m, void **out, int64_t n, size_t es, const char *what) {
-  m->act_bytes += (double)es * (double)n;
+  TD_CHECK(count_alloc(m, n, es, what));
   if (!m->k) return TD_OK;
   return m->k->alloc(m->k, out, (size_t)(n > 0 ? n : 1) * es, what);
 }
@@ -216,10 +230,9 @@ static td_status alloc_buffers(td_model *m) {
       m->grid->embed_comm != MPI_COMM_NULL && wte->local_numel > hs)
     hs = wte->local_numel;
   if (hs > 0) {
-    m->act_bytes += (double)hs * sizeof(float);
-    if (m->k)
-      TD_CHECK(td_alloc((void **)&m->host_stage, (size_t)hs * sizeof(float),
-                        "host staging of the model's all-reduces"));
+    const char *what = "host staging of the model's all-reduces";
+    TD_CHECK(count_alloc(m, hs, sizeof(float), what));
+    if (m->k) TD_CHECK(td_alloc((void **)&m->host_stage, (size_t)hs * sizeof(float), what));
   }
   use_chunk(m, 0);
   return TD_OK;
@@ -328,6 +341,7 @@ void td_model_destroy(td_model **mp) {
   free(m->unit_end);
   free(m->unit_param);
   free(m->unit_grad);
+  free(m->ledger);
   td_registry_destroy(&m->reg);
   free(m);
   *mp = NULL;

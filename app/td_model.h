@@ -45,6 +45,15 @@ typedef struct td_acts {
 
 typedef struct td_model td_model;
 
+/* One entry of the model's allocation ledger (td_model.ledger): a buffer
+ * counted in act_bytes. what: the description given at allocation (a
+ * static string, e.g. "activations ln1"); n elements of es bytes. */
+typedef struct td_model_alloc {
+  const char *what;
+  int64_t n;
+  size_t es;
+} td_model_alloc;
+
 /* One model chunk a rank holds (see td_model.chunks). */
 typedef struct td_model_chunk {
   int64_t L_first, L_count; /* its layers */
@@ -165,6 +174,9 @@ struct td_model {
                             embed_comm); NULL otherwise */
   double act_bytes;      /* back-end bytes of activations, scratch, tokens (and, when
                             staged, of host_stage) */
+  td_model_alloc *ledger; /* (nledger) every allocation act_bytes counts, in order
+                             (size queries too): Σ n·es = act_bytes */
+  int nledger, ledger_cap;
   int64_t valid_rows;    /* positions counted in the loss sum (default B·T;
                             evaluation of a partial micro-batch lowers it) */
   /* units (see above): flat ranges and where their elements live now */

@@ -14,7 +14,8 @@
 # staging (TD_TEST_STAGED=1) and the device collectives' test implementation
 # (TD_TEST_DCOMM=1, bf16 gathers), bit-identical (--bitwise).
 # actmem_korthikanti: the activation-memory model against the paper's
-# per-layer formulas (tests/unit/test_actmem.c).
+# per-layer formulas, and the model's allocation ledger priced at the paper's
+# storage equal to them to the byte (tests/unit/test_actmem.c).
 set(TD_SP --run-set parallel.sequence_parallel=true)
 set(TD_SP_LLAMA --deck ${PROJECT_SOURCE_DIR}/inputs/llama-tiny.yaml)
 set(TD_SP_LLAMA_WORK ${CMAKE_CURRENT_BINARY_DIR}/llama_grid)
