@@ -150,8 +150,24 @@ static td_status alloc_slot(td_model *m, td_acts *a) {
   return TD_OK;
 }
 
+/* m->layer_bytes: alloc_blocks for one layer as a size query (counted,
+ * then taken back out of act_bytes and the ledger), scores included. */
+static td_status count_layer(td_model *m) {
+  td_kernels *k = m->k;
+  double kept = m->act_bytes;
+  int n = m->nledger, ra = m->recompute_att;
+  td_acts one;
+  memset(&one, 0, sizeof one);
+  m->k = NULL, m->recompute_att = 0;
+  td_status st = alloc_blocks(m, &one, 1);
+  m->layer_bytes = m->act_bytes - kept;
+  m->k = k, m->recompute_att = ra, m->act_bytes = kept, m->nledger = n;
+  return st;
+}
+
 static td_status alloc_buffers(td_model *m) {
   int64_t N = m->B * m->T, Nl = m->Nl, C = m->C;
+  TD_CHECK(count_layer(m));
   m->acts = calloc((size_t)m->nslots, sizeof *m->acts);
   if (!m->acts) TD_FAIL(TD_ERR_NOMEM, "out of memory for activations");
   int any_last = 0;

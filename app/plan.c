@@ -48,12 +48,17 @@ static const ckey k_ckeys[] = {
        "a matmul is small when its smallest dimension is below this"),
     CK("device.attention_tflops", att_rate, 0, 1e12, 0, 1e6, 0,
        "attention kernels' rate (12·A·T FLOPs per token), TFLOP/s; default: the matmul rate"),
+    CK("device.elementwise_passes", ew_passes, 0, 1, 0, 100, 0,
+       "passes of the non-matmul kernels over a layer's activations in forward (backward "
+       "twice), timed at memory_gbps; default 0: folded into matmul_efficiency"),
     CK("device.baseline_mib", baseline, 0, 1048576.0, 0, 1e9, 0,
        "resident MiB a rank holds besides trident's buffers (MPI, libraries), default 0"),
     CK("links.intra.gbps", intra.bw, 0, 1e9, 1e-6, 1e6, 1, "intra-node bandwidth per device, GB/s"),
     CK("links.intra.latency_us", intra.lat, 0, 1e-6, 0, 1e7, 1, "intra-node latency, µs"),
     CK("links.inter.gbps", inter.bw, 0, 1e9, 1e-6, 1e6, 1, "inter-node bandwidth per device, GB/s"),
     CK("links.inter.latency_us", inter.lat, 0, 1e-6, 0, 1e7, 1, "inter-node latency, µs"),
+    CK("links.overlap", overlap, 0, 1, 0, 1, 0,
+       "fraction of a nonblocking collective hidden behind the rank's compute (default 1)"),
 };
 #define NCKEYS ((int)(sizeof k_ckeys / sizeof k_ckeys[0]))
 
@@ -107,6 +112,7 @@ td_status td_cluster_load(const char *path, td_cluster *out) {
   memset(out, 0, sizeof *out);
   snprintf(out->path, sizeof out->path, "%s", path);
   out->nodes = 1;
+  out->overlap = 1.0;
   TD_CHECK_GOTO(td_yaml_load(path, NULL, &root));
   TD_CHECK_GOTO(cluster_walk(out, root, "", seen));
   for (int j = 0; j < NCKEYS; ++j)
@@ -127,10 +133,11 @@ void td_cluster_print(const td_cluster *c, FILE *out) {
   fprintf(out, "  matmul_efficiency: %.3f\n  small_matmul_efficiency: %.3f\n"
           "  small_matmul_dim: %.0f\n", c->eff_large, c->eff_small, c->small_dim);
   if (c->att_rate > 0) fprintf(out, "  attention_tflops: %.4f\n", c->att_rate / 1e12);
+  if (c->ew_passes > 0) fprintf(out, "  elementwise_passes: %g\n", c->ew_passes);
   if (c->baseline > 0) fprintf(out, "  baseline_mib: %.1f\n", c->baseline / 1048576.0);
   fprintf(out, "links:\n  intra: {gbps: %.4f, latency_us: %.2f}\n"
-          "  inter: {gbps: %.4f, latency_us: %.2f}\n", c->intra.bw / 1e9, c->intra.lat * 1e6,
-          c->inter.bw / 1e9, c->inter.lat * 1e6);
+          "  inter: {gbps: %.4f, latency_us: %.2f}\n  overlap: %.2f\n", c->intra.bw / 1e9,
+          c->intra.lat * 1e6, c->inter.bw / 1e9, c->inter.lat * 1e6, c->overlap);
 }
 
 /* ---- bytes per step ---------------------------------------------------------------
@@ -372,7 +379,11 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
   /* the attention kernels (scores, softmax, att·V) at their own calibrated
    * rate when the cluster file has one */
   double att_rate = cl->att_rate > 0 ? cl->att_rate : rate;
-  double blk_s = blk_mm / rate + blk_att / att_rate; /* seconds per token of one block's forward */
+  /* the non-matmul kernels' memory traffic (device.elementwise_passes over
+   * the bytes a layer's forward writes, td_model.layer_bytes of the worst
+   * rank, per token of its micro-batch) */
+  double ew = cl->ew_passes * r->mem.layer_bytes / ((double)B * T / cp) / cl->mem_bw;
+  double blk_s = blk_mm / rate + blk_att / att_rate + ew; /* seconds per token of one block's forward */
 
   /* communication per stage: times per step from the bytes */
   int stride[TD_GROUP_COUNT] = {1, tp, tp * cp * dp, tp * cp * dp * (pp - 1), tp};
@@ -459,9 +470,8 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
    * micro-batch and gathers after the optimizer: exposed */
   double bwd_last = 0, all_compute = busy_max;
   for (int k = 0; k < s->v; ++k) bwd_last += bs[k] + ws[k];
-  double dp_exposed = worst_dp;
-  if (zero == 0) dp_exposed = fmax(0.0, worst_dp - bwd_last);
-  else if (zero >= 2) dp_exposed = fmax(0.0, worst_dp - all_compute);
+  double dp_exposed = worst_dp, window = zero == 0 ? bwd_last : zero >= 2 ? all_compute : 0.0;
+  dp_exposed = worst_dp - cl->overlap * fmin(worst_dp, window); /* links.overlap of it hides */
   /* the optimizer: AdamW reads and writes parameters, gradients and two
    * moments of the owned shard (4 × 4 bytes, twice), memory-bound */
   double owned = (double)r->mem.params_local / (zero >= 1 ? dp * cp : 1);

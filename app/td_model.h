@@ -174,6 +174,10 @@ struct td_model {
                             embed_comm); NULL otherwise */
   double act_bytes;      /* back-end bytes of activations, scratch, tokens (and, when
                             staged, of host_stage) */
+  double layer_bytes;    /* one layer's block activations for one micro-batch as its
+                            forward writes them (the scores too, whatever recomputation
+                            keeps): alloc_blocks counted for one layer; the planner's
+                            memory traffic of the non-matmul kernels scales with it */
   td_model_alloc *ledger; /* (nledger) every allocation act_bytes counts, in order
                              (size queries too): Σ n·es = act_bytes */
   int nledger, ledger_cap;

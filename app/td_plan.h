@@ -37,10 +37,19 @@ typedef struct td_cluster {
   double eff_large, eff_small; /* matmul efficiency (of peak) for large and small shapes */
   double small_dim;            /* a matmul whose smallest dimension is below this is small */
   td_link intra, inter;
+  double ew_passes;            /* device.elementwise_passes: passes the non-matmul kernels
+                                  (norms, activations, residual adds, casts) make over a
+                                  layer's activations in forward, at memory_gbps; backward
+                                  makes twice as many. 0 (default): folded into
+                                  matmul_efficiency, as the published GPU efficiencies are */
   double att_rate;             /* FLOP/s of the attention kernels (their 12·A·T per token,
                                   device.attention_tflops); 0: at the matmul rate */
   double baseline;             /* bytes a rank holds besides trident's buffers (MPI, libraries,
                                   the back-end), device.baseline_mib; 0 when not calibrated */
+  double overlap;              /* links.overlap: the fraction of a nonblocking collective that
+                                  proceeds while the rank computes (1: a GPU's collectives run
+                                  beside its kernels; a CPU core that computes cannot also
+                                  move the bytes: ~0); default 1 */
 } td_cluster;
 
 /* Read and check a cluster file; errors name the file, line:column and key
@@ -56,6 +65,7 @@ typedef struct td_calibration {
   double large[2], small[2];
   double att;  /* attention kernels, fp32, forward + backward */
   double p2p_lat, p2p_bw, ar_lat, ar_bw, ar_small_s, ar_big_s;
+  double ov_comm_s, ov_compute_s, ov_both_s; /* the overlap measurement (links.overlap) */
 } td_calibration;
 
 /* Measure this machine (app/plan_calibrate.c): the CPU back-end's gemm rate

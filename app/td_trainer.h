@@ -33,6 +33,8 @@ typedef struct td_mem_plan {
                            parameters' host copy (create_zero), 4 per local parameter,
                            beside every buffer above; freed before the first step */
   int64_t live_micro;   /* activation slots (micro-batches alive at once) */
+  double layer_bytes;   /* one layer's activations of one micro-batch as written
+                           (td_model.layer_bytes): the planner's memory traffic */
 } td_mem_plan;
 
 enum { TD_GROUP_TP, TD_GROUP_DP, TD_GROUP_PP, TD_GROUP_EMBED, TD_GROUP_CP, TD_GROUP_COUNT };

@@ -260,6 +260,7 @@ static void mem_of(const td_config *c, const td_grid *g, const td_model *m, cons
   mem->params_local = m->reg->total_local;
   mem->startup = m->reg->total_local * (int64_t)sizeof(float); /* create_zero's `host` */
   mem->live_micro = m->nslots;
+  mem->layer_bytes = m->layer_bytes;
 }
 
 td_status td_trainer_plan(const td_config *cfg, const td_grid *grid, td_dcomm_kind dcomm,

@@ -8,6 +8,14 @@ add_test(NAME plan_comm_bytes
           ${MPIEXEC_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR}/plan_comm_bytes)
 set_tests_properties(plan_comm_bytes PROPERTIES TIMEOUT 600 PROCESSORS 2 LABELS "plan;mpi"
   ENVIRONMENT "HWLOC_PLUGINS_BLACKLIST=hwloc_pci")
-# Predicted vs measured on this machine is tests/bench/plan_bench.sh (the
-# full table in docs/benchmarks.md): it does not meet its goals yet
-# (docs/plan.md names the terms), so it is a benchmark, not a CTest.
+# plan_local: the planner against this machine — calibrate, train 5
+# configurations of the small deck at 2 ranks (one of each kind, ≥ 10% apart)
+# in 2 rounds, predict them from the least disturbed calibration: median
+# step-time error ≤ 20%, Spearman of the rankings ≥ 0.8, peak memory within
+# 10%. The full table (12 configurations) is tests/bench/plan_bench.sh.
+add_test(NAME plan_local
+  COMMAND ${TD_PY} ${CMAKE_CURRENT_SOURCE_DIR}/bench/plan_bench.py $<TARGET_FILE:trident>
+          ${MPIEXEC_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR}/plan_local --reduced --rounds 2
+          --steps 6 --check 0.20 0.8 0.10)
+set_tests_properties(plan_local PROPERTIES TIMEOUT 600 PROCESSORS 2 LABELS "plan;mpi"
+  ENVIRONMENT "HWLOC_PLUGINS_BLACKLIST=hwloc_pci")
