@@ -1,7 +1,9 @@
-# trident plan: the published runs from the shipped cluster files, and the
-# planner's communication bytes equal to the metrics' on small grids.
+# trident plan: the published runs from the shipped cluster files (and the
+# tables of them in the README and docs/plan.md), and the planner's
+# communication bytes equal to the metrics' on small grids.
 add_test(NAME plan_published
-  COMMAND ${TD_PY} ${CMAKE_CURRENT_SOURCE_DIR}/plan/published.py $<TARGET_FILE:trident>)
+  COMMAND ${TD_PY} ${CMAKE_CURRENT_SOURCE_DIR}/plan/published.py $<TARGET_FILE:trident>
+          --check-doc ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/docs/plan.md)
 set_tests_properties(plan_published PROPERTIES TIMEOUT 120 LABELS "plan")
 add_test(NAME plan_comm_bytes
   COMMAND ${TD_PY} ${CMAKE_CURRENT_SOURCE_DIR}/plan/comm_bytes.py $<TARGET_FILE:trident>

@@ -7,7 +7,11 @@ figure. Narayanan et al. 2021 count hardware FLOPs (with the recomputation,
 their 96·B·s·l·h² formula): compared with hw_tflops_per_device; Llama 3
 counts model FLOPs (no recomputation): tflops_per_device.
 
-    /usr/bin/python3 tests/plan/published.py build/trident [--markdown]
+    /usr/bin/python3 tests/plan/published.py build/trident [--markdown] [--check-doc FILE...]
+
+--markdown prints the table docs/plan.md and the README carry; --check-doc
+also demands that each FILE holds every row of it verbatim (the tables
+there stay what the planner predicts).
 """
 import json
 import os
@@ -75,7 +79,9 @@ def predict(trident, deck, cluster, sets):
 def main():
     trident = sys.argv[1]
     md = "--markdown" in sys.argv
+    docs = sys.argv[sys.argv.index("--check-doc") + 1:] if "--check-doc" in sys.argv else []
     bad = 0
+    table = []
     if md:
         print("| run | published TFLOP/s (MFU) | predicted | error | bubble | exposed tp / dp / pp / cp s | step s |")
         print("|---|---:|---:|---:|---:|---|---:|")
@@ -87,13 +93,21 @@ def main():
         bad += not ok
         c = x["comm"]
         exp = " / ".join("%.2f" % c[g]["exposed_s"] for g in ("tp", "dp", "pp", "cp"))
+        row = "| %s | %d (%d%%) | %.0f (%.0f%%) | %+.1f%%%s | %.3f | %s | %.2f |" % (
+            name, pub, round(100 * mfu), got, 100 * x["mfu"], 100 * err,
+            " **(outside ±15%)**" if abs(err) > 0.15 else "", x["bubble"], exp, x["step_s"])
+        table.append(row)
         if md:
-            print("| %s | %d (%d%%) | %.0f (%.0f%%) | %+.0f%%%s | %.3f | %s | %.2f |" % (
-                name, pub, round(100 * mfu), got, 100 * x["mfu"], 100 * err, " (known: see below)" if name in KNOWN else "",
-                x["bubble"], exp, x["step_s"]))
+            print(row)
         else:
             print("%-70s published %4d predicted %6.1f (%+5.1f%%) bubble %.3f exposed %s %s" % (
                 name, pub, got, 100 * err, x["bubble"], exp, "ok" if ok else "OUTSIDE ±15%"))
+    for doc in docs:
+        text = open(doc).read()
+        for row in table:
+            if row not in text:
+                print("%s: this row of the published-runs table is not there (stale?):\n  %s" % (doc, row))
+                bad += 1
     return 1 if bad else 0
 
 
