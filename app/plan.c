@@ -383,7 +383,7 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
    * the bytes a layer's forward writes, td_model.layer_bytes of the worst
    * rank, per token of its micro-batch) */
   double ew = cl->ew_passes * r->mem.layer_bytes / ((double)B * T / cp) / cl->mem_bw;
-  double blk_s = blk_mm / rate + blk_att / att_rate + ew; /* seconds per token of one block's forward */
+  double blk_s = blk_mm / rate + blk_att / att_rate + ew; /* s per token of a block's forward */
 
   /* communication per stage: times per step from the bytes */
   int stride[TD_GROUP_COUNT] = {1, tp, tp * cp * dp, tp * cp * dp * (pp - 1), tp};
@@ -465,13 +465,14 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
   r->compute_s = busy_max;
   /* data-parallel gradients: ZeRO 0 all-reduces buckets as the last
    * micro-batch's backward finishes each unit, ZeRO 2–3 reduce-scatter every
-   * micro-batch's and gather ahead (prefetch): hidden behind the backward
-   * (and forward) up to its length; ZeRO 1 reduce-scatters after the last
-   * micro-batch and gathers after the optimizer: exposed */
+   * micro-batch's and gather ahead (prefetch): the fraction links.overlap
+   * of them hides behind the backward (and forward) up to its length; ZeRO
+   * 1 reduce-scatters after the last micro-batch and gathers after the
+   * optimizer: exposed */
   double bwd_last = 0, all_compute = busy_max;
   for (int k = 0; k < s->v; ++k) bwd_last += bs[k] + ws[k];
-  double dp_exposed = worst_dp, window = zero == 0 ? bwd_last : zero >= 2 ? all_compute : 0.0;
-  dp_exposed = worst_dp - cl->overlap * fmin(worst_dp, window); /* links.overlap of it hides */
+  double window = zero == 0 ? bwd_last : zero >= 2 ? all_compute : 0.0;
+  double dp_exposed = worst_dp - cl->overlap * fmin(worst_dp, window);
   /* the optimizer: AdamW reads and writes parameters, gradients and two
    * moments of the owned shard (4 × 4 bytes, twice), memory-bound */
   double owned = (double)r->mem.params_local / (zero >= 1 ? dp * cp : 1);
