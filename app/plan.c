@@ -57,6 +57,10 @@ static const ckey k_ckeys[] = {
     CK("links.intra.latency_us", intra.lat, 0, 1e-6, 0, 1e7, 1, "intra-node latency, µs"),
     CK("links.inter.gbps", inter.bw, 0, 1e9, 1e-6, 1e6, 1, "inter-node bandwidth per device, GB/s"),
     CK("links.inter.latency_us", inter.lat, 0, 1e-6, 0, 1e7, 1, "inter-node latency, µs"),
+    CK("links.reduce_scatter", rs_ratio, 0, 1, 1e-3, 1e3, 0,
+       "a reduce-scatter's bandwidth over the all-reduce's (the planner's bytes), default 1"),
+    CK("links.all_gather", ag_ratio, 0, 1, 1e-3, 1e3, 0,
+       "an all-gather's bandwidth over the all-reduce's (the planner's bytes), default 1"),
     CK("links.overlap", overlap, 0, 1, 0, 1, 0,
        "fraction of a nonblocking collective hidden behind the rank's compute (default 1)"),
 };
@@ -112,7 +116,7 @@ td_status td_cluster_load(const char *path, td_cluster *out) {
   memset(out, 0, sizeof *out);
   snprintf(out->path, sizeof out->path, "%s", path);
   out->nodes = 1;
-  out->overlap = 1.0;
+  out->overlap = 1.0, out->rs_ratio = 1.0, out->ag_ratio = 1.0;
   TD_CHECK_GOTO(td_yaml_load(path, NULL, &root));
   TD_CHECK_GOTO(cluster_walk(out, root, "", seen));
   for (int j = 0; j < NCKEYS; ++j)
@@ -136,8 +140,9 @@ void td_cluster_print(const td_cluster *c, FILE *out) {
   if (c->ew_passes > 0) fprintf(out, "  elementwise_passes: %g\n", c->ew_passes);
   if (c->baseline > 0) fprintf(out, "  baseline_mib: %.1f\n", c->baseline / 1048576.0);
   fprintf(out, "links:\n  intra: {gbps: %.4f, latency_us: %.2f}\n"
-          "  inter: {gbps: %.4f, latency_us: %.2f}\n  overlap: %.2f\n", c->intra.bw / 1e9,
-          c->intra.lat * 1e6, c->inter.bw / 1e9, c->inter.lat * 1e6, c->overlap);
+          "  inter: {gbps: %.4f, latency_us: %.2f}\n  reduce_scatter: %.3f\n  all_gather: %.3f\n"
+          "  overlap: %.2f\n", c->intra.bw / 1e9, c->intra.lat * 1e6, c->inter.bw / 1e9,
+          c->inter.lat * 1e6, c->rs_ratio, c->ag_ratio, c->overlap);
 }
 
 /* ---- bytes per step ---------------------------------------------------------------
@@ -291,17 +296,22 @@ static const td_link *link_of(const td_cluster *c, int stride, int p) {
   return (int64_t)stride * p <= c->devices_per_node ? &c->intra : &c->inter;
 }
 
-/* α–β time of `calls` collectives of kind moving `bytes` in all over p members. */
-static double coll_time(const td_link *l, int kind, int p, double bytes, double calls) {
+/* α–β time of `calls` collectives of kind moving `bytes` in all over p
+ * members; reduce-scatters and all-gathers at their ratio of the link's β. */
+static double coll_time(const td_cluster *c, const td_link *l, int kind, int p, double bytes,
+                        double calls) {
   if (bytes <= 0) return 0.0;
   double steps = kind == TD_COLL_ALLREDUCE ? 2.0 * (p - 1) : kind == TD_COLL_SENDRECV ? 1.0 : p - 1;
-  return calls * steps * l->lat + bytes / l->bw;
+  double ratio = kind == TD_COLL_REDUCE_SCATTER ? c->rs_ratio
+                 : kind == TD_COLL_ALLGATHER    ? c->ag_ratio
+                                                : 1.0;
+  return calls * steps * l->lat + bytes / (l->bw * ratio);
 }
 
 static double group_time(const td_cluster *cl, const td_plan_comm *pc, int g, int p, int stride) {
   double t = 0;
   for (int k = 0; k < TD_COLL_KINDS; ++k)
-    t += coll_time(link_of(cl, stride, p), k, p, pc->bytes[g][k], pc->calls[g][k]);
+    t += coll_time(cl, link_of(cl, stride, p), k, p, pc->bytes[g][k], pc->calls[g][k]);
   return t;
 }
 

@@ -154,6 +154,43 @@ static td_status mpi_times(MPI_Comm comm, int rank, int64_t n, double *pingpong,
   return st;
 }
 
+/* A 64 MiB reduce-scatter and all-gather over every rank of comm, called as
+ * trident's ZeRO engine calls them (MPI_Ireduce_scatter, MPI_Iallgatherv,
+ * then the wait): the fastest of 5. Collective on comm. */
+static td_status kind_times(MPI_Comm comm, int size, td_calibration *cal) {
+  td_status st = TD_OK;
+  const int64_t n = (int64_t)16 << 20; /* floats */
+  float *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
+  int *counts = calloc((size_t)size, sizeof *counts);
+  int *displs = calloc((size_t)size, sizeof *displs);
+  double best[2] = {1e30, 1e30};
+  int rank;
+  if (!a || !b || !counts || !displs) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory (calibration)");
+  MPI_GOTO(MPI_Comm_rank(comm, &rank));
+  for (int i = 0; i < size; ++i) counts[i] = (int)(n / size), displs[i] = i * (int)(n / size);
+  for (int r = -1; r < 5; ++r) {
+    double t[2];
+    MPI_Request req;
+    MPI_Barrier(comm);
+    double t0 = td_now();
+    MPI_GOTO(MPI_Ireduce_scatter(a, b, counts, MPI_FLOAT, MPI_SUM, comm, &req));
+    MPI_GOTO(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    t[0] = td_now() - t0;
+    MPI_Barrier(comm);
+    t0 = td_now();
+    MPI_GOTO(MPI_Iallgatherv(a + displs[rank], counts[rank], MPI_FLOAT, b, counts, displs,
+                             MPI_FLOAT, comm, &req));
+    MPI_GOTO(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    t[1] = td_now() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, comm);
+    if (r >= 0) best[0] = fmin(best[0], t[0]), best[1] = fmin(best[1], t[1]);
+  }
+  cal->rs_s = best[0], cal->ag_s = best[1];
+done:
+  free(a), free(b), free(counts), free(displs);
+  return st;
+}
+
 /* How much of a nonblocking all-reduce proceeds while the rank computes, as
  * trident's ZeRO engine runs its gradient buckets: a 64 MiB MPI_Iallreduce
  * started, then gemms of about the same length with an MPI_Test after each
@@ -362,6 +399,15 @@ td_status td_plan_calibrate(MPI_Comm comm, td_cluster *c, td_calibration *cal) {
    * are printed beside it */
   c->intra.lat = cal->ar_lat, c->intra.bw = cal->ar_bw;
   c->inter = c->intra;
+  TD_CHECK_GOTO(kind_times(comm, size, cal));
+  {
+    /* each kind's time as the planner counts its bytes: (p − 1)/p of the
+     * 64 MiB at β·ratio, after (p − 1)·α */
+    const double n = (double)((int64_t)64 << 20), f = (double)(size - 1) / size;
+    double lat = (size - 1) * cal->ar_lat;
+    c->rs_ratio = cal->rs_s > lat ? f * n / cal->ar_bw / (cal->rs_s - lat) : 1.0;
+    c->ag_ratio = cal->ag_s > lat ? f * n / cal->ar_bw / (cal->ag_s - lat) : 1.0;
+  }
   TD_CHECK_GOTO(overlap_of(k, comm, cal));
   c->overlap = cal->ov_both_s > 0 ? (cal->ov_comm_s + cal->ov_compute_s - cal->ov_both_s) /
                                         fmin(cal->ov_comm_s, cal->ov_compute_s) : 1.0;
@@ -373,16 +419,18 @@ done:
 }
 
 void td_calibration_print(const td_calibration *cal, FILE *out) {
-  fprintf(out, "# measured by trident plan --calibrate (the slowest rank; the fastest repetitions):\n"
+  fprintf(out,
+          "# measured by trident plan --calibrate (the slowest rank, its fastest repetitions):\n"
           "#   gemm fp32: large %.1f GFLOP/s, small (64 rows) %.1f GFLOP/s\n"
           "#   gemm bf16: large %.1f GFLOP/s, small (64 rows) %.1f GFLOP/s\n"
           "#   attention fp32 (forward + backward, 12·A·T FLOPs per token): %.1f GFLOP/s\n"
           "#   point-to-point: latency %.2f us, bandwidth %.3f GB/s\n"
           "#   all-reduce: 8 B %.2f us, 64 MiB %.1f us -> latency %.2f us per step, %.3f GB/s\n"
-          "#   overlap: 64 MiB all-reduce %.1f ms, gemms %.1f ms, nonblocking all-reduce beside the "
-          "gemms %.1f ms\n",
+          "#   64 MiB reduce-scatter %.1f ms, all-gather %.1f ms (nonblocking, then the wait)\n"
+          "#   overlap: 64 MiB all-reduce %.1f ms, gemms %.1f ms, nonblocking all-reduce beside "
+          "the gemms %.1f ms\n",
           cal->large[0] / 1e9, cal->small[0] / 1e9, cal->large[1] / 1e9, cal->small[1] / 1e9,
-          cal->att / 1e9, cal->p2p_lat * 1e6, cal->p2p_bw / 1e9, cal->ar_small_s * 1e6, cal->ar_big_s * 1e6,
-          cal->ar_lat * 1e6, cal->ar_bw / 1e9, cal->ov_comm_s * 1e3, cal->ov_compute_s * 1e3,
-          cal->ov_both_s * 1e3);
+          cal->att / 1e9, cal->p2p_lat * 1e6, cal->p2p_bw / 1e9, cal->ar_small_s * 1e6,
+          cal->ar_big_s * 1e6, cal->ar_lat * 1e6, cal->ar_bw / 1e9, cal->rs_s * 1e3,
+          cal->ag_s * 1e3, cal->ov_comm_s * 1e3, cal->ov_compute_s * 1e3, cal->ov_both_s * 1e3);
 }

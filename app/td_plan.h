@@ -46,6 +46,10 @@ typedef struct td_cluster {
                                   device.attention_tflops); 0: at the matmul rate */
   double baseline;             /* bytes a rank holds besides trident's buffers (MPI, libraries,
                                   the back-end), device.baseline_mib; 0 when not calibrated */
+  double rs_ratio, ag_ratio;   /* links.reduce_scatter, links.all_gather: the bandwidth a
+                                  (nonblocking, as trident calls them) reduce-scatter and
+                                  all-gather reach over the all-reduce's, in the bytes the
+                                  planner counts; default 1 */
   double overlap;              /* links.overlap: the fraction of a nonblocking collective that
                                   proceeds while the rank computes (1: a GPU's collectives run
                                   beside its kernels; a CPU core that computes cannot also
@@ -66,6 +70,7 @@ typedef struct td_calibration {
   double att;  /* attention kernels, fp32, forward + backward */
   double p2p_lat, p2p_bw, ar_lat, ar_bw, ar_small_s, ar_big_s;
   double ov_comm_s, ov_compute_s, ov_both_s; /* the overlap measurement (links.overlap) */
+  double rs_s, ag_s;                         /* 64 MiB reduce-scatter and all-gather */
 } td_calibration;
 
 /* Measure this machine (app/plan_calibrate.c): the CPU back-end's gemm rate
