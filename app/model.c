@@ -536,6 +536,12 @@ static td_status sp_scatter(td_model *m, const float *full, float *x, int64_t co
   return group_scatter(m, tp_group(m), full, x, m->Nl * cols);
 }
 
+td_status td_model_tp_gather(td_model *m, float *full, int64_t part) {
+  if (m->grid->tp == 1) return TD_OK;
+  return group_gather(m, tp_group(m), full + (int64_t)m->grid->tp_rank * part, full,
+                      TD_DTYPE_F32, part);
+}
+
 /* ---- context parallelism ---------------------------------------------------------- */
 
 /* Between kvg's order (cp rank r's (B, T, w) rows at r·B·T rows) and kvf's

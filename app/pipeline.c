@@ -42,7 +42,16 @@
  * each channel keeps one order at both ends, as NCCL's untagged matching
  * needs). A receive is waited by the host under the watchdog (its time is
  * the idle time) and joined by the compute stream; a buffer a send reads
- * is written again only after the compute stream has joined that send. */
+ * is written again only after the compute stream has joined that send.
+ *
+ * Scatter/gather over tp (Megatron-LM's, Narayanan et al. 2021 §4.1):
+ * without sequence parallelism every tp rank of a stage holds the same
+ * (N, C) residual stream and its gradient, so tp rank r sends only part r
+ * of a message (N·C / tp floats at r·N·C / tp) to tp rank r of the
+ * neighbouring stage, which all-gathers the parts over tp_comm
+ * (td_model_tp_gather) after the receive. The pipeline link carries 1/tp of
+ * the bytes; the gather runs on the tp group's link. Under sequence
+ * parallelism a rank's rows are already its own 1/tp. */
 #include "app/td_pipeline.h"
 
 #include <stdlib.h>
@@ -62,6 +71,8 @@ struct td_pipe {
   int pp, stage, v, nslots;
   int *slot0, *nslot;   /* (v) per chunk: its first slot and its number of slots */
   int64_t N, C;
+  int64_t part, off;     /* a message's floats and their offset in (N, C) (scatter/gather
+                            over tp: N·C / tp at tp_rank·part; else N·C at 0) */
   float *grad_in;        /* (N, C) gradient of this stage's output, from the next stage */
   float **grad_send;     /* per slot (N, C): gradient of the stage input, being sent */
   MPI_Request *req_act;  /* per slot: activation send in flight */
@@ -115,6 +126,12 @@ done:
   free(cost);
   td_schedule_destroy(&s);
   return st;
+}
+
+int td_pipe_scatters(const td_config *cfg) {
+  int64_t tp = cfg->parallel_tp;
+  return cfg->parallel_pp > 1 && tp > 1 && !cfg->parallel_sequence_parallel &&
+         (td_model_rows(cfg, 1) * cfg->model_dim) % tp == 0;
 }
 
 /* Whether a stage sends activations (all but the last, every stage when
@@ -217,6 +234,9 @@ td_status td_pipe_create(struct td_trainer *t, td_pipe **out) {
   /* a message: the residual stream's rows this rank holds (its tp part under
    * sequence parallelism) */
   p->N = td_model_rows(&t->cfg, t->B), p->C = t->cfg.model_dim;
+  p->part = p->N * p->C, p->off = 0;
+  if (td_pipe_scatters(&t->cfg))
+    p->part = p->N * p->C / t->grid->tp, p->off = (int64_t)t->grid->tp_rank * p->part;
   p->grad_send = calloc((size_t)p->nslots, sizeof(float *));
   p->req_act = malloc((size_t)p->nslots * sizeof(MPI_Request));
   p->req_grad = malloc((size_t)p->nslots * sizeof(MPI_Request));
@@ -263,20 +283,19 @@ static struct td_dcomm *chan_of(const td_pipe *p, int op) {
   return p->dc[link == p->stage ? 0 : 1][dir];
 }
 
-/* Blocking receive of n floats of kind `kind` for this stage's chunk c from
- * pipeline rank `src`, counted as idle time (staging: into the host copy,
- * then to buf; device channels: the host waits, the compute stream joins). */
-static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src, int kind,
+/* The receive of recv_from: p->part floats (the message, or this rank's
+ * part of it) into buf. */
+static td_status recv_part(struct td_trainer *t, td_pipe *p, float *buf, int src, int kind,
                            int c) {
   int n = 0;
-  TD_CHECK(td_mpi_count(p->N * p->C, &n));
+  TD_CHECK(td_mpi_count(p->part, &n));
   double t0 = td_now();
   const char *op = kind == TAG_ACT ? "MPI_Recv (activations from the previous pipeline stage)"
                                    : "MPI_Recv (gradients from the next pipeline stage)";
   struct td_dcomm *dc = chan_of(p, kind == TAG_ACT ? TD_OP_RECV_ACT : TD_OP_RECV_GRAD);
   if (dc) {
     uint64_t tk = 0;
-    TD_CHECK(td_dcomm_recv(dc, buf, p->N * p->C, 1 - dc->rank, &t->gstats[TD_GROUP_PP], &tk));
+    TD_CHECK(td_dcomm_recv(dc, buf, p->part, 1 - dc->rank, &t->gstats[TD_GROUP_PP], &tk));
     TD_CHECK(td_dcomm_wait(dc, tk,
                            kind == TAG_ACT ? "device receive (activations from the previous "
                                              "pipeline stage)"
@@ -288,7 +307,7 @@ static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src
     return TD_OK;
   }
   MPI_Request r = MPI_REQUEST_NULL;
-  float *into = p->host ? host_of(p, 0, 0) : buf;
+  float *into = p->host ? host_of(p, 0, 0) + p->off : buf;
   TD_MPI_CHECK(td_watched(MPI_Irecv(into, n, MPI_FLOAT, src, tag_of(kind, c), t->grid->pp_comm,
                                     &r), op, t->grid->pp_comm, &r));
   if (p->host) TD_CHECK(t->k->to_device(t->k, buf, into, (size_t)n * sizeof(float)));
@@ -300,20 +319,34 @@ static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src
   return TD_OK;
 }
 
-/* Non-blocking send of buf (N, C), the message of kind `kind` from `slot`
- * to rank dst's chunk c; *req (device channels: the slot's ticket) is
- * waited by wait_send before buf (or its host copy) is reused. */
+/* Blocking receive of a message (N, C) of kind `kind` for this stage's
+ * chunk c from pipeline rank `src` into buf, counted as idle time (staging:
+ * into the host copy, then to buf; device channels: the host waits, the
+ * compute stream joins); scattered over tp, its part at p->off, then the
+ * tp all-gather (not idle time: the tp group's communication). */
+static td_status recv_from(struct td_trainer *t, td_pipe *p, float *buf, int src, int kind,
+                           int c) {
+  TD_CHECK(recv_part(t, p, buf + p->off, src, kind, c));
+  if (p->part == p->N * p->C) return TD_OK;
+  return td_model_tp_gather(t->model, buf, p->part);
+}
+
+/* Non-blocking send of buf (N, C) (its part at p->off when scattered over
+ * tp), the message of kind `kind` from `slot` to rank dst's chunk c; *req
+ * (device channels: the slot's ticket) is waited by wait_send before buf
+ * (or its host copy) is reused. */
 static td_status send_to(struct td_trainer *t, td_pipe *p, const float *buf, int slot, int dst,
                          int kind, int c, MPI_Request *req) {
   int n = 0;
-  TD_CHECK(td_mpi_count(p->N * p->C, &n));
+  TD_CHECK(td_mpi_count(p->part, &n));
+  buf += p->off;
   struct td_dcomm *dc = chan_of(p, kind == TAG_ACT ? TD_OP_SEND_ACT : TD_OP_SEND_GRAD);
   if (dc) /* queued behind the compute that made buf */
-    return td_dcomm_send(dc, buf, p->N * p->C, 1 - dc->rank, &t->gstats[TD_GROUP_PP],
+    return td_dcomm_send(dc, buf, p->part, 1 - dc->rank, &t->gstats[TD_GROUP_PP],
                          kind == TAG_ACT ? &p->tk_act[slot] : &p->tk_grad[slot]);
   TD_CHECK(t->k->sync(t->k));
   if (p->host) { /* staging: send the slot's host copy */
-    float *h = host_of(p, kind, slot);
+    float *h = host_of(p, kind, slot) + p->off;
     TD_CHECK(t->k->to_host(t->k, h, buf, (size_t)n * sizeof(float)));
     buf = h;
   }
@@ -417,10 +450,9 @@ static td_status send_grad(struct td_trainer *t, td_pipe *p, int c, int64_t j) {
   int slot = slot_of(p, c, j);
   td_kernels *k = t->k;
   TD_CHECK(wait_send(t, p, TAG_GRAD, slot, 0));
-  size_t bytes = (size_t)(p->N * p->C) * sizeof(float);
-  TD_CHECK(k->zero(k, p->grad_send[slot], bytes));
-  TD_CHECK(k->add(k, p->grad_send[slot], p->grad_send[slot], td_model_input_grad(t->model),
-                  p->N * p->C));
+  float *g = p->grad_send[slot] + p->off; /* the part sent */
+  TD_CHECK(k->zero(k, g, (size_t)p->part * sizeof(float)));
+  TD_CHECK(k->add(k, g, g, td_model_input_grad(t->model) + p->off, p->part));
   return send_to(t, p, p->grad_send[slot], slot, prev_rank(p), TAG_GRAD, prev_chunk(p, c),
                  &p->req_grad[slot]);
 }

@@ -234,16 +234,22 @@ td_status td_plan_comm_bytes(const td_config *c, int stage, td_plan_comm *o) {
     add(o, TD_GROUP_CP, TD_COLL_REDUCE_SCATTER, (double)m * (double)L * kv, (double)m * (double)L);
   }
   /* pipeline (app/pipeline.c): every send and receive of this stage's
-   * schedule, rows × C floats each; per step the gradient norm's per-tensor
-   * sums and the loss */
+   * schedule, rows × C floats each, or 1/tp of them scattered over tp
+   * (td_pipe_scatters), each receive then all-gathered over tp; per step
+   * the gradient norm's per-tensor sums and the loss */
   if (pp > 1) {
-    double msgs = 0;
+    double msgs = 0, recvs = 0, part = rows * C * 4.0;
     for (int64_t i = 0; i < s->count[stage]; ++i) {
       int op = s->acts[stage][i].op;
       msgs += op == TD_OP_SEND_ACT || op == TD_OP_RECV_ACT || op == TD_OP_SEND_GRAD ||
               op == TD_OP_RECV_GRAD;
+      recvs += op == TD_OP_RECV_ACT || op == TD_OP_RECV_GRAD;
     }
-    add(o, TD_GROUP_PP, TD_COLL_SENDRECV, msgs * rows * C * 4.0, msgs);
+    if (td_pipe_scatters(c)) {
+      part /= tp;
+      add(o, TD_GROUP_TP, TD_COLL_ALLGATHER, recvs * (tp - 1) * part, recvs);
+    }
+    add(o, TD_GROUP_PP, TD_COLL_SENDRECV, msgs * part, msgs);
     add(o, TD_GROUP_PP, TD_COLL_ALLREDUCE, ar(pp, reg->n, 8.0) + ar(pp, 1, 8.0), 2);
     /* tied embedding (trainer.c td_trainer_embed_sync): wte's gradient summed
      * over the first and last stage once a step, or every micro-batch at
@@ -425,10 +431,13 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
     if (t_em > worst_embed) worst_embed = t_em;
   }
   r->comm_bytes = worst_bytes;
-  /* one message between stages: α + rows·C·4 / β on the pipeline's link */
+  /* one message between stages: α + rows·C·4 / β on the pipeline's link
+   * (1/tp of it scattered over tp; the receiver's all-gather is in the tp
+   * group's time) */
   if (pp > 1) {
     const td_link *l = link_of(cl, stride[TD_GROUP_PP], pp);
-    p2p = l->lat + (double)td_model_rows(c, B) * (double)d.C * 4.0 / l->bw;
+    double part = (double)td_model_rows(c, B) * (double)d.C * 4.0;
+    p2p = l->lat + (td_pipe_scatters(c) ? part / tp : part) / l->bw;
   }
   /* per (stage, chunk): F, B, W seconds of one micro-batch. Backward is twice
    * the forward (input and weight gradients, one forward each), plus the

@@ -289,11 +289,16 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
    * trident check prints, from the same code: t->mem), in one reduction */
   const td_mem_plan *mem = &t->mem;
   int64_t dev = t->k->device_peak ? (int64_t)t->k->device_peak(t->k) : 0;
-  int64_t mine[11] = {peak_rss_bytes(), (int64_t)cb, mem->param, mem->grad, mem->optim,
-                      mem->work, mem->act, dev, mem->host, (int64_t)cb_in, (int64_t)cb_out},
-          mx[11];
+  /* steps since the last metrics line (the first: those this process ran) */
+  int64_t since = t->logged_step > 0 ? t->step - t->logged_step : steps_run;
+  int64_t per_step = (int64_t)((cb - t->logged_cb) / (double)(since > 0 ? since : 1));
+  t->logged_cb = cb, t->logged_step = t->step;
+  int64_t mine[12] = {peak_rss_bytes(), (int64_t)cb, mem->param, mem->grad, mem->optim,
+                      mem->work, mem->act, dev, mem->host, (int64_t)cb_in, (int64_t)cb_out,
+                      per_step},
+          mx[12];
   MPI_Request r = MPI_REQUEST_NULL;
-  TD_MPI_CHECK(td_watched(MPI_Iallreduce(mine, mx, 11, MPI_INT64_T, MPI_MAX, t->app->world, &r),
+  TD_MPI_CHECK(td_watched(MPI_Iallreduce(mine, mx, 12, MPI_INT64_T, MPI_MAX, t->app->world, &r),
                           "MPI_Allreduce (metrics)", t->app->world, &r));
   int64_t rss_max = mx[0], *zmax = mx + 2;
   double cbmax = (double)mx[1];
@@ -355,6 +360,7 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
             ", \"comm_intra_bytes\": %lld, \"comm_inter_bytes\": %lld, \"comm_intra_ms\": %.3f, "
             "\"comm_inter_ms\": %.3f",
             (long long)mx[9], (long long)mx[10], cms_in, cms_out);
+    fprintf(t->metrics, ", \"comm_step_bytes\": %lld", (long long)mx[11]);
     if (pp > 1 && pp <= 256) {
       fprintf(t->metrics, ", \"pp_idle\": [");
       for (int i = 0; i < pp; ++i) fprintf(t->metrics, "%s%.4f", i ? ", " : "", fr[i]);

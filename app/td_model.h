@@ -250,6 +250,11 @@ td_status td_model_backward_weight(td_model *m, int slot);
 float *td_model_stage_input(td_model *m, int slot);
 const float *td_model_stage_output(const td_model *m, int slot);
 const float *td_model_input_grad(const td_model *m);
+/* Pipeline messages scattered over tp (app/pipeline.c): full (tp·part
+ * floats, in the back-end's memory) holds this rank's part at
+ * tp_rank·part; afterwards it holds every tp rank's. Collective on
+ * tp_comm (counted in the model's stats: an all-gather). */
+td_status td_model_tp_gather(td_model *m, float *full, int64_t part);
 /* The first slot of the chunk holding the head (the last model chunk on the
  * last stage): where a forward-only pass leaves the logits. */
 int td_model_head_slot(const td_model *m);

@@ -31,6 +31,10 @@ td_status td_pipe_slots(const td_config *cfg, int stage, int *slots);
 /* The deck's predicted bubble: the schedule simulated with each chunk's F,
  * B and W costing its number of layers (at least 1) and free messages. */
 td_status td_pipe_predict(const td_config *cfg, td_sched_sim *out);
+/* Whether pipeline messages are scattered over tp (each tp rank sends 1/tp
+ * and the receivers all-gather it): pp > 1, tp > 1, no sequence
+ * parallelism, and tp dividing a message. */
+int td_pipe_scatters(const td_config *cfg);
 td_status td_pipe_create(struct td_trainer *t, td_pipe **out);
 /* Bytes td_pipe_create allocates on `stage` (of pp, with v chunks) with
  * `nslots` activation slots of N·C floats: the received gradient and one

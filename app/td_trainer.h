@@ -82,6 +82,8 @@ typedef struct td_trainer {
   float *grad_snapshot;  /* when set: host copy of the unclipped gradients of the last step */
   double last_save_s;    /* wall seconds of the last checkpoint save (0: none yet) */
   double last_load_s;    /* wall seconds of the checkpoint load this run resumed from */
+  double logged_cb;      /* this rank's collective bytes and step at the last metrics line */
+  int64_t logged_step;   /* (comm_step_bytes: the traffic since, per step) */
 } td_trainer;
 
 /* Set up everything for cfg (collective on app->world): grid, back-end,

@@ -158,6 +158,8 @@ td_status td_coll_allgather_staged(MPI_Comm comm, td_kernels *k, const void *sen
   if (!host) {
     sb = MPI_IN_PLACE, rb = stage;
     st = k->to_host(k, (char *)stage + (size_t)rank * (size_t)n * es, send, (size_t)n * es);
+  } else if ((const char *)send == (const char *)recv + (size_t)rank * (size_t)n * es) {
+    sb = MPI_IN_PLACE; /* this rank's part already in place */
   }
   double t0 = td_now();
   if (st == TD_OK) {

@@ -57,7 +57,8 @@ td_status td_coll_reduce_scatter_f32_staged(MPI_Comm comm, td_kernels *k, const 
 /* All-gather of equal parts: recv (size·n elements of type t, float32 or
  * bf16) = every member's send (n elements), member r's at r·n, in the memory
  * of back-end k (staged through `stage`, size·n elements of host memory, when
- * it is not host memory). Counted as TD_COLL_ALLGATHER. Collective on comm. */
+ * it is not host memory); send may be this member's part of recv (in
+ * place). Counted as TD_COLL_ALLGATHER. Collective on comm. */
 td_status td_coll_allgather_staged(MPI_Comm comm, td_kernels *k, const void *send, void *recv,
                                    void *stage, int64_t n, td_dtype t, td_coll_stats *stats);
 /* Broadcast n floats from root. Collective on comm. */
