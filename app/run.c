@@ -404,6 +404,7 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
     TB("comm/inter_node_MiB", (double)mx[10] / (1024.0 * 1024.0));
     TB("comm/intra_node_ms", cms_in);
     TB("comm/inter_node_ms", cms_out);
+    TB("comm/step_MiB", (double)mx[11] / (1024.0 * 1024.0));
     if (pp > 1 && pp <= 256) {
       double worst = 0;
       for (int i = 0; i < pp; ++i) worst = fr[i] > worst ? fr[i] : worst;

@@ -113,6 +113,7 @@ TAGS = {
     "comm_inter_bytes": ("comm/inter_node_MiB", 1 / MIB),
     "comm_intra_ms": ("comm/intra_node_ms", 1.0),
     "comm_inter_ms": ("comm/inter_node_ms", 1.0),
+    "comm_step_bytes": ("comm/step_MiB", 1 / MIB),
     "pp_idle": ("pipeline/bubble", max),
     "pp_bubble_theory": ("pipeline/bubble_predicted", 1.0),
     "pp_live_peak": ("pipeline/live_peak", max),
