@@ -672,7 +672,7 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
     TD_FAIL(TD_ERR_DECK, "%s: parallel.virtual_stages = %lld is for parallel.pp_schedule = "
             "interleaved (the schedule is %s)", WHERE(parallel, virtual_stages), (long long)vs,
             cfg->parallel_pp_schedule);
-  if (interleaved && cfg->model_layers < nchunks)
+  if (interleaved && cfg->parallel_stage_layers_count == 0 && cfg->model_layers < nchunks)
     TD_FAIL(TD_ERR_DECK, "%s: model.layers = %lld is fewer than the parallel.pp × "
             "parallel.virtual_stages = %lld model chunks of the interleaved schedule",
             WHERE(parallel, virtual_stages), (long long)cfg->model_layers, (long long)nchunks);
@@ -689,6 +689,13 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
               WHERE(parallel, stage_layers), cfg->parallel_stage_layers_count, (long long)pp,
               interleaved ? " stages of parallel.virtual_stages chunks each: one entry a chunk"
                           : "");
+    /* empty: only the first model chunk (the embedding alone) and the last
+     * (final norm, head and loss alone), as Llama 3's layout (§3.3.2) */
+    for (int i = 1; i + 1 < cfg->parallel_stage_layers_count; ++i)
+      if (cfg->parallel_stage_layers[i] == 0)
+        TD_FAIL(TD_ERR_DECK, "%s: parallel.stage_layers[%d] = 0: only the first model chunk "
+                "(the embedding alone) and the last (the head and loss alone) may hold no layers",
+                WHERE(parallel, stage_layers), i);
     if (sum != cfg->model_layers)
       TD_FAIL(TD_ERR_DECK, "%s: parallel.stage_layers sums to %lld but model.layers = %lld",
               WHERE(parallel, stage_layers), (long long)sum, (long long)cfg->model_layers);

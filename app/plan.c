@@ -455,6 +455,7 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
       Ls += count;
     }
     double comm_micro = (tp_s[end] + cp_s[end]) / (double)m / (double)(Ls > 0 ? Ls : 1);
+    double busy = 0; /* the stage's compute over all its chunks */
     for (int k = 0; k < s->v; ++k) {
       int64_t first, count;
       int mc = td_sched_model_chunk(s, stage, k);
@@ -473,9 +474,9 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
         bs[stage * s->v + k] = 2.0 * f + rec + 2.0 * cm / 3.0;
         ws[stage * s->v + k] = 0.0;
       }
-      double busy = (double)m * (3.0 * f + rec);
-      if (busy > busy_max) busy_max = busy;
+      busy += (double)m * (3.0 * f + rec);
     }
+    if (busy > busy_max) busy_max = busy;
   }
   td_sched_costs costs = {0, 0, 0, p2p, fs, bs, ws};
   td_sched_sim sim;

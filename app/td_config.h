@@ -69,8 +69,9 @@
     "per stage, or zb-h1 (backward split into input and weight gradients)")                 \
   X(parallel, virtual_stages, INT, "1", 1, 4096, NULL, 0,                                    \
     "model chunks per pipeline stage (pp_schedule: interleaved, at least 2)")               \
-  X(parallel, stage_layers, INTS, "[]", 1, 100000, NULL, 0,                                  \
-    "layers per pipeline stage (default: even split)")                                      \
+  X(parallel, stage_layers, INTS, "[]", 0, 100000, NULL, 0,                                  \
+    "layers per pipeline stage, or per model chunk when interleaved (default: even split; "  \
+    "0 for the first chunk: the embedding alone, and the last: the head and loss alone)")    \
   X(parallel, sequence_parallel, BOOL, "false", 0, 0, NULL, 0,                               \
     "Megatron sequence parallelism: norms and residual stream split along the tokens over "  \
     "the tp group (needs parallel.tp > 1; model.seq_len divisible by tp)")                   \

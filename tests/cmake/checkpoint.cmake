@@ -42,6 +42,9 @@ td_add_ckpt_test(NAME checkpoint_reshard_311_to_211 SCRIPT ckpt_reshard.sh
 td_add_ckpt_test(NAME checkpoint_reshard_stages SCRIPT ckpt_reshard.sh
   ARGS reshard_stages 1,1,2,0,2 1,1,2,0,2
        --src-set parallel.stage_layers=[1,3] --dst-set parallel.stage_layers=[3,1])
+#    saved with an empty last stage (head and loss alone), resumed on tp 2
+td_add_ckpt_test(NAME checkpoint_reshard_empty_stage SCRIPT ckpt_reshard.sh
+  ARGS reshard_empty_stage 1,1,2,1,2 1,2,1,0 --src-set parallel.stage_layers=[4,0])
 #    checkpoints do not depend on the pipeline schedule: saved under the
 #    interleaved schedule (2 chunks per stage), resumed under 1F1B on the same
 #    grid, and under zb-h1 (ZeRO-1) on a single rank

@@ -7,7 +7,8 @@
 # precision.cmake; final parameters per tensor).
 #   - both families, fp32 and bf16, on 1 rank; recomputation;
 #   - dp 2 ZeRO-1 and ZeRO-3, tp 2 (and with sequence parallelism), pp 2 (1F1B, zb-h1, interleaved),
-#     (tp 2, pp 2) (stage messages scattered over tp), (dp 2, tp 2) ZeRO-3 bf16: one
+#     (tp 2, pp 2) (stage messages scattered over tp), pp 2 with an empty first stage,
+#     (dp 2, tp 2) ZeRO-3 bf16: one
 #     emulated device per rank (the default), so the collectives take the
 #     NCCL path (the emulated NCCL between the ranks' processes);
 #   - dp 2 on one emulated device (TD_CUDAEMU_DEVICES=1): NCCL refuses two
@@ -78,6 +79,9 @@ if(TD_CUDA_EMULATE)
   # (tp 2, pp 2): each tp rank sends half of a stage message on its channel,
   # the receivers all-gather it over tp (NCCL all-gather in place)
   td_cudaemu_grid(tp2_pp2 ${_cu} ${TD_GRID_BIN} ${_cu_work} tp2_pp2 1,1,1,0 1,2,2,1,1 ${_small})
+  # an empty first stage (the embedding alone; Llama 3's layout)
+  td_cudaemu_grid(pp2_empty_first ${_cu} --run-set parallel.stage_layers=[0,2]
+    ${TD_GRID_BIN} ${_cu_work} pp2_empty_first 1,1,1,0 1,1,2,1,1 ${_small})
   td_cudaemu_grid(221_zero3_bf16 ${_cu} ${_bf16_tol_tp}
     ${TD_GRID_BIN} ${_cu_work} 221_zero3_bf16 1,1,1,0 2,2,1,3 ${_small} ${_bf16})
   td_cudaemu_grid(staged_dp2_one_device ${_cu} --run-env TD_CUDAEMU_DEVICES=1

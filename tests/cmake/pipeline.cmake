@@ -13,6 +13,18 @@ endforeach()
 td_add_grid_test(NAME pp_grid_uneven LABELS pipeline
   ARGS --run-set parallel.stage_layers=[1,3] ${TD_GRID_BIN} ${TD_GRID_WORK} pp_grid_uneven
        ${TD_GRID_REF} 1,1,2,0,2 ${G16})
+# empty end chunks (Llama 3's layout): the first model chunk holds the
+# embedding alone, the last the final norm, head and loss alone — under the
+# interleaved schedule (4 chunks of 0, 2, 2, 0 layers, ZeRO-1), and with
+# 1F1B the first stage alone at (tp 2, pp 2) ZeRO-2 (the tied embedding's
+# sum over the first and last stage every micro-batch)
+td_add_grid_test(NAME pp_empty_ends_interleaved LABELS pipeline
+  ARGS --run-set parallel.pp_schedule=interleaved --run-set parallel.virtual_stages=2
+       --run-set parallel.stage_layers=[0,2,2,0] ${TD_GRID_BIN} ${TD_GRID_WORK}
+       pp_empty_ends_interleaved ${TD_GRID_REF} 1,1,2,1,2 ${G16})
+td_add_grid_test(NAME pp_empty_first_stage_tp2 LABELS pipeline tensor_parallel
+  ARGS --run-set parallel.stage_layers=[0,4] ${TD_GRID_BIN} ${TD_GRID_WORK}
+       pp_empty_first_stage_tp2 ${TD_GRID_REF} 1,2,2,2,2 ${G16})
 # the full 3-D grid on 8 ranks with ZeRO-1, and (dp 1, tp 2, pp 2) with ZeRO-3
 td_add_grid_test(NAME pp_grid_3d_zero1 LABELS pipeline TIMEOUT 600
   ARGS ${TD_GRID_BIN} ${TD_GRID_WORK} pp_grid_3d_zero1 ${TD_GRID_REF} 2,2,2,1,2 ${G16})

@@ -22,17 +22,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def interleaved(layers, pp, v):
-    """Chunks of pp·v: first and last one layer less (Llama 3 §3.3.2)."""
-    n = pp * v
-    per = (layers + 2) // n
-    s = [per] * n
-    s[0] -= 1
-    s[-1] -= 1
-    assert sum(s) == layers, (layers, pp, v, s)
-    return "[" + ",".join(map(str, s)) + "]"
-
-
 ROWS = [
     # name, deck, cluster, sets, published TFLOP/s per GPU, MFU, key
     ("Megatron-LM 1.7B, 32 A100 (tp 1, pp 1, batch 512)", "megatron-gpt.yaml", "dgx-a100.yaml",
@@ -42,26 +31,20 @@ ROWS = [
       "parallel.pp=64", "training.global_batch=3072", "parallel.pp_schedule=interleaved",
       "parallel.virtual_stages=2"], 163, 0.52, "hw_tflops_per_device"),
     ("Llama 3 405B, 8192 H100 (tp 8, pp 16, dp 64, s 8192)", "llama3-405b.yaml", "dgx-h100.yaml",
-     ["parallel.virtual_stages=4", "parallel.stage_layers=" + interleaved(126, 16, 4)], 430, 0.43,
-     "tflops_per_device"),
+     ["parallel.dp=64"], 430, 0.43, "tflops_per_device"),
     ("Llama 3 405B, 16384 H100 (tp 8, pp 16, dp 128, s 8192)", "llama3-405b.yaml", "dgx-h100.yaml",
-     ["parallel.dp=128", "parallel.virtual_stages=4", "parallel.stage_layers=" + interleaved(126, 16, 4)],
-     400, 0.41, "tflops_per_device"),
+     ["parallel.dp=128"], 400, 0.41, "tflops_per_device"),
     ("Llama 3 405B, 16384 H100 (tp 8, cp 16, pp 16, dp 8, s 131072)", "llama3-405b.yaml",
      "dgx-h100.yaml",
-     ["parallel.dp=8", "parallel.cp=16", "model.seq_len=131072", "training.global_batch=128",
-      "parallel.virtual_stages=4", "parallel.stage_layers=" + interleaved(126, 16, 4)], 380, 0.38,
-     "tflops_per_device"),
+     ["parallel.dp=8", "parallel.cp=16", "model.seq_len=131072", "training.global_batch=128"],
+     380, 0.38, "tflops_per_device"),
 ]
 
 
-# Rows the model misses by more than ±15%, with the term that is wrong
-# (docs/plan.md). They must stay within ±20% (no constant is bent to fit).
-KNOWN = {
-    "Llama 3 405B, 16384 H100 (tp 8, pp 16, dp 128, s 8192)":
-        "bubble: 16 micro-batches over 16 stages at v = 4 simulated as 0.41 (the paper's formula: "
-        "0.23); the one-layer first chunk and the head in trident's depth-first schedule at m = p",
-}
+# Rows the model misses by more than ±15%, each with the term that is wrong
+# (docs/plan.md); such a row must stay within ±20% (no constant is bent to
+# fit). None today.
+KNOWN = {}
 
 
 def predict(trident, deck, cluster, sets):
