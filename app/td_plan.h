@@ -50,6 +50,11 @@ typedef struct td_cluster {
                                   (nonblocking, as trident calls them) reduce-scatter and
                                   all-gather reach over the all-reduce's, in the bytes the
                                   planner counts; default 1 */
+  double small_bytes;          /* links.small_mib: collectives moving at most this many bytes
+                                  a call (a rank's ring volume) are small; 0 (default): none */
+  double small_ar, small_rs, small_ag; /* links.small_all_reduce, _reduce_scatter,
+                                  _all_gather: a small collective's bandwidth over the (large)
+                                  all-reduce's β; default 1 */
   double overlap;              /* links.overlap: the fraction of a nonblocking collective that
                                   proceeds while the rank computes (1: a GPU's collectives run
                                   beside its kernels; a CPU core that computes cannot also
@@ -71,6 +76,7 @@ typedef struct td_calibration {
   double p2p_lat, p2p_bw, ar_lat, ar_bw, ar_small_s, ar_big_s;
   double ov_comm_s, ov_compute_s, ov_both_s; /* the overlap measurement (links.overlap) */
   double rs_s, ag_s;                         /* 64 MiB reduce-scatter and all-gather */
+  double ar_mid_s, rs_mid_s, ag_mid_s;       /* the same three kinds at 16 MiB */
 } td_calibration;
 
 /* Measure this machine (app/plan_calibrate.c): the CPU back-end's gemm rate

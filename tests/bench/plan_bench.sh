@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # plan_bench.sh — `trident plan` against reality on this machine
-# (docs/benchmarks.md, "Choosing a grid: predicted vs measured"): calibrate,
-# predict and train 10 configurations of inputs/small.yaml at 2 ranks, 20
-# steps each, in one run; prints the table (tests/bench/plan_bench.py).
+# (docs/benchmarks.md, "Choosing a grid: predicted vs measured"): train 12
+# configurations of inputs/small.yaml at 2 ranks, 20 steps each, in 3 rounds
+# with a calibration each, and predict them; prints the table
+# (tests/bench/plan_bench.py).
 #
 #   tests/bench/plan_bench.sh [--build DIR] [--work DIR] [--steps N]
 set -euo pipefail
