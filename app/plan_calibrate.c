@@ -424,13 +424,10 @@ td_status td_plan_calibrate(MPI_Comm comm, td_cluster *c, td_calibration *cal) {
     double lat = (size - 1) * cal->ar_lat, v[3];
     double t[3] = {cal->ar_mid_s - 2.0 * lat, cal->rs_mid_s - lat, cal->ag_mid_s - lat};
     double bytes[3] = {2.0 * f * (double)mid, f * (double)mid, f * (double)mid};
-    for (int i = 0; i < 3; ++i) v[i] = t[i] > 0 ? bytes[i] / t[i] / cal->ar_bw : 1.0;
-    c->small_bytes = (double)((int64_t)16 << 20);
+    for (int i = 0; i < 3; ++i) /* within the keys' range */
+      v[i] = t[i] > 0 ? fmin(fmax(bytes[i] / t[i] / cal->ar_bw, 1e-3), 1e3) : 1.0;
+    c->small_bytes = (double)mid;
     c->small_ar = v[0], c->small_rs = v[1], c->small_ag = v[2];
-    for (int i = 0; i < 3; ++i) { /* within the keys' range */
-      double *x = i == 0 ? &c->small_ar : i == 1 ? &c->small_rs : &c->small_ag;
-      *x = *x < 1e-3 ? 1e-3 : *x > 1e3 ? 1e3 : *x;
-    }
   }
   TD_CHECK_GOTO(overlap_of(k, comm, cal));
   c->overlap = cal->ov_both_s > 0 ? (cal->ov_comm_s + cal->ov_compute_s - cal->ov_both_s) /
