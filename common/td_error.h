@@ -3,7 +3,7 @@
  * Every function that can fail returns td_status. The first failure records a
  * message (td_error_set, via TD_FAIL); every TD_CHECK that passes it upward
  * appends a frame "file:line function". main() prints the trace and decides
- * how the job ends (DESIGN.md, invariant 3). Nothing here exits. */
+ * how the job ends (docs/architecture.md, invariant 3). Nothing here exits. */
 #ifndef TD_ERROR_H
 #define TD_ERROR_H
 
@@ -39,7 +39,7 @@ typedef enum {
   TD_STATUS_COUNT
 } td_status;
 
-/* Process exit code for a status (DESIGN.md: 0, 2, 3, 75). */
+/* Process exit code for a status (docs/architecture.md: 0, 2, 3, 75). */
 int td_status_exit_code(td_status s);
 /* Short text for a status ("bad job deck"). */
 const char *td_status_text(td_status s);
@@ -121,10 +121,10 @@ int td_error_alone(void);
  * returns TD_OK. Sites: check, step, zero_release, pipe_send, ckpt_save,
  * ckpt_load. Never set them outside tests.
  * The other test-only switches: TD_TEST_CRASH_SAVE, TD_TEST_SIGNAL_SAVE
- * (io/td_ckpt.h), TD_TEST_STEP_SLEEP_MS (app/run.c) and TD_TEST_STAGED=1
+ * (io/td_ckpt.h), TD_TEST_STEP_SLEEP_MS (app/train/run.c) and TD_TEST_STAGED=1
  * (kernels/cpu/cpu_backend.c: the CPU back-end reports host_memory = 0, so
  * every MPI call on its buffers goes through host staging copies; the
- * numbers stay bit-identical) and TD_TEST_DCOMM=1 (app/trainer.c, agreed over
+ * numbers stay bit-identical) and TD_TEST_DCOMM=1 (app/train/trainer.c, agreed over
  * the job: the device collectives of kernels/td_dcomm.h run on the CPU
  * back-end through their MPI test implementation, parallel/dcomm_mpi.c). */
 td_status td_test_fail_point(const char *site);

@@ -1,4 +1,4 @@
-/* td_rng.h — counter-based random numbers (grid invariance, DESIGN.md).
+/* td_rng.h — counter-based random numbers (grid invariance, docs/architecture.md).
  *
  * A value is a pure function of (key, counter): no stream state, so any rank
  * can draw element i of a tensor without drawing elements 0..i-1. */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/td_bf16.h"
+#include "common/td_bf16.h"
 
 typedef struct {
   char name[96];

@@ -1,4 +1,4 @@
-/* td_ckpt.h — parallel-HDF5 checkpoints (DESIGN.md "Checkpoint file (format 1)",
+/* td_ckpt.h — parallel-HDF5 checkpoints (docs/architecture.md "Checkpoint file (format 1)",
  * invariants 2-4).
  *
  * This module knows nothing about GPT-2 or about how tensors are sharded:

@@ -1,7 +1,7 @@
 /* td_dataset.h — token datasets: trident HDF5, nanoGPT .bin, llm.c .bin.
  *
  * The format is chosen by content, not by name:
- *   - "\x89HDF\r\n\x1a\n" at offset 0: a trident HDF5 file (DESIGN.md, "Token
+ *   - "\x89HDF\r\n\x1a\n" at offset 0: a trident HDF5 file (docs/architecture.md, "Token
  *     datasets"): 1-D integer /tokens, optional /val_tokens, root attributes
  *     vocab_size and tokenizer;
  *   - int32 little-endian header[0] == 20240520 with header[1] == 1 (GPT-2,
@@ -10,7 +10,7 @@
  *     tokens, then the tokens;
  *   - anything else: a flat little-endian uint16 nanoGPT file.
  *
- * Windows (the eval protocol of DESIGN.md): window i of length T covers tokens
+ * Windows (the eval protocol of docs/architecture.md): window i of length T covers tokens
  * [i·T, i·T + T] — T+1 tokens, inputs the first T, targets the last T — and
  * there are (ntokens - 1) / T of them.
  *

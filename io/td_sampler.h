@@ -7,7 +7,7 @@
  * windows of the permutation in order; when fewer than global_batch remain in
  * the epoch, the remainder is dropped and the step starts epoch + 1 at
  * position 0. So the windows of step s depend only on (seed, nwindows,
- * global_batch, s) — never on the grid (DESIGN.md, invariant 1).
+ * global_batch, s) — never on the grid (docs/architecture.md, invariant 1).
  *
  * Slicing (done by the trainer): every rank draws the same global batch
  * b[0 .. G). Data-parallel rank r of dp takes the contiguous slice

@@ -3,7 +3,7 @@
  * All tensors are row-major in the back-end's memory (host for the CPU
  * back-end, device for CUDA); token ids are int32. Tensors are float32
  * unless a td_dtype argument names the pointer's element type: that is
- * where precision matters (DESIGN.md, "Precision"): gemm operands and
+ * where precision matters (docs/architecture.md, "Precision"): gemm operands and
  * output, the parameters the pointwise ops read (the bf16 working copy) and
  * the activations that are matmul inputs. Arithmetic is float32 whatever
  * the storage (bf16 is rounded to nearest even on store). Shapes are given
@@ -32,7 +32,7 @@ typedef enum { TD_DTYPE_F32 = 0, TD_DTYPE_BF16 = 1 } td_dtype;
 static inline size_t td_dtype_size(td_dtype t) { return t == TD_DTYPE_BF16 ? 2 : 4; }
 
 /* Positions of the rows a rank holds of each sequence (context parallelism,
- * DESIGN.md "Context parallelism"): of the T rows of a sequence, row t is
+ * docs/architecture.md "Context parallelism"): of the T rows of a sequence, row t is
  * position t < half ? p0 + t : p1 + (t − half) of a sequence of Tk
  * positions — two contiguous runs, increasing (p0 + half ≤ p1, the second
  * run ends by Tk). The position-aware ops take `const td_pos *pos`; NULL is

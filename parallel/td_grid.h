@@ -1,4 +1,4 @@
-/* td_grid.h — the process grid (DESIGN.md, "Process grid").
+/* td_grid.h — the process grid (docs/architecture.md, "Process grid").
  *
  * world = dp × cp × tp × pp, rank = tp_rank + tp·(cp_rank + cp·(dp_rank +
  * dp·pp_rank)): tensor parallel fastest (one node), then context parallel,

@@ -4,7 +4,7 @@
  * into one ordered list of actions per stage: F, B, W (or BW, a whole
  * backward) of a (chunk, micro-batch), and the messages between neighbouring
  * stages (send/recv of activations and of their gradients). The pipeline
- * (app/pipeline.c) runs these lists; the simulator times them with per-action
+ * (app/train/pipeline.c) runs these lists; the simulator times them with per-action
  * costs; the memory model counts the micro-batches each list keeps alive.
  * Nothing here communicates or allocates device memory.
  *

@@ -1,5 +1,5 @@
 /* td_watchdog.h — end a job whose ranks stopped making progress
- * (deck key run.watchdog_s; DESIGN.md exit code 3).
+ * (deck key run.watchdog_s; docs/architecture.md exit code 3).
  *
  * A hang in a distributed job shows as ranks blocked in communication,
  * waiting for a rank that died without the launcher noticing, was stopped

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/td_bf16.h"
+#include "common/td_bf16.h"
 #include "kernels/td_kernels.h"
 
 /* Hot row kernels are compiled for AVX-512, AVX2 and the baseline and picked

@@ -8,7 +8,7 @@
  * Conventions of every kernel here (STYLE.md 13b): all work is queued on
  * the back-end's one stream (s->stream); arithmetic is float32 whatever the
  * storage; bf16 stores round to nearest even (__float2bfloat16_rn, the
- * rounding of kernels/td_bf16.h); reductions run in a fixed order (no atomics
+ * rounding of common/td_bf16.h); reductions run in a fixed order (no atomics
  * on floats), so the same inputs give the same bits on every run — exact
  * resumption depends on it. */
 #ifndef TD_CUDA_INTERNAL_CUH

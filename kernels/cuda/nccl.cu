@@ -21,7 +21,7 @@
  *
  * Point-to-point (send, recv): ncclSend / ncclRecv on the communication
  * stream, one call each. The pipeline uses them on one-way channels (a
- * communicator per direction of each link, app/pipeline.c), so a stream
+ * communicator per direction of each link, app/train/pipeline.c), so a stream
  * never holds a send and a receive that could wait on each other. */
 #include <stdio.h>
 #include <string.h>

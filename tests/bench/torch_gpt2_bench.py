@@ -146,7 +146,7 @@ def set_threads(n):
 
 
 def make_params(a, layout):
-    """GPT-2 parameters (DESIGN.md init). layout 'linear': (out, in) weights;
+    """GPT-2 parameters (docs/architecture.md init). layout 'linear': (out, in) weights;
     'conv1d': (in, out)."""
     g = torch.Generator().manual_seed(a.seed)
     C, V, T, L = a.dim, a.vocab, a.seq_len, a.layers

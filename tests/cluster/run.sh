@@ -72,7 +72,7 @@ fi
 w=$work/cluster-jobs
 rm -rf "$w"
 mkdir -p "$w"
-# TD_FINALIZE_S: a finalize stuck closing a TCP endpoint (app/main.c) ends
+# TD_FINALIZE_S: a finalize stuck closing a TCP endpoint (app/cli/main.c) ends
 # after 5 s, not 30
 export TRIDENT=$trident TD_FINALIZE_S=5
 S=12
@@ -199,7 +199,7 @@ if want twonode; then
   run_job hostfile -N 2 --ntasks-per-node 2 -- --wrap "OMP_NUM_THREADS=1 mpiexec.mpich -f $w/hostfile -n 4 $trident train $deck ${common[*]} --set run.out_dir=$w/byhostfile"
   mb=$((($(veth_bytes 2) - b0) / 1000000))
   # MPICH 4.0's UCX can hang in MPI_Finalize between hosts after all work is
-  # done; trident then ends the rank itself (TD_FINALIZE_S, app/main.c), which
+  # done; trident then ends the rank itself (TD_FINALIZE_S, app/cli/main.c), which
   # hydra may report as a failure. That case is named, not hidden: the run
   # must still have finished (done, its last checkpoint) and be bitwise below.
   fin=$(grep -c "MPI_Finalize did not return within" "$w/hostfile.out")

@@ -1,5 +1,5 @@
 # checkpoint.cmake — end-to-end checkpoint tests through the command line
-# (tests/e2e/ckpt_*.sh; DESIGN.md "Checkpoint file (format 1)", invariants
+# (tests/e2e/ckpt_*.sh; docs/architecture.md "Checkpoint file (format 1)", invariants
 # 2-5, exit codes 2 and 75). Each script prints PASS/FAIL lines and
 # "N passed, M failed". They share TD_CKPT_WORK: the corpus and the
 # single-rank reference runs are made once there (flock), stamped with the

@@ -1,5 +1,5 @@
 # data_parallel.cmake — data parallelism and ZeRO stages 0–3 against grid
-# invariance (DESIGN.md invariant 1), through the command line: the tiny deck
+# invariance (docs/architecture.md invariant 1), through the command line: the tiny deck
 # for 20 steps with global batch 12 (divisible by 1, 2, 3 and 4 ranks) at dp
 # = 2, 3, 4 for each ZeRO stage against the single-rank run (losses 1e-4
 # relative at every step, final parameters 1e-5 of max |p|); the same grid

@@ -26,3 +26,11 @@ endforeach()
 td_add_unit(test_grid ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_grid.c)
 td_add_mpi_test(NAME grid COMMAND $<TARGET_FILE:test_grid> RANKS 1 2 4 8 TIMEOUT 60
   LABELS foundation)
+
+# layering: the layers and app/'s parts point one way (docs/architecture.md,
+# "Layers and parts"): includes between parts, no include circle, and no
+# call circle between app/'s objects (nm on the library's objects).
+add_test(NAME layering
+  COMMAND ${TD_PY} ${CMAKE_CURRENT_SOURCE_DIR}/unit/layering.py ${PROJECT_SOURCE_DIR}
+          ${CMAKE_BINARY_DIR}/CMakeFiles/tdcore.dir)
+set_tests_properties(layering PROPERTIES TIMEOUT 60 LABELS "foundation;build")

@@ -7,7 +7,7 @@
 # also compiled as C++ (their extern "C" guards and C-only constructs), when a
 # C++ compiler is found; kernels/cuda/td_cuda.h only in CUDA builds.
 file(GLOB TD_HEADERS RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS
-  ${PROJECT_SOURCE_DIR}/app/*.h ${PROJECT_SOURCE_DIR}/io/*.h ${PROJECT_SOURCE_DIR}/parallel/*.h
+  ${PROJECT_SOURCE_DIR}/app/*/*.h ${PROJECT_SOURCE_DIR}/io/*.h ${PROJECT_SOURCE_DIR}/parallel/*.h
   ${PROJECT_SOURCE_DIR}/kernels/*.h ${PROJECT_SOURCE_DIR}/kernels/cpu/*.h
   ${PROJECT_SOURCE_DIR}/common/*.h)
 if(TD_ENABLE_CUDA)

@@ -1,4 +1,4 @@
-# precision.cmake — training.precision: bf16 (DESIGN.md, "Precision").
+# precision.cmake — training.precision: bf16 (docs/architecture.md, "Precision").
 #
 # bf16_grid_*: grid invariance in bf16 (tests/e2e/grid_invariance.sh, the
 # tiny deck 20 steps, both sides bf16). The rounding points are the same on

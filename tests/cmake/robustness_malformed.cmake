@@ -1,5 +1,5 @@
 # robustness_malformed.cmake — bad files and files that change under a run,
-# through the command line (issue 12, "Injected faults"; DESIGN.md
+# through the command line (issue 12, "Injected faults"; docs/architecture.md
 # invariants 3 and 5):
 #   malformed_h5    damaged copies of a real checkpoint and a real dataset
 #                   (tests/e2e/malformed_h5.py makes them) given to train,

@@ -57,7 +57,7 @@ endif()
 #   - dcomm_*: the grids of staged_* and dp 2 ZeRO-2, (dp 2, tp 2) ZeRO-3,
 #     with and without TD_TEST_DCOMM=1, bit-identical; the pipelines' messages
 #     then go through the device channels (one communicator per direction of
-#     each link, untagged: app/pipeline.c), under 1F1B, interleaved (the
+#     each link, untagged: app/train/pipeline.c), under 1F1B, interleaved (the
 #     wrapping link) and zb-h1 at pp 4.
 if(TARGET test_zero)
   td_add_mpi_test(NAME zero_dcomm COMMAND $<TARGET_FILE:test_zero> RANKS 1 2 3 4 TIMEOUT 120

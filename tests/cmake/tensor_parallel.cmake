@@ -1,4 +1,4 @@
-# tensor_parallel.cmake — tensor parallelism against DESIGN.md invariant 1
+# tensor_parallel.cmake — tensor parallelism against docs/architecture.md invariant 1
 # (grid invariance), through the command line, plus the vocabulary-parallel
 # cross-entropy on its own.
 #

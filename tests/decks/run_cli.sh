@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_cli.sh TRIDENT MPIEXEC — the command line (DESIGN.md, "Command line and
+# run_cli.sh TRIDENT MPIEXEC — the command line (docs/architecture.md, "Command line and
 # exit codes"): help, version, usage errors, and the deck reference of the
 # guide (docs/decks.md).
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_inject.sh TRIDENT MPIEXEC — an error found on one rank alone must end the
-# whole job (DESIGN.md, invariant 3), not hang it.
+# whole job (docs/architecture.md, invariant 3), not hang it.
 #
 # TD_TEST_FAIL_RANK=r makes rank r of `trident check` fail alone while the
 # others wait in a collective. Each case must end within 10 s with a non-zero

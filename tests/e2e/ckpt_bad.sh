@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ckpt_bad.sh TRIDENT WORKDIR
 #
-# Bad checkpoints given to `trident train` (DESIGN.md invariants 3 and 5,
+# Bad checkpoints given to `trident train` (docs/architecture.md invariants 3 and 5,
 # exit code 2): from one good checkpoint of the tiny deck (1 rank, 2 steps),
 # copies are damaged with h5py and each is resumed (checkpoint.resume=PATH,
 # or auto for `latest`) at 1 rank and at 2 ranks (dp 2). Every case must

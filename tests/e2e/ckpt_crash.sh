@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ckpt_crash.sh TRIDENT WORKDIR [GRID]
 #
-# A save killed half-way (DESIGN.md invariant 4 "Nothing lost"), through the
+# A save killed half-way (docs/architecture.md invariant 4 "Nothing lost"), through the
 # trainer, on GRID (default 2,1,1,0: two ranks):
 #   1. train 10 steps, committing step_00000010.h5;
 #   2. rerun to 20 steps (resume=auto, a checkpoint every 10) with

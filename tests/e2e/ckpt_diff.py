@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """ckpt_diff.py RUN.h5 REF.h5 [--bitwise] [--param-rtol R] [--optim] [--state]
 
-Compares two trident checkpoints (DESIGN.md, "Checkpoint file (format 1)")
+Compares two trident checkpoints (docs/architecture.md, "Checkpoint file (format 1)")
 with h5py alone:
   /model/*     same names and shapes; with --bitwise identical bit for bit,
                else max|a - b| <= R * max|b| over the whole reference group

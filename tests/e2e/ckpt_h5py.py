@@ -3,7 +3,7 @@
                     [--param-rtol R] [--no-tools]
 
 A trident checkpoint read with h5py, numpy and the HDF5 command-line tools
-only, no trident code (DESIGN.md, "Checkpoint file (format 1)"):
+only, no trident code (docs/architecture.md, "Checkpoint file (format 1)"):
 
   root     attributes format == "trident-checkpoint", format_version == 1,
            step, tokens_seen (== step x global_batch x seq_len), saved_grid

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ckpt_python.sh TRIDENT WORKDIR [GRID]
 #
-# Checkpoints readable without trident (DESIGN.md: "h5py, h5dump and h5ls
+# Checkpoints readable without trident (docs/architecture.md: "h5py, h5dump and h5ls
 # read it with no trident code"): trains the tiny deck 10 steps on GRID
 # (default 2,2,1,3: tp 2 with ZeRO-3 over dp 2, so every tensor is written
 # in pieces by several ranks) and runs tests/e2e/ckpt_h5py.py on its step-10

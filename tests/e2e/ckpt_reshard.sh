@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ckpt_reshard.sh [OPTIONS] TRIDENT WORKDIR NAME SRC_GRID DST_GRID
 #
-# Resharding (DESIGN.md invariant 2 "any grid resumes any checkpoint"):
+# Resharding (docs/architecture.md invariant 2 "any grid resumes any checkpoint"):
 #   1. the single-rank reference: grid 1,1,1,0, 20 steps, checkpoints at 10
 #      and 20 (cached in WORKDIR, shared with other tests);
 #   2. train 10 steps on SRC_GRID and save (SRC_GRID 1,1,1,0 without

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ckpt_resume_exact.sh TRIDENT WORKDIR NAME GRID [--set k=v]...
 #
-# Exact resumption (DESIGN.md: checkpoints, invariant 1 "the same grid twice
+# Exact resumption (docs/architecture.md: checkpoints, invariant 1 "the same grid twice
 # gives bit-identical results"): on GRID ("dp,tp,pp,zero[,micro_batch]"),
 #   1. train the tiny deck 20 steps straight, a checkpoint every 10 steps;
 #   2. copy the run, delete its step-20 checkpoint, point `latest` at step 10

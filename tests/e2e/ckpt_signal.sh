@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ckpt_signal.sh TRIDENT WORKDIR [GRID] [SIGNAL]
 #
-# Stop on a signal, resume exactly (DESIGN.md: exit code 75 "stopped early by
+# Stop on a signal, resume exactly (docs/architecture.md: exit code 75 "stopped early by
 # a signal after a checkpoint was committed — the same command resumes"), on
 # GRID (default 2,1,1,0), SIGNAL USR1 (default) or TERM:
 #   1. the uninterrupted run: 40 steps, checkpoint.every=0 (saves at the end);

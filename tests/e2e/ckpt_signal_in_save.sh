@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ckpt_signal_in_save.sh TRIDENT WORKDIR [GRID] [SIGNAL]
 #
-# Signals that arrive while a checkpoint is being written (DESIGN.md exit
+# Signals that arrive while a checkpoint is being written (docs/architecture.md exit
 # code 75; issue "a second signal during the save does not corrupt
 # anything"), on GRID (default 2,1,1,0), SIGNAL USR1 (default) or TERM:
 #   1. the uninterrupted run: 20 steps, a checkpoint every 5;

@@ -2,7 +2,7 @@
 """compare_runs.py REF_DIR RUN_DIR [--loss-rtol R] [--norm-rtol R] [--param-rtol R]
                  [--zero-grad-atol A] [--bitwise]
 
-Compares two trident runs (DESIGN.md, invariant 1 "Grid invariance"):
+Compares two trident runs (docs/architecture.md, invariant 1 "Grid invariance"):
 
   metrics  REF_DIR/metrics.jsonl and RUN_DIR/metrics.jsonl must both exist, be
            non-empty and log the same steps. On every step `loss` (and

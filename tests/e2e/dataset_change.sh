@@ -2,7 +2,7 @@
 # dataset_change.sh TRIDENT WORKDIR
 #
 # The dataset changed while a 2-rank training reads it (issue 12, "Injected
-# faults"; DESIGN.md invariants 3 and 5). A trident dataset prepared from the
+# faults"; docs/architecture.md invariants 3 and 5). A trident dataset prepared from the
 # license texts (4,196 windows of 65 tokens) is trained on at dp 2 with
 # logging every step; after step 3 is logged the file is
 #   1. truncated to 30 % of its size (truncate -s);

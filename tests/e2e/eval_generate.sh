@@ -3,7 +3,7 @@
 # through the command line:
 #  - `trident eval --json` of a trained tiny model equals what the PyTorch
 #    reference (tests/reference/eval_ref.py, float64) computes with the
-#    protocol of DESIGN.md, on 1 rank and on a (dp 2) and a (tp 2) grid;
+#    protocol of docs/architecture.md, on 1 rank and on a (dp 2) and a (tp 2) grid;
 #  - `trident generate` with a fixed seed prints the same text twice, on a
 #    tensor-parallel and a pipelined grid too, and another seed changes it.
 set -uo pipefail

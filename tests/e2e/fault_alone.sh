@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fault_alone.sh TRIDENT WORKDIR — a rank failing alone ends the job at once
-# (issue 12, defect 7; DESIGN.md invariant 3).
+# (issue 12, defect 7; docs/architecture.md invariant 3).
 #
 # With TD_TEST_FAIL_RANK / TD_TEST_FAIL_AT (common/td_error.h) one rank of a
 # 2-rank training fails alone at a fail point where requests are in flight or

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# grid_invariance.sh — DESIGN.md invariant 1 through the command line.
+# grid_invariance.sh — docs/architecture.md invariant 1 through the command line.
 #
 #   grid_invariance.sh [OPTIONS] TRIDENT WORKDIR NAME REF_GRID RUN_GRID [--set k=v]...
 #       trains the tiny deck (inputs/tiny.yaml, 20 steps, resume never) at

@@ -2,7 +2,7 @@
 # malformed_h5.sh TRIDENT WORKDIR
 #
 # Malformed HDF5 checkpoints and token datasets through the command line
-# (DESIGN.md invariants 3 and 5; issue 12 "Injected faults"). From a real
+# (docs/architecture.md invariants 3 and 5; issue 12 "Injected faults"). From a real
 # checkpoint (tiny deck, 1 rank, 2 steps) and a real dataset (`trident
 # prepare`), tests/e2e/malformed_h5.py makes damaged copies: wrong dtype,
 # rank or dims of a tensor, a missing tensor, missing or mistyped root

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # precision.sh TRIDENT WORKDIR [STEPS] — training.precision: bf16 through the
-# command line (DESIGN.md, "Precision"):
+# command line (docs/architecture.md, "Precision"):
 #  1. `trident check` names the precision and the bf16 working copy;
 #  2. the quickstart model trained STEPS (default 300) steps in bf16 and in
 #     fp32 from the same seed on the same windows (one rank each, side by

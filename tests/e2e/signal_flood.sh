@@ -7,7 +7,7 @@
 # seen under Slurm when the time limit's SIGUSR1 arrived during a step, and
 # reproduced with any handled signal sent at 1 kHz: abort within 3-9 steps).
 # trident therefore blocks SIGTERM/SIGUSR1/SIGUSR2 in every thread and takes
-# them on one thread of its own (app/signals.c).
+# them on one thread of its own (app/train/signals.c).
 #
 #   threads  during training, every thread but trident's signal thread blocks
 #            SIGTERM, SIGUSR1 and SIGUSR2 (/proc/PID/task/*/status SigBlk)

@@ -7,7 +7,7 @@
 # name, /dev/shm/sem.OMPIO_<name>, common to every job on the node. A rank
 # killed while it holds a checkpoint open leaves it taken (value 0), and every
 # later save of a file of that name waits for ever. trident leaves "sm" out
-# unless the user chooses (app/main.c); this test plants such a semaphore for
+# unless the user chooses (app/cli/main.c); this test plants such a semaphore for
 # step_00000003.h5.tmp and checks:
 #   fixed    2 ranks save steps 3 and 6, step 3 through it: exit 0 within 60 s, and the
 #            checkpoint verifies;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # train_errors.sh TRIDENT MPIEXEC WORKDIR — `trident train` ends every rank
-# with one clear message and the contract's exit code (DESIGN.md) when:
+# with one clear message and the contract's exit code (docs/architecture.md) when:
 # the loss or gradient norm turns NaN (3, naming the step), the deck asks for
 # what this build cannot do on CPU (2: bf16 on a CBLAS build), the dataset holds tokens beyond the
 # vocabulary or too few windows for one batch (2, naming the file), the

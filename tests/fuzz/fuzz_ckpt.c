@@ -1,6 +1,6 @@
 /* fuzz_ckpt.c — libFuzzer harness for the checkpoint readers: `trident ckpt
  * info` (io/ckpt_info.c, serial HDF5) and loading a one-rank model from the
- * file (td_trainer_load: io/ckpt.c over MPI-IO, app/checkpoint.c).
+ * file (td_trainer_load: io/ckpt.c over MPI-IO, app/train/checkpoint.c).
  *
  * Input: the bytes of a checkpoint file, written to a scratch file on tmpfs.
  * LLVMFuzzerInitialize starts MPI (one rank) and builds once the smallest
@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app/td_app.h"
-#include "app/td_checkpoint.h"
-#include "app/td_trainer.h"
+#include "app/deck/td_app.h"
+#include "app/train/td_checkpoint.h"
+#include "app/train/td_trainer.h"
 #include "fuzz_util.h"
 #include "io/td_ckpt.h"
 #include "io/td_h5.h"

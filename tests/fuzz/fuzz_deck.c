@@ -1,4 +1,4 @@
-/* fuzz_deck.c — libFuzzer harness for the job-deck reader (app/config.c,
+/* fuzz_deck.c — libFuzzer harness for the job-deck reader (app/deck/config.c,
  * io/yaml.c): YAML text plus --set overrides through td_config_load.
  *
  * Input: leading lines "--set key=value" become --set arguments and a line
@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app/td_config.h"
-#include "app/td_estimate.h"
-#include "app/td_registry.h"
+#include "app/deck/td_config.h"
+#include "app/model/td_estimate.h"
+#include "app/model/td_registry.h"
 #include "fuzz_util.h"
 
 #define MAX_SETS 16

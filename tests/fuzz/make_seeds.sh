@@ -67,7 +67,7 @@ cp "$TMP/run/ckpt/step_00000001.h5" "$C/ckpt/tiny-step1.h5"
 printf '\x01hello, world\n' >"$C/prepare/one-file.bin"
 { printf '\x16'; head -c 200 "$ROOT/README.md"; printf '\x00\xff'; printf 'second file\n'
   printf '\x00\xff'; printf '\x00\xff'; printf 'fourth'; } >"$C/prepare/folder-pieces.bin"
-{ printf '\x0b'; head -c 400 "$ROOT/DESIGN.md" 2>/dev/null || head -c 400 "$ROOT/README.md"
+{ printf '\x0b'; head -c 400 "$ROOT/docs/architecture.md" 2>/dev/null || head -c 400 "$ROOT/README.md"
   printf '\x00\xff\xc3\xa9t\xc3\xa9\n'; } >"$C/prepare/files-val.bin"
 printf '\x00' >"$C/prepare/empty.bin"
 du -sh "$C"

@@ -14,7 +14,7 @@ matmuls on bf16 operands), and once more in plain float32 for scale.
 Checks, over the N replayed steps (default: all dumped):
   mean |loss_trident - loss_torch| / loss_torch       <= 2%
   last step's loss relative difference                <= 1.5%
-(the training bounds of DESIGN.md "Precision", there over the last 100 of
+(the training bounds of docs/architecture.md "Precision", there over the last 100 of
 300 steps and the final validation loss). The distance of each to torch
 float32 is printed too.
 

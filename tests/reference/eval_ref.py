@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reference validation loss (DESIGN.md "Command line", eval protocol), float64.
+"""Reference validation loss (docs/architecture.md "Command line", eval protocol), float64.
 
 Usage (Debian's interpreter):
     /usr/bin/python3 tests/reference/eval_ref.py MODEL.h5 DATA.h5 --batches B \\

@@ -1,6 +1,6 @@
 """GPT-2 reference model, optimizer and schedule in plain PyTorch.
 
-This is trident's numerical oracle (see /work/shared/DESIGN.md, "Model").
+This is trident's numerical oracle (see /work/shared/docs/architecture.md, "Model").
 Run it with Debian's interpreter: /usr/bin/python3 (torch 1.13, numpy, h5py).
 
 Parameters are a dict of leaf tensors keyed by the Hugging Face GPT-2 names
@@ -121,7 +121,7 @@ def check_params(params, want):
 
 
 def init_params(cfg, seed=0, perturb=0.0):
-    """DESIGN.md init (N(0,0.02), residual projections /sqrt(2L), biases 0,
+    """docs/architecture.md init (N(0,0.02), residual projections /sqrt(2L), biases 0,
     LN scale 1) with numpy's generator (NOT trident's counter-based one).
     perturb > 0 adds N(0, perturb) to biases and LayerNorm parameters so tests
     exercise them."""

@@ -1,6 +1,6 @@
 #!/bin/sh
 # ckpt_crash.sh MPIEXEC TEST_CKPT DIR — a save killed half-way leaves the
-# previous checkpoint committed (DESIGN.md invariant 4).
+# previous checkpoint committed (docs/architecture.md invariant 4).
 #   1. save step 1 normally (2 ranks);
 #   2. save step 2 with TD_TEST_CRASH_SAVE=1: every rank raises SIGKILL at
 #      the third tensor, so the run must fail;

@@ -1,4 +1,4 @@
-/* test_actmem.c — trident's activation-memory model (the one in app/model.c:
+/* test_actmem.c — trident's activation-memory model (the one in app/model/model.c:
  * every buffer through dev_alloc into act_bytes and the model's allocation
  * ledger, what `trident check` prints) against Korthikanti et al. 2022
  * ("Reducing Activation Recomputation in Large Transformer Models"), Table
@@ -52,8 +52,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app/td_config.h"
-#include "app/td_model.h"
+#include "app/deck/td_config.h"
+#include "app/model/td_model.h"
 #include "parallel/td_grid.h"
 #include "td_error.h"
 

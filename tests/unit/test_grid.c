@@ -1,4 +1,4 @@
-/* test_grid.c — the process grid (DESIGN.md, "Process grid").
+/* test_grid.c — the process grid (docs/architecture.md, "Process grid").
  *
  * Run as mpiexec -n W test_grid (W = 1, 2, 4, 8, ...). For every (dp, cp,
  * tp, pp) with dp·cp·tp·pp = W, builds the grid over a duplicate of

@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/td_bf16.h"
+#include "common/td_bf16.h"
 #include "kernels/td_kernels.h"
 
 static int g_pass, g_fail;

@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/td_bf16.h"
+#include "common/td_bf16.h"
 #include "kernels/td_kernels.h"
 
 static int g_pass, g_fail;

@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "io/td_safetensors.h"
-#include "kernels/td_bf16.h"
+#include "common/td_bf16.h"
 
 int main(int argc, char **argv) {
   if (argc != 2) {

@@ -1,6 +1,6 @@
-/* test_vocab_xent.c — the vocabulary-parallel cross-entropy (DESIGN.md,
+/* test_vocab_xent.c — the vocabulary-parallel cross-entropy (docs/architecture.md,
  * "Model": the cross-entropy runs on vocabulary shards without ever gathering
- * the full logits), exactly as app/model.c forms it:
+ * the full logits), exactly as app/model/model.c forms it:
  *
  *   rowmax  = xent_rowmax(shard)            → all-reduce MPI_MAX over tp
  *   sumexp, tlogit = xent_sumexp(shard)     → all-reduce SUM of both over tp
@@ -163,7 +163,7 @@ static int run_case(td_kernels *k, MPI_Comm tp_comm, uint64_t seed, int64_t N, i
   MPI_Comm_size(tp_comm, &tp);
   MPI_Comm_rank(tp_comm, &r);
   int64_t Vs = (V + tp - 1) / tp, v0 = (int64_t)r * Vs;
-  int64_t vvalid = V - v0 < Vs ? (V - v0 > 0 ? V - v0 : 0) : Vs; /* as app/model.c */
+  int64_t vvalid = V - v0 < Vs ? (V - v0 > 0 ? V - v0 : 0) : Vs; /* as app/model/model.c */
   char what[160];
   snprintf(what, sizeof what, "tp=%d rank %d V=%lld N=%lld Vs=%lld v0=%lld Vvalid=%lld %s scale=%g",
            tp, r, (long long)V, (long long)N, (long long)Vs, (long long)v0, (long long)vvalid,

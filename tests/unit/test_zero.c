@@ -20,7 +20,7 @@
  * ranks and micro-batches is exact in float — into the unit gradient
  * pointers. Two access patterns: "sequential" (one unit at a time) and
  * "trainer" (unit 0 held for the whole pass and its gradient written at both
- * ends, the last unit in the middle, as app/model.c does), with the
+ * ends, the last unit in the middle, as app/model/model.c does), with the
  * persistent units {0, last} or none. After each step:
  *   - the owned gradients equal the exact sum over ranks and micro-batches
  *     (bitwise), and at stage 0 the full gradient buffer too;
@@ -289,7 +289,7 @@ typedef struct {
   td_zero_tensor t[MAXT];
   int nu;
   int64_t ub[MAXU], ue[MAXU];
-  int trainer;        /* access pattern: app/model.c's (unit 0 held, last unit first in backward) */
+  int trainer;        /* access pattern: app/model/model.c's (unit 0 held, last unit first in backward) */
   int persistent;     /* persistent units {0, nu-1} (else none) */
   double bucket_bytes;
 } space;
@@ -305,7 +305,7 @@ static void add_unit(space *s, int64_t begin) {
   s->nu++;
 }
 static void add_empty_unit(space *s) {
-  s->ub[s->nu] = INT64_MAX, s->ue[s->nu] = 0; /* what app/model.c gives other stages' units */
+  s->ub[s->nu] = INT64_MAX, s->ue[s->nu] = 0; /* what app/model/model.c gives other stages' units */
   s->nu++;
 }
 

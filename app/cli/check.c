@@ -1,0 +1,377 @@
+/* check.c — `trident check DECK`: validate, print the resolved deck, the grid,
+ * the parameter count, memory per rank and FLOPs, without training. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/cli/td_cli.h"
+#include "app/model/td_estimate.h"
+#include "app/train/td_pipeline.h"
+#include "app/model/td_registry.h"
+#include "app/train/td_trainer.h"
+#include "parallel/td_grid.h"
+#include "parallel/td_mpi.h"
+#include "td_log.h"
+
+static void human_bytes(double b, char *buf, size_t cap) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (b >= 1024.0 && i < 4) b /= 1024.0, ++i;
+  snprintf(buf, cap, i ? "%.2f %s" : "%.0f %s", b, u[i]);
+}
+
+static void human_count(double x, char *buf, size_t cap) {
+  if (x >= 1e12) snprintf(buf, cap, "%.2fT", x / 1e12);
+  else if (x >= 1e9) snprintf(buf, cap, "%.2fG", x / 1e9);
+  else if (x >= 1e6) snprintf(buf, cap, "%.2fM", x / 1e6);
+  else if (x >= 1e3) snprintf(buf, cap, "%.2fK", x / 1e3);
+  else snprintf(buf, cap, "%.0f", x);
+}
+
+/* One rank's line of the grid map, gathered to rank 0. */
+typedef struct {
+  int rank, dp, cp, tp, pp;
+  int gpu, gpus; /* run.device: cuda: the GPU this rank drives (-1: none), of the node's visible */
+  char host[64];
+  td_mem_plan mem;
+  int64_t dev_plain; /* optimizer.offload: the device bytes the same rank allocates without it */
+  int tp_size, cp_size, dp_size, pp_size, embed_size;
+} rank_info;
+
+static int64_t mem_total(const td_mem_plan *m) {
+  return m->param + m->grad + m->optim + m->work + m->act;
+}
+
+/* --json: one object with every rank's bytes and the largest of each. */
+static void print_json(const rank_info *all, int n) {
+  static const char *const keys[] = {"param_bytes", "grad_bytes", "optim_bytes", "work_bytes",
+                                     "act_bytes", "total_bytes"};
+  int64_t mx[6] = {0}, hmx = 0;
+  printf("{\"ranks\": [");
+  for (int i = 0; i < n; ++i) {
+    const td_mem_plan *m = &all[i].mem;
+    int64_t v[6] = {m->param, m->grad, m->optim, m->work, m->act, mem_total(m)};
+    printf("%s\n  {\"rank\": %d, \"dp\": %d, \"cp\": %d, \"tp\": %d, \"pp\": %d, "
+           "\"params\": %lld", i ? "," : "", all[i].rank, all[i].dp, all[i].cp, all[i].tp,
+           all[i].pp, (long long)m->params_local);
+    for (int j = 0; j < 6; ++j) {
+      printf(", \"%s\": %lld", keys[j], (long long)v[j]);
+      if (v[j] > mx[j]) mx[j] = v[j];
+    }
+    printf(", \"host_bytes\": %lld, \"startup_bytes\": %lld}", (long long)m->host,
+           (long long)m->startup); /* optimizer.offload's state; the start-up's host copy */
+    if (m->host > hmx) hmx = m->host;
+  }
+  printf("],\n \"max\": {");
+  for (int j = 0; j < 6; ++j) printf("%s\"%s\": %lld", j ? ", " : "", keys[j], (long long)mx[j]);
+  printf(", \"host_bytes\": %lld}}\n", (long long)hmx);
+}
+
+/* Groups of kind ('t', 'c', 'd', 'p') that lie inside node n, of all such
+ * groups: each group counted at its first member (coordinate 0 of its
+ * dimension). */
+static void groups_inside(const td_grid *g, char kind, int n, int *inside, int *total) {
+  *inside = *total = 0;
+  for (int r = 0; r < g->size; ++r) {
+    int tc = g->tp * g->cp;
+    int c = kind == 't' ? r % g->tp : kind == 'c' ? (r / g->tp) % g->cp
+            : kind == 'd' ? (r / tc) % g->dp : r / (tc * g->dp);
+    if (c != 0) continue;
+    ++*total;
+    *inside += g->node_of[r] == n && td_grid_group_nodes(g, kind, r) == 1;
+  }
+}
+
+/* The rank -> node -> device map, the groups inside each node, and a
+ * warning when a tensor-parallel group spans nodes (rank 0). */
+static void print_nodes(const td_grid *g, const rank_info *all, int cuda) {
+  printf("nodes: %d; rank -> node -> %s:\n", g->nodes, cuda ? "GPU" : "device");
+  for (int n = 0; n < g->nodes; ++n) {
+    int first = -1, count = 0;
+    for (int r = 0; r < g->size; ++r)
+      if (g->node_of[r] == n) {
+        if (first < 0) first = r;
+        ++count;
+      }
+    printf("  node %d %-16.16s %d rank%s:", n, all[first].host, count, count == 1 ? "" : "s");
+    for (int r = 0; r < g->size; ++r) {
+      if (g->node_of[r] != n) continue;
+      if (cuda && all[r].gpu >= 0) printf(" %d->gpu%d", r, all[r].gpu);
+      else printf(" %d->%s", r, cuda ? "none" : "cpu");
+    }
+    int ti, tt, ci, ct, di, dt, pi, pt;
+    groups_inside(g, 't', n, &ti, &tt);
+    groups_inside(g, 'c', n, &ci, &ct);
+    groups_inside(g, 'd', n, &di, &dt);
+    groups_inside(g, 'p', n, &pi, &pt);
+    printf("; groups inside: tp %d of %d,", ti, tt);
+    if (g->cp > 1) printf(" cp %d of %d,", ci, ct);
+    printf(" dp %d of %d, pp %d of %d\n", di, dt, pi, pt);
+  }
+  int span = 0, example = -1;
+  for (int r = 0; r < g->size; ++r)
+    if (r % g->tp == 0 && td_grid_group_nodes(g, 't', r) > 1) {
+      ++span;
+      if (example < 0) example = r;
+    }
+  if (span > 0)
+    td_warn("%d of %d tensor-parallel groups span nodes (the one of ranks %d..%d over %d nodes, "
+            "first on %s): every layer's tp all-reduces, forward and backward, then cross the "
+            "inter-node network instead of the node's shared memory; give each node a multiple "
+            "of tp = %d consecutive ranks (block distribution, --ntasks-per-node a multiple of "
+            "tp) so that tp stays inside a node",
+            span, g->size / g->tp, example, example + g->tp - 1,
+            td_grid_group_nodes(g, 't', example), all[example].host, g->tp);
+}
+
+static td_status check_main(td_app *app, const td_config *cfg, int json) {
+  td_status st = TD_OK;
+  td_grid *g = NULL;
+  td_registry *reg = NULL;
+  rank_info *all = NULL;
+  TD_CHECK_GOTO(td_grid_create(app->world, (int)cfg->parallel_dp, (int)cfg->parallel_cp,
+                               (int)cfg->parallel_tp, (int)cfg->parallel_pp, &g));
+  /* Test-only: TD_TEST_FAIL_RANK=r makes rank r fail alone, here, while every
+   * other rank waits in a collective: the job must end, not hang. */
+  TD_CHECK_GOTO(td_test_fail_point("check"));
+
+  /* what this build cannot compute is refused here, not in the middle of a run */
+  char why[256];
+  if (!td_kernels_precision_ok(cfg->run_device, cfg->training_precision, why, sizeof why))
+    st = td_error_set(TD_ERR_DECK, __FILE__, __LINE__, __func__, "%s: training.precision: %s",
+                      cfg->deck_path, why);
+  TD_CHECK_GOTO(td_agree(app->world, st));
+  st = td_registry_create(cfg, g->tp, g->tp_rank, g->pp, g->pp_rank, &reg);
+  rank_info me;
+  memset(&me, 0, sizeof me);
+  /* what training would allocate here: the model's and the ZeRO engine's own
+   * size queries, not a second formula */
+  int local_rank = 0, local_size = 1;
+  td_dcomm_kind dcomm = TD_DCOMM_OFF;
+  TD_CHECK_GOTO(td_trainer_node_place(app, &local_rank, &local_size));
+  TD_CHECK_GOTO(td_trainer_dcomm_kind(app, cfg, local_size, &dcomm, why, sizeof why));
+  if (st == TD_OK) st = td_trainer_plan(cfg, g, dcomm, &me.mem);
+  int offload = strcmp(cfg->optimizer_offload, "cpu") == 0;
+  if (st == TD_OK && offload) { /* the same rank without offload: what moves */
+    td_config plain = *cfg;
+    td_mem_plan pm;
+    snprintf(plain.optimizer_offload, sizeof plain.optimizer_offload, "none");
+    st = td_trainer_plan(&plain, g, dcomm, &pm);
+    me.dev_plain = mem_total(&pm);
+  }
+  TD_CHECK_GOTO(td_agree(app->world, st));
+  me.rank = g->rank, me.dp = g->dp_rank, me.cp = g->cp_rank, me.tp = g->tp_rank;
+  me.pp = g->pp_rank;
+  int len = 0;
+  char host[MPI_MAX_PROCESSOR_NAME];
+  MPI_Get_processor_name(host, &len);
+  snprintf(me.host, sizeof me.host, "%s", host);
+  me.gpu = td_trainer_gpu_of(cfg, local_rank, &me.gpus);
+  TD_MPI_CHECK(MPI_Comm_size(g->tp_comm, &me.tp_size));
+  TD_MPI_CHECK(MPI_Comm_size(g->cp_comm, &me.cp_size));
+  TD_MPI_CHECK(MPI_Comm_size(g->dp_comm, &me.dp_size));
+  TD_MPI_CHECK(MPI_Comm_size(g->pp_comm, &me.pp_size));
+  me.embed_size = 0;
+  if (g->embed_comm != MPI_COMM_NULL) TD_MPI_CHECK(MPI_Comm_size(g->embed_comm, &me.embed_size));
+  if (app->rank == 0) {
+    all = calloc((size_t)app->size, sizeof *all);
+    if (!all) st = td_error_set(TD_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory");
+  }
+  TD_CHECK_GOTO(td_agree(app->world, st));
+  TD_MPI_CHECK(MPI_Gather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, 0,
+                          app->world));
+  if (app->rank != 0) goto done;
+  if (json) {
+    print_json(all, app->size);
+    goto done;
+  }
+
+  printf("# resolved deck (%s)\n", cfg->deck_path);
+  td_config_print(cfg, stdout);
+  char a[32], b[32], c[32], d[32], w[32], f[32], h[32], t[32];
+  int64_t cp = cfg->parallel_cp;
+  if (cp > 1)
+    printf("\n# grid: dp %lld × cp %lld × tp %lld × pp %lld = %d ranks (rank = tp + tp·(cp + "
+           "cp·(dp + dp·pp)))\n", (long long)cfg->parallel_dp, (long long)cp,
+           (long long)cfg->parallel_tp, (long long)cfg->parallel_pp, app->size);
+  else
+    printf("\n# grid: dp %lld × tp %lld × pp %lld = %d ranks (rank = tp + tp·(dp + dp·pp))\n",
+           (long long)cfg->parallel_dp, (long long)cfg->parallel_tp, (long long)cfg->parallel_pp,
+           app->size);
+  if (cfg->parallel_sequence_parallel)
+    printf("sequence parallel: each tp rank holds 1/tp of its tokens of the residual stream and "
+           "norms\n");
+  if (cp > 1)
+    printf("context parallel: each cp rank holds %lld of every sequence's %lld tokens, chunks i "
+           "and %lld − i of %lld; keys and values all-gathered over cp for attention (forward "
+           "and again in backward), their gradients reduce-scattered; gradients summed over "
+           "dp × cp = %lld ranks\n", (long long)(cfg->model_seq_len / cp),
+           (long long)cfg->model_seq_len, (long long)(2 * cp - 1), (long long)(2 * cp),
+           (long long)(cfg->parallel_dp * cp));
+  int cuda = strcmp(cfg->run_device, "cuda") == 0;
+  printf("%5s %4s", "rank", "dp");
+  if (cp > 1) printf(" %4s", "cp");
+  printf(" %4s %4s  %-16s%s %10s %10s %10s %10s %10s %10s %10s\n", "tp", "pp", "host",
+         cuda ? "  gpu" : "", "params", "param mem", "grad mem", "optim mem", "work mem",
+         "activ mem", "total");
+  int64_t worst = 0;
+  for (int i = 0; i < app->size; ++i) {
+    rank_info *x = &all[i];
+    int64_t tot = mem_total(&x->mem);
+    if (tot > worst) worst = tot;
+    human_count((double)x->mem.params_local, a, sizeof a);
+    human_bytes((double)x->mem.param, b, sizeof b);
+    human_bytes((double)x->mem.grad, c, sizeof c);
+    human_bytes((double)x->mem.optim, d, sizeof d);
+    human_bytes((double)x->mem.work, w, sizeof w);
+    human_bytes((double)x->mem.act, f, sizeof f);
+    human_bytes((double)tot, h, sizeof h);
+    char gpu[16] = "";
+    if (cuda && x->gpu >= 0) snprintf(gpu, sizeof gpu, " %4d", x->gpu);
+    else if (cuda) snprintf(gpu, sizeof gpu, " %4s", "none");
+    printf("%5d %4d", x->rank, x->dp);
+    if (cp > 1) printf(" %4d", x->cp);
+    printf(" %4d %4d  %-16.16s%s %10s %10s %10s %10s %10s %10s %10s\n", x->tp, x->pp, x->host,
+           gpu, a, b, c, d, w, f, h);
+  }
+  if (cuda && all[0].gpus == 0)
+    printf("gpu: none visible where check ran (each rank drives GPU local rank mod the node's "
+           "GPUs; without one, training stops with a CUDA error)\n");
+  else if (cuda)
+    printf("gpu: each rank drives GPU (local rank mod %d) of its node; collectives %s%s%s\n",
+           all[0].gpus,
+           dcomm == TD_DCOMM_NCCL ? "through NCCL (dp, tp, tied embedding; pipeline messages "
+                                    "on one NCCL channel per direction of each link)"
+                                  : "in MPI on host copies",
+           dcomm == TD_DCOMM_OFF && why[0] ? ": " : "", dcomm == TD_DCOMM_OFF ? why : "");
+  printf("communicators: tp %d,", all[0].tp_size);
+  if (cp > 1) printf(" cp %d, dp × cp %d,", all[0].cp_size, all[0].cp_size * all[0].dp_size);
+  printf(" dp %d, pp %d ranks each; embedding group %d (first/last stage)\n", all[0].dp_size,
+         all[0].pp_size, all[0].embed_size);
+  print_nodes(g, all, cuda);
+  td_model_dims dm;
+  td_config_dims(cfg, &dm);
+  printf("\n# model: %s, %lld layers, dim %lld, %lld heads", cfg->model_arch,
+         (long long)dm.L, (long long)dm.C, (long long)dm.H);
+  if (dm.llama)
+    printf(" (%lld key/value), SwiGLU %lld, RoPE theta %g", (long long)dm.KV, (long long)dm.F,
+           cfg->model_rope_theta);
+  printf(", vocab %lld, seq_len %lld, %s head\n", (long long)dm.V, (long long)dm.T,
+         dm.tied ? "tied" : "untied");
+  human_count((double)reg->total_global, a, sizeof a);
+  printf("parameters: %lld (%s)\n", (long long)reg->total_global, a);
+  printf("batch: global %lld sequences = %lld tokens; micro-batch %lld per rank, %lld "
+         "accumulation step%s per optimizer step\n",
+         (long long)cfg->training_global_batch,
+         (long long)(cfg->training_global_batch * cfg->model_seq_len),
+         (long long)td_config_micro_batch(cfg), (long long)td_config_accum_steps(cfg),
+         td_config_accum_steps(cfg) == 1 ? "" : "s");
+  human_bytes((double)worst, h, sizeof h);
+  int zero = (int)cfg->parallel_zero;
+  int bf16 = strcmp(cfg->training_precision, "bf16") == 0;
+  if (bf16)
+    printf("precision: bf16: fp32 master parameters, gradients and AdamW moments; a bf16 working "
+           "copy of the parameters made after each optimizer step%s; matmuls on bf16 operands "
+           "with fp32 accumulation, their inputs (%s, attention and %s outputs) "
+           "saved for backward in bf16; residual stream, softmax, statistics and loss in fp32\n",
+           zero == 3 ? " (ZeRO-3 gathers it: half the bytes)" : "",
+           dm.llama ? "RMSNorm" : "LayerNorm", dm.llama ? "SwiGLU" : "GELU");
+  printf("memory: ZeRO stage %d; the largest rank allocates %s: fp32 parameters%s%s, gradients%s, "
+         "AdamW moments%s, working buffers%s, activations of %lld live %smicro-batch%s (the "
+         "sizes training allocates, from the same code; host-side buffers not included)\n",
+         zero, h, zero >= 3 ? " (sharded)" : "", bf16 ? " + bf16 working copy" : "", zero >= 2 ? " (sharded)" : zero == 1 ? " (+ shard)" : "",
+         zero >= 1 ? " (sharded)" : "",
+         zero == 3 ? " (gathered units, unit gradients, reduce-scatter shares)"
+         : zero == 2 ? " (unit gradients, reduce-scatter shares)" : " (none)",
+         (long long)all[0].mem.live_micro, cfg->parallel_virtual_stages > 1 ? "chunk " : "",
+         all[0].mem.live_micro == 1 ? "" : "es");
+  int64_t start_max = 0;
+  for (int i = 0; i < app->size; ++i)
+    if (all[i].mem.startup > start_max) start_max = all[i].mem.startup;
+  human_bytes((double)start_max, h, sizeof h);
+  printf("start-up: while the parameters are set, a host copy of them (%s on the largest rank, "
+         "4 bytes a local parameter) exists beside these buffers; freed before the first step\n",
+         h);
+  if (offload) {
+    /* the rank whose device memory is largest: its host state and what moved */
+    const rank_info *x = &all[0];
+    for (int i = 1; i < app->size; ++i)
+      if (mem_total(&all[i].mem) > mem_total(&x->mem)) x = &all[i];
+    int64_t dev = mem_total(&x->mem), moved = x->dev_plain - dev;
+    int64_t dpcp = cfg->parallel_dp * cp; /* ZeRO shards over dp × cp */
+    int64_t owned = zero == 0 ? x->mem.params_local : (x->mem.params_local + dpcp - 1) / dpcp;
+    char hb[32], db[32], pb[32], mb[32];
+    human_bytes((double)x->mem.host, hb, sizeof hb);
+    human_bytes((double)dev, db, sizeof db);
+    human_bytes((double)x->dev_plain, pb, sizeof pb);
+    human_bytes((double)moved, mb, sizeof mb);
+    printf("offload: optimizer.offload = cpu: device %s (without offload %s: %s, %.1f bytes per "
+           "owned parameter, moved off the device); host %s pinned for the optimizer (fp32 "
+           "masters, AdamW moments, a copy of the owned gradients%s: %.1f bytes per owned "
+           "parameter); AdamW runs on the CPU, each step copies the owned gradients to the host "
+           "and the updated %s parameters back\n",
+           db, pb, mb, owned > 0 ? (double)moved / (double)owned : 0.0, hb,
+           bf16 ? ", their bf16 upload buffer" : "",
+           owned > 0 ? (double)x->mem.host / (double)owned : 0.0, bf16 ? "bf16" : "fp32");
+  }
+  if (cfg->parallel_pp > 1) {
+    td_sched_sim sim;
+    TD_CHECK_GOTO(td_pipe_predict(cfg, &sim));
+    printf("pipeline: %s schedule over %lld stages", cfg->parallel_pp_schedule,
+           (long long)cfg->parallel_pp);
+    if (cfg->parallel_virtual_stages > 1)
+      printf(" of %lld model chunks each", (long long)cfg->parallel_virtual_stages);
+    printf(", %lld micro-batches; predicted bubble %.4f (idle over compute time, the slowest "
+           "stage; %.1f%% of the step idle), simulated with F = B = W per layer%s and free "
+           "messages\n", (long long)td_config_accum_steps(cfg), sim.bubble, 100.0 * sim.idle_frac,
+           strcmp(cfg->parallel_pp_schedule, "zb-h1") == 0 ? "" : " (a backward is B + W)");
+  }
+  double fpt = td_flops_per_token(cfg);
+  human_count(fpt, t, sizeof t);
+  human_count(fpt * (double)cfg->training_global_batch * (double)cfg->model_seq_len, a, sizeof a);
+  printf("FLOPs: %s per token (6·N + 12·L·C·T, training), %s per optimizer step\n", t, a);
+  printf("check: OK\n");
+done:
+  free(all);
+  td_registry_destroy(&reg);
+  td_grid_destroy(&g);
+  return st;
+}
+
+td_status td_cmd_check(td_app *app, int argc, char **argv) {
+  td_deck_args a;
+  td_status st = td_app_deck_args("check", argc, argv, &a);
+  int schema = 0, ranks = 0, json = 0;
+  for (int i = 0; st == TD_OK && i < a.nrest; ++i) {
+    if (strcmp(a.rest[i], "--schema") == 0)
+      schema = 1;
+    else if (strcmp(a.rest[i], "--json") == 0)
+      json = 1;
+    else if (strcmp(a.rest[i], "--ranks") == 0)
+      ranks = 1;
+    else
+      st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
+                        "trident check: unknown option '%s' (see trident check --help)", a.rest[i]);
+  }
+  if (st == TD_OK && !schema && !a.deck)
+    st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
+                      "trident check: missing DECK (usage: trident check DECK [--set k.k=v]...)");
+  TD_CHECK(td_agree(app->world, st));
+  if (schema) {
+    if (app->rank == 0) td_config_print_schema(stdout);
+    return TD_OK;
+  }
+  td_config cfg;
+  if (ranks) {
+    /* Print the rank count the deck asks for (dp·cp·tp·pp), for launch scripts. */
+    if (app->rank == 0) st = td_config_load(a.deck, a.nset, a.sets, 0, &cfg);
+    TD_CHECK(td_agree(app->world, st));
+    if (app->rank == 0)
+      printf("%lld\n", (long long)(cfg.parallel_dp * cfg.parallel_cp * cfg.parallel_tp *
+                                   cfg.parallel_pp));
+    return TD_OK;
+  }
+  TD_CHECK(td_app_load_config(app, &a, &cfg));
+  TD_CHECK(check_main(app, &cfg, json));
+  return TD_OK;
+}

@@ -1,0 +1,88 @@
+/* cmd_prepare.c — `trident prepare --out FILE [--val-fraction F] [--buffer-mb M]
+ * [--tokenizer bytes|gpt2 --vocab encoder.json --merges vocab.bpe] INPUT...`:
+ * text → token dataset with the byte-level tokenizer or GPT-2's BPE. The
+ * BPE splits the input over every rank (`mpiexec -n K trident prepare`); the
+ * byte-level tokenizer is a copy at disk speed and runs on rank 0 (the
+ * others wait and share its status). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/cli/td_cli.h"
+#include "io/td_h5.h"
+#include "io/td_prepare.h"
+#include "parallel/td_mpi.h"
+
+typedef struct {
+  const char *tokenizer, *vocab, *merges;
+} tok_args;
+
+static td_status parse(int argc, char **argv, const char **out, double *frac, size_t *buf,
+                       tok_args *t, int *nin, char ***inputs) {
+  *out = NULL, *frac = 0.1, *buf = TD_PREPARE_BUFFER_DEFAULT, *nin = 0;
+  t->tokenizer = "bytes", t->vocab = t->merges = NULL;
+  *inputs = calloc((size_t)argc + 1, sizeof(char *));
+  if (!*inputs) TD_FAIL(TD_ERR_NOMEM, "out of memory");
+  for (int i = 1; i < argc; ++i) {
+    const char *a = argv[i];
+    int has_next = i + 1 < argc;
+    if (strcmp(a, "--out") == 0 && has_next) {
+      *out = argv[++i];
+    } else if (strcmp(a, "--val-fraction") == 0 && has_next) {
+      char *end = NULL;
+      *frac = strtod(argv[++i], &end);
+      if (!end || *end || *frac < 0 || *frac >= 1)
+        TD_FAIL(TD_ERR_USAGE, "trident prepare: --val-fraction must be a number in [0, 1), got '%s'",
+                argv[i]);
+    } else if (strcmp(a, "--tokenizer") == 0 && has_next) {
+      t->tokenizer = argv[++i];
+      if (strcmp(t->tokenizer, "bytes") != 0 && strcmp(t->tokenizer, "gpt2") != 0)
+        TD_FAIL(TD_ERR_USAGE, "trident prepare: --tokenizer must be bytes or gpt2, got '%s'",
+                t->tokenizer);
+    } else if (strcmp(a, "--vocab") == 0 && has_next) {
+      t->vocab = argv[++i];
+    } else if (strcmp(a, "--merges") == 0 && has_next) {
+      t->merges = argv[++i];
+    } else if (strcmp(a, "--buffer-mb") == 0 && has_next) {
+      double mb = atof(argv[++i]);
+      if (mb <= 0) TD_FAIL(TD_ERR_USAGE, "trident prepare: --buffer-mb must be > 0");
+      *buf = (size_t)(mb * 1048576.0);
+    } else if (a[0] == '-' && a[1] != '\0') {
+      TD_FAIL(TD_ERR_USAGE, "trident prepare: unknown option '%s' (usage: trident prepare --out FILE "
+              "[--val-fraction F] [--tokenizer gpt2 --vocab encoder.json --merges vocab.bpe] "
+              "INPUT...)", a);
+    } else {
+      (*inputs)[(*nin)++] = argv[i];
+    }
+  }
+  if (!*out) TD_FAIL(TD_ERR_USAGE, "trident prepare: missing --out FILE");
+  int gpt2 = strcmp(t->tokenizer, "gpt2") == 0;
+  if (gpt2 && (!t->vocab || !t->merges))
+    TD_FAIL(TD_ERR_USAGE, "trident prepare: --tokenizer gpt2 needs --vocab encoder.json and "
+            "--merges vocab.bpe (GPT-2's published files)");
+  if (!gpt2 && (t->vocab || t->merges))
+    TD_FAIL(TD_ERR_USAGE, "trident prepare: --vocab and --merges go with --tokenizer gpt2");
+  if (*nin == 0) TD_FAIL(TD_ERR_USAGE, "trident prepare: no INPUT files, folders or - given");
+  return TD_OK;
+}
+
+td_status td_cmd_prepare(td_app *app, int argc, char **argv) {
+  const char *out = NULL;
+  double frac = 0.1;
+  size_t buf = 0;
+  int nin = 0;
+  char **inputs = NULL;
+  tok_args t;
+  td_bpe *bpe = NULL;
+  td_status st = parse(argc, argv, &out, &frac, &buf, &t, &nin, &inputs);
+  td_h5_init();
+  if (st == TD_OK && strcmp(t.tokenizer, "gpt2") == 0) { /* every rank: same argv */
+    st = td_agree(app->world, td_bpe_load(t.vocab, t.merges, &bpe));
+    if (st == TD_OK) st = td_prepare_bpe(app->world, out, frac, nin, inputs, buf, bpe, stdout);
+  } else if (st == TD_OK && app->rank == 0) {
+    st = td_prepare(out, frac, nin, inputs, buf, stdout);
+  }
+  td_bpe_destroy(&bpe);
+  free(inputs);
+  TD_CHECK(td_agree(app->world, st));
+  return TD_OK;
+}

@@ -1,0 +1,1294 @@
+/* model.c — GPT-2 and LLaMA forward and backward on one rank's shard (docs/architecture.md,
+ * "Model"). The families share the embedding, the head, the cross-entropy,
+ * the units and the hooks; each has its block.
+ *
+ * Block l (pre-LN):  res2 = x + (attn(LN1(x)·Wqkv + bqkv)·Wproj + bproj)
+ *                    res3 = res2 + (gelu(LN2(res2)·Wfc + bfc)·Wfcproj + bfcproj)
+ * Head:              loss = CE(LNf(res3)·wteᵀ, targets), mean over global tokens.
+ * Tensor parallelism (Megatron): Wqkv and Wfc split by output columns, Wproj
+ * and Wfcproj by input rows with one all-reduce after each (bias added after
+ * the reduction), the conjugate all-reduces of LN outputs' gradients in
+ * backward, wte split by vocabulary for both the embedding and the head.
+ * Replicated parameters (LayerNorms, row-parallel biases, wpe) get identical
+ * gradients on every tp rank because their inputs are identical after the
+ * all-reduces, so they stay consistent without communication.
+ * Sequence parallelism (parallel.sequence_parallel, Korthikanti et al.
+ * 2022): the residual stream, the norms and their statistics hold the tp
+ * rank's Nl = N / tp contiguous rows; every all-reduce after a row-parallel
+ * matmul (and the embedding's) becomes a reduce-scatter to those rows, every
+ * column-parallel matmul (and the head) reads its input all-gathered (again
+ * in backward, for its weight gradient), and backward mirrors it (all-gather
+ * of the residual gradient before a row-parallel matmul's backward,
+ * reduce-scatter of the input gradient after a column-parallel one). The
+ * replicated parameters' gradients then come from the local rows only: they
+ * are summed over tp once a block (rep_dst, rep_flush).
+ *
+ * Chunks (interleaved schedules): a rank holds several model chunks; each
+ * activation slot belongs to one, and forward/backward first make the
+ * slot's chunk current (use_slot), so the code below sees one contiguous
+ * range of layers and whether it holds the embedding or the head.
+ * Split backward (zb-h1): backward_impl with m->defer set computes the input
+ * gradient and records the weight-gradient work in the slot's list (wmm,
+ * wdst, bhook); td_model_backward_weight runs it. */
+#include "app/model/td_model.h"
+
+#include "parallel/td_mpi.h"
+#include "parallel/td_watchdog.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One piece of recorded W work of a slot (training under zb-h1): a weight
+ * gradient matmul, the addition of a small gradient B computed into the
+ * slot's stash (biases, norm scales and shifts: cheap, computed where their
+ * inputs are), the embedding's scatter-add, or the acquire/release of a unit
+ * (so W places units in the order the whole backward does). */
+enum { WOP_MM, WOP_ADD, WOP_EMBED, WOP_ACQUIRE, WOP_RELEASE };
+typedef struct td_wop {
+  int kind, ta, tb, layer;
+  td_param_kind pk;
+  int64_t M, N, K;  /* MM: grad (M, N) += op(a)·op(b), op(a) (M, K); ADD: M floats */
+  const void *a, *b; /* MM: of type at; ADD: a = the stash (float); EMBED: a = d (N, C),
+                        b = the slot's tokens */
+} td_wop;
+
+struct td_wlist {
+  td_wop *ops;
+  int n, cap;
+  char *arena;       /* back-end memory: copies of the gradients (and, under
+                        recomputation, of the inputs) W reads, and the stash */
+  size_t used, size;
+};
+
+static td_status units_create(td_model *m);
+static size_t wl_bytes(const td_model *m, int64_t *nops);
+
+/* ---- allocation ------------------------------------------------------------ */
+
+/* Count n elements of es bytes in act_bytes and record them in the ledger
+ * under `what` (a static string). */
+static td_status count_alloc(td_model *m, int64_t n, size_t es, const char *what) {
+  if (m->nledger == m->ledger_cap) {
+    int cap = m->ledger_cap ? 2 * m->ledger_cap : 64;
+    td_model_alloc *p = realloc(m->ledger, (size_t)cap * sizeof *p);
+    if (!p) TD_FAIL(TD_ERR_NOMEM, "out of memory for the model's allocation ledger");
+    m->ledger = p, m->ledger_cap = cap;
+  }
+  m->ledger[m->nledger++] = (td_model_alloc){what, n, es};
+  m->act_bytes += (double)es * (double)n;
+  return TD_OK;
+}
+
+/* Allocate n elements of es bytes in the back-end and count them
+ * (count_alloc); a size query (no back-end) only counts. The one place where
+ * the model's memory is decided (trident check prints it from here). */
+static td_status dev_alloc(td_model *m, void **out, int64_t n, size_t es, const char *what) {
+  TD_CHECK(count_alloc(m, n, es, what));
+  if (!m->k) return TD_OK;
+  return m->k->alloc(m->k, out, (size_t)(n > 0 ? n : 1) * es, what);
+}
+
+/* float32 (and int32) buffers, and the matmul inputs of type m->at */
+#define ACT(field, n) TD_CHECK(dev_alloc(m, (void **)&a->field, (n), 4, "activations " #field))
+#define ACTM(field, n) \
+  TD_CHECK(dev_alloc(m, (void **)&a->field, (n), td_dtype_size(m->at), "activations " #field))
+#define SCR(field, n) TD_CHECK(dev_alloc(m, (void **)&m->field, (n), 4, "backward scratch " #field))
+
+/* The activations inside the blocks, for nl blocks (a slot's L_count, none
+ * under recomputation, or the one shared block of m->work). */
+static td_status alloc_blocks(td_model *m, td_acts *a, int64_t nl) {
+  int64_t N = m->B * m->T, Nl = m->Nl, C = m->C, L = nl;
+  int64_t means = m->llama ? 0 : 1; /* RMSNorm keeps no mean */
+  ACTM(ln1, L * Nl * C);
+  ACT(ln1_mean, means * L * Nl);
+  ACT(ln1_rstd, L * Nl);
+  ACT(qkv, L * N * m->C3);
+  ACTM(atty, L * N * m->Cl);
+  ACT(att, (m->recompute_att ? 0 : L) * m->B * m->NH * m->T * m->Tk);
+  ACT(res2, L * Nl * C);
+  ACTM(ln2, L * Nl * C);
+  ACT(ln2_mean, means * L * Nl);
+  ACT(ln2_rstd, L * Nl);
+  ACT(fch, L * N * m->F * (m->llama ? 2 : 1));
+  ACTM(fch_gelu, L * N * m->F);
+  return TD_OK;
+}
+
+/* Make chunk c the model's current one: its layers and whether it is the
+ * first or the last model chunk (every layer-range and stage test below
+ * reads these fields). */
+static void use_chunk(td_model *m, int c) {
+  const td_model_chunk *ch = &m->chunks[c];
+  m->L_first = ch->L_first, m->L_count = ch->L_count;
+  m->first_stage = ch->first, m->last_stage = ch->last;
+}
+
+/* ... the chunk a slot belongs to. */
+static void use_slot(td_model *m, int slot) { use_chunk(m, m->slot_chunk[slot]); }
+
+/* Layer li's attention probabilities in the set a: its own, or the one
+ * buffer selective recomputation fills again before each backward. */
+static float *att_at(const td_model *m, const td_acts *a, int64_t li) {
+  return m->recompute_att ? m->att_re : a->att + li * m->B * m->NH * m->T * m->Tk;
+}
+
+static td_status alloc_slot(td_model *m, td_acts *a) {
+  int64_t N = m->B * m->T, Nl = m->Nl, L = m->L_count, C = m->C;
+  ACT(encoded, Nl * C);
+  TD_CHECK(alloc_blocks(m, a, m->recompute ? 0 : L));
+  ACT(res3, L * Nl * C); /* block outputs = the next blocks' inputs: always kept */
+  ACTM(lnf, Nl * C);
+  ACT(lnf_mean, (m->llama ? 0 : 1) * Nl);
+  ACT(lnf_rstd, Nl);
+  ACT(logits, m->last_stage ? N * m->Vs : 1);
+  ACT(rowmax, N);
+  ACT(sumexp, 2 * N); /* sumexp and tlogit adjacent: one all-reduce */
+  a->tlogit = a->sumexp + N;
+  ACT(inputs, N);  /* int32 tokens */
+  ACT(targets, N);
+  return TD_OK;
+}
+
+/* m->layer_bytes: alloc_blocks for one layer as a size query (counted,
+ * then taken back out of act_bytes and the ledger), scores included. */
+static td_status count_layer(td_model *m) {
+  td_kernels *k = m->k;
+  double kept = m->act_bytes;
+  int n = m->nledger, ra = m->recompute_att;
+  td_acts one;
+  memset(&one, 0, sizeof one);
+  m->k = NULL, m->recompute_att = 0;
+  td_status st = alloc_blocks(m, &one, 1);
+  m->layer_bytes = m->act_bytes - kept;
+  m->k = k, m->recompute_att = ra, m->act_bytes = kept, m->nledger = n;
+  return st;
+}
+
+static td_status alloc_buffers(td_model *m) {
+  int64_t N = m->B * m->T, Nl = m->Nl, C = m->C;
+  TD_CHECK(count_layer(m));
+  m->acts = calloc((size_t)m->nslots, sizeof *m->acts);
+  if (!m->acts) TD_FAIL(TD_ERR_NOMEM, "out of memory for activations");
+  int any_last = 0;
+  for (int i = 0; i < m->nslots; ++i) {
+    use_slot(m, i);
+    any_last |= m->last_stage;
+    TD_CHECK(alloc_slot(m, &m->acts[i]));
+  }
+  if (m->recompute && m->L_count > 0) { /* one block's activations and output */
+    td_acts *a = &m->work;
+    TD_CHECK(alloc_blocks(m, a, 1));
+    ACT(res3, Nl * C);
+  }
+  if (m->split) { /* per slot: the weight-gradient work its B leaves for W */
+    int64_t nops = 0;
+    size_t bytes = wl_bytes(m, &nops);
+    m->wl = calloc((size_t)m->nslots, sizeof *m->wl);
+    if (!m->wl) TD_FAIL(TD_ERR_NOMEM, "out of memory for the split backward");
+    for (int i = 0; i < m->nslots; ++i) {
+      struct td_wlist *w = &m->wl[i];
+      use_slot(m, i);
+      bytes = wl_bytes(m, &nops);
+      w->cap = (int)nops, w->size = bytes;
+      if (m->k && !(w->ops = calloc((size_t)nops, sizeof *w->ops)))
+        TD_FAIL(TD_ERR_NOMEM, "out of memory for the split backward");
+      TD_CHECK(dev_alloc(m, (void **)&w->arena, (int64_t)bytes, 1,
+                         "weight-gradient stash of the split backward"));
+    }
+  }
+  SCR(dres, Nl * C);
+  SCR(dtmp, N * C); /* sequence parallel: also the gathered gradient of the residual stream */
+  if (m->sp) { /* the gathered input of a column-parallel matmul; the replicated gradients */
+    TD_CHECK(dev_alloc(m, &m->xg, N * C, td_dtype_size(m->at),
+                       "sequence-parallel gather scratch xg"));
+    SCR(gsp, 6 * C);
+  }
+  int64_t kvw = 2 * m->KV * m->HS, NK = m->B * m->Tk; /* context parallel: keys and values */
+  if (m->cp > 1) {
+    SCR(kvl, N * kvw);
+    SCR(kvg, NK * kvw);
+    SCR(kvf, NK * kvw);
+    SCR(dkvf, NK * kvw);
+  }
+  int groups = m->grid->tp > m->cp ? m->grid->tp : m->cp;
+  if (m->k && !(m->counts = calloc((size_t)2 * groups, sizeof(int))))
+    TD_FAIL(TD_ERR_NOMEM, "out of memory for the model");
+  SCR(dln, N * C);
+  SCR(dqkv, N * m->C3);
+  SCR(datty, N * m->Cl);
+  SCR(dfch, N * m->F * (m->llama ? 3 : 1)); /* llama: d gate, d up, d (silu(gate)·up) */
+  SCR(datt_scratch, m->B * m->NH * m->T * m->Tk);
+  if (m->recompute_att) SCR(att_re, m->B * m->NH * m->T * m->Tk);
+  if (m->at == TD_DTYPE_BF16) { /* the widest gradient a matmul reads */
+    int64_t w = C > m->C3 ? C : m->C3;
+    w = w > m->F ? w : m->F;
+    if (any_last && m->Vs > w) w = m->Vs;
+    TD_CHECK(dev_alloc(m, &m->dmm, N * w, 2, "backward scratch dmm (bf16 gradients)"));
+  }
+  if (m->k) /* host memory, not counted: 12 bytes a row */
+    TD_CHECK(td_alloc((void **)&m->rowstat_host, (size_t)3 * N * sizeof(float), "loss statistics"));
+  /* Staging (the back-end's memory is not host memory): the host copy the
+   * model's all-reduces go through — over tp the (N, C) partial sums and the
+   * cross-entropy statistics (2N), over embed_comm the tied wte's gradient
+   * (embed_sync, app/train/trainer.c) — one buffer for the largest, counted here. */
+  int64_t hs = 0;
+  int staged = m->staged && !m->dcomm;
+  if (staged && m->grid->tp > 1) hs = N * C > 2 * N ? N * C : 2 * N;
+  if (staged && m->sp) { /* a reduce-scatter's whole and part; the replicated gradients */
+    hs = hs > N * C + Nl * C ? hs : N * C + Nl * C;
+    hs = hs > 6 * C ? hs : 6 * C;
+  }
+  if (staged && m->cp > 1 && (m->cp + 1) * N * kvw > hs) /* keys and values' reduce-scatter */
+    hs = (m->cp + 1) * N * kvw;
+  const td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);
+  if (staged && m->grid->pp > 1 && m->tied && wte->present &&
+      m->grid->embed_comm != MPI_COMM_NULL && wte->local_numel > hs)
+    hs = wte->local_numel;
+  if (hs > 0) {
+    const char *what = "host staging of the model's all-reduces";
+    TD_CHECK(count_alloc(m, hs, sizeof(float), what));
+    if (m->k) TD_CHECK(td_alloc((void **)&m->host_stage, (size_t)hs * sizeof(float), what));
+  }
+  use_chunk(m, 0);
+  return TD_OK;
+}
+
+td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td_coll_stats *stats,
+                          int64_t B, const int *nslots, int dcomm, td_model **out) {
+  td_status st = TD_OK;
+  *out = NULL;
+  td_model *m = calloc(1, sizeof *m);
+  if (!m) TD_FAIL(TD_ERR_NOMEM, "out of memory for the model");
+  m->cfg = cfg, m->k = k, m->grid = grid, m->stats = stats;
+  /* chunks: model chunk c·pp + pp_rank is this rank's chunk c */
+  int v = (int)cfg->parallel_virtual_stages, pp = grid->pp;
+  m->nchunks = v;
+  m->chunks = calloc((size_t)v, sizeof *m->chunks);
+  if (!m->chunks) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory for the model");
+  for (int c = 0; c < v; ++c) {
+    td_model_chunk *ch = &m->chunks[c];
+    int kk = c * pp + grid->pp_rank;
+    td_config_chunk_layers(cfg, kk, &ch->L_first, &ch->L_count);
+    ch->first = kk == 0, ch->last = kk == pp * v - 1;
+    ch->slot0 = m->nslots;
+    ch->nslots = nslots[c] > 0 ? nslots[c] : 1;
+    m->nslots += ch->nslots;
+  }
+  m->slot_chunk = calloc((size_t)m->nslots, sizeof(int));
+  if (!m->slot_chunk) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory for the model");
+  for (int c = 0; c < v; ++c)
+    for (int i = 0; i < m->chunks[c].nslots; ++i) m->slot_chunk[m->chunks[c].slot0 + i] = c;
+  TD_CHECK_GOTO(td_registry_create(cfg, grid->tp, grid->tp_rank, grid->pp, grid->pp_rank, &m->reg));
+  int64_t tp = grid->tp;
+  td_model_dims d;
+  td_config_dims(cfg, &d);
+  m->llama = d.llama, m->tied = d.tied;
+  m->norm_eps = (float)cfg->model_norm_eps, m->rope_theta = (float)cfg->model_rope_theta;
+  m->cp = grid->cp;
+  m->Tk = cfg->model_seq_len;
+  m->B = B, m->T = m->Tk / m->cp, m->C = cfg->model_dim, m->V = cfg->model_vocab_size;
+  if (m->cp > 1) { /* chunks cp_rank and 2·cp − 1 − cp_rank of 2·cp */
+    int64_t c = m->T / 2;
+    m->pos_cp = (td_pos){m->Tk, c, grid->cp_rank * c, (2 * m->cp - 1 - grid->cp_rank) * c};
+    m->pos = &m->pos_cp;
+  }
+  m->NH = d.H / tp, m->KV = d.KV / tp, m->HS = d.HS;
+  m->Cl = m->NH * m->HS, m->C3 = (m->NH + 2 * m->KV) * m->HS, m->F = d.F / tp;
+  td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);
+  m->Vs = wte->local_shape[0];
+  m->v0 = (int64_t)grid->tp_rank * m->Vs;
+  use_chunk(m, 0);
+  m->valid_rows = B * m->T;
+  m->pt = m->at = strcmp(cfg->training_precision, "bf16") == 0 ? TD_DTYPE_BF16 : TD_DTYPE_F32;
+  m->recompute = strcmp(cfg->training_recompute, "blocks") == 0;
+  m->recompute_att = strcmp(cfg->training_recompute, "attention") == 0;
+  m->split = strcmp(cfg->parallel_pp_schedule, "zb-h1") == 0;
+  m->staged = k ? !k->host_memory : !td_kernels_host_memory(cfg->run_device);
+  m->dcomm = dcomm;
+  m->sp = cfg->parallel_sequence_parallel && tp > 1;
+  m->Nl = td_model_rows(cfg, B);
+  TD_CHECK_GOTO(alloc_buffers(m));
+  TD_CHECK_GOTO(units_create(m));
+done:
+  if (st != TD_OK) {
+    td_model_destroy(&m);
+    return st;
+  }
+  *out = m;
+  return TD_OK;
+}
+
+int64_t td_model_rows(const td_config *cfg, int64_t B) {
+  int64_t N = B * (cfg->model_seq_len / cfg->parallel_cp), tp = cfg->parallel_tp;
+  return cfg->parallel_sequence_parallel && tp > 1 ? N / tp : N;
+}
+
+void td_model_destroy(td_model **mp) {
+  if (!mp || !*mp) return;
+  td_model *m = *mp;
+  if (m->k) {
+    for (int i = -1; m->acts && i < m->nslots; ++i) {
+      td_acts *a = i < 0 ? &m->work : &m->acts[i];
+      void *bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att,
+                      a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->res3,
+                      a->lnf, a->lnf_mean, a->lnf_rstd, a->logits, a->rowmax, a->sumexp,
+                      a->inputs, a->targets};
+      for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; ++j)
+        if (bufs[j]) m->k->free(m->k, bufs[j]);
+    }
+    void *scr[] = {m->dres, m->dtmp, m->dln,    m->dqkv, m->datty, m->dfch, m->datt_scratch,
+                   m->dmm,  m->att_re, m->xg, m->gsp,  m->kvl,  m->kvg,  m->kvf, m->dkvf};
+    for (size_t j = 0; j < sizeof scr / sizeof scr[0]; ++j)
+      if (scr[j]) m->k->free(m->k, scr[j]);
+  }
+  for (int i = 0; m->wl && i < m->nslots; ++i) {
+    if (m->k && m->wl[i].arena) m->k->free(m->k, m->wl[i].arena);
+    free(m->wl[i].ops);
+  }
+  free(m->wl);
+  free(m->acts);
+  free(m->chunks);
+  free(m->slot_chunk);
+  free(m->counts);
+  td_free(m->rowstat_host);
+  td_free(m->host_stage);
+  free(m->unit_begin);
+  free(m->unit_end);
+  free(m->unit_param);
+  free(m->unit_grad);
+  free(m->ledger);
+  td_registry_destroy(&m->reg);
+  free(m);
+  *mp = NULL;
+}
+
+/* ---- per-layer views ------------------------------------------------------------ */
+
+typedef struct {
+  void *ln1w, *ln1b, *wqkv, *bqkv, *wproj, *bproj, *ln2w, *ln2b, *wfc, *bfc, *wfcp, *bfcp;
+} layer_w; /* parameters, of type m->pt */
+
+int td_model_unit_of(const td_model *m, const td_param *p) {
+  if (p->layer >= 0) return 1 + p->layer;
+  return p->kind == TD_PK_WTE || p->kind == TD_PK_WPE ? 0 : m->nunits - 1;
+}
+
+void td_model_units_flat(td_model *m, void *params, float *grads) {
+  for (int u = 0; u < m->nunits; ++u) {
+    m->unit_param[u] = (char *)params + (size_t)m->unit_begin[u] * td_dtype_size(m->pt);
+    m->unit_grad[u] = grads ? grads + m->unit_begin[u] : NULL;
+  }
+}
+
+static td_status units_create(td_model *m) {
+  int n = (int)m->cfg->model_layers + 2;
+  m->nunits = n;
+  m->unit_begin = calloc((size_t)n, sizeof(int64_t));
+  m->unit_end = calloc((size_t)n, sizeof(int64_t));
+  m->unit_param = calloc((size_t)n, sizeof(void *));
+  m->unit_grad = calloc((size_t)n, sizeof(float *));
+  if (!m->unit_begin || !m->unit_end || !m->unit_param || !m->unit_grad)
+    TD_FAIL(TD_ERR_NOMEM, "out of memory for model units");
+  for (int u = 0; u < n; ++u) m->unit_begin[u] = INT64_MAX, m->unit_end[u] = 0;
+  for (int i = 0; i < m->reg->n; ++i) {
+    const td_param *p = &m->reg->p[i];
+    int u = td_model_unit_of(m, p);
+    int64_t end = p->offset + (p->local_numel + 15) / 16 * 16;
+    if (p->offset < m->unit_begin[u]) m->unit_begin[u] = p->offset;
+    if (end > m->unit_end[u]) m->unit_end[u] = end;
+  }
+  return TD_OK;
+}
+
+/* Parameter kind/layer (type m->pt) where its unit lives now. */
+static void *pw(const td_model *m, td_param_kind k, int layer) {
+  const td_param *p = td_registry_find(m->reg, k, layer);
+  int u = td_model_unit_of(m, p);
+  return (char *)m->unit_param[u] + (size_t)(p->offset - m->unit_begin[u]) * td_dtype_size(m->pt);
+}
+
+/* Its gradient (float32). */
+static float *pg(const td_model *m, td_param_kind k, int layer) {
+  const td_param *p = td_registry_find(m->reg, k, layer);
+  int u = td_model_unit_of(m, p);
+  return m->unit_grad[u] + (p->offset - m->unit_begin[u]);
+}
+
+/* Element i of an activation buffer of type m->at. */
+static void *at_(const td_model *m, void *base, int64_t i) {
+  return (char *)base + (size_t)i * td_dtype_size(m->at);
+}
+
+static td_status hook(td_model *m, int acquire, int u, td_phase ph) {
+  td_status (*f)(void *, td_model *, int, td_phase) = acquire ? m->hooks.acquire : m->hooks.release;
+  if (f) TD_CHECK(f(m->hooks.ctx, m, u, ph));
+  return TD_OK;
+}
+
+/* Between large kernels: let the owner's communication progress. */
+static td_status poll(td_model *m) { return m->hooks.poll ? m->hooks.poll(m->hooks.ctx) : TD_OK; }
+
+static void layer_params(const td_model *m, int layer, layer_w *w) {
+  w->ln1w = pw(m, TD_PK_LN1_W, layer), w->ln1b = pw(m, TD_PK_LN1_B, layer);
+  w->wqkv = pw(m, TD_PK_QKV_W, layer), w->bqkv = pw(m, TD_PK_QKV_B, layer);
+  w->wproj = pw(m, TD_PK_ATTPROJ_W, layer), w->bproj = pw(m, TD_PK_ATTPROJ_B, layer);
+  w->ln2w = pw(m, TD_PK_LN2_W, layer), w->ln2b = pw(m, TD_PK_LN2_B, layer);
+  w->wfc = pw(m, TD_PK_FC_W, layer), w->bfc = pw(m, TD_PK_FC_B, layer);
+  w->wfcp = pw(m, TD_PK_FCPROJ_W, layer), w->bfcp = pw(m, TD_PK_FCPROJ_B, layer);
+}
+
+
+/* C = op(A)·op(B) (+ C): activations or gradients (type at) times
+ * parameters (type m->pt), or their products for a weight gradient. */
+static td_status mm(td_model *m, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                    const void *A, td_dtype at, const void *B, td_dtype bt, float beta,
+                    float *C) {
+  return m->k->gemm(m->k, ta, tb, M, N, K, A, at, B, bt, beta, C, TD_DTYPE_F32);
+}
+
+/* The gradient g (n floats) as a matmul reads it: itself in float32, its
+ * bf16 rounding (in m->dmm) under bf16. */
+static td_status mm_grad(td_model *m, const float *g, int64_t n, const void **out) {
+  *out = g;
+  if (m->at == TD_DTYPE_F32) return TD_OK;
+  TD_CHECK(m->k->cast(m->k, m->dmm, TD_DTYPE_BF16, g, TD_DTYPE_F32, n));
+  *out = m->dmm;
+  return TD_OK;
+}
+
+/* Sum a (N, C) partial result over the tensor-parallel group. */
+static td_status tp_sum(td_model *m, float *x, int64_t n) {
+  if (m->grid->tp == 1) return TD_OK;
+  if (m->dc_tp) return td_dcomm_allreduce_joined(m->dc_tp, x, n, 0, m->stats);
+  TD_CHECK(m->k->sync(m->k));
+  TD_CHECK(td_coll_allreduce_f32_staged(m->grid->tp_comm, m->k, x, m->host_stage, n, MPI_SUM,
+                                        m->stats));
+  return TD_OK;
+}
+
+/* ---- sequence parallelism ------------------------------------------------------- */
+
+/* A group the model gathers and scatters rows over: tensor parallel
+ * (sequence parallelism) or context parallel (keys and values). */
+typedef struct {
+  MPI_Comm comm;
+  struct td_dcomm *dc; /* its device collectives, or NULL: MPI (staged) */
+  int size;
+  td_coll_stats *stats;
+} group;
+
+static group tp_group(const td_model *m) {
+  return (group){m->grid->tp_comm, m->dc_tp, m->grid->tp, m->stats};
+}
+
+static group cp_group(const td_model *m) {
+  return (group){m->grid->cp_comm, m->dc_cp, m->cp, m->cp_stats ? m->cp_stats : m->stats};
+}
+
+/* Equal counts n at displacements r·n of a device collective over p members. */
+static td_status equal_parts(td_model *m, int p, int64_t n, int **counts, int **displs) {
+  int all = 0;
+  TD_CHECK(td_mpi_count(n * p, &all));
+  *counts = m->counts, *displs = m->counts + p;
+  for (int r = 0; r < p; ++r) (*counts)[r] = (int)n, (*displs)[r] = (int)(r * n);
+  return TD_OK;
+}
+
+/* full (size·n elements of type t) = the n elements x of every member of
+ * the group, member r's at r·n. Collective on the group. */
+static td_status group_gather(td_model *m, group g, const void *x, void *full, td_dtype t,
+                              int64_t n) {
+  if (g.dc) {
+    int *counts = NULL, *displs = NULL;
+    TD_CHECK(equal_parts(m, g.size, n, &counts, &displs));
+    uint64_t tk = 0;
+    TD_CHECK(td_dcomm_allgatherv(g.dc, x, full, counts, displs, t, g.stats, &tk));
+    return td_dcomm_join(g.dc, tk);
+  }
+  TD_CHECK(m->k->sync(m->k));
+  return td_coll_allgather_staged(g.comm, m->k, x, full, m->host_stage, n, t, g.stats);
+}
+
+/* x (n floats) = the sum over the group of part r (elements [r·n, (r+1)·n))
+ * of every member's full, r this rank. Collective on the group. */
+static td_status group_scatter(td_model *m, group g, const float *full, float *x, int64_t n) {
+  if (g.dc) {
+    int *counts = NULL, *displs = NULL;
+    TD_CHECK(equal_parts(m, g.size, n, &counts, &displs));
+    uint64_t tk = 0;
+    TD_CHECK(td_dcomm_reduce_scatterv(g.dc, full, x, counts, displs, g.stats, &tk));
+    return td_dcomm_join(g.dc, tk);
+  }
+  TD_CHECK(m->k->sync(m->k));
+  return td_coll_reduce_scatter_f32_staged(g.comm, m->k, full, x, m->host_stage, n, g.stats);
+}
+
+/* full (N rows of cols, type t) = the Nl rows x of every tp rank, rank r's
+ * at row r·Nl. Collective on tp_comm. */
+static td_status sp_gather(td_model *m, const void *x, void *full, td_dtype t, int64_t cols) {
+  return group_gather(m, tp_group(m), x, full, t, m->Nl * cols);
+}
+
+/* x (Nl rows of cols floats) = the sum over tp of rows [r·Nl, (r+1)·Nl) of
+ * the partial full (N rows), r this rank. Collective on tp_comm. */
+static td_status sp_scatter(td_model *m, const float *full, float *x, int64_t cols) {
+  return group_scatter(m, tp_group(m), full, x, m->Nl * cols);
+}
+
+td_status td_model_tp_gather(td_model *m, float *full, int64_t part) {
+  if (m->grid->tp == 1) return TD_OK;
+  return group_gather(m, tp_group(m), full + (int64_t)m->grid->tp_rank * part, full,
+                      TD_DTYPE_F32, part);
+}
+
+/* ---- context parallelism ---------------------------------------------------------- */
+
+/* Between kvg's order (cp rank r's (B, T, w) rows at r·B·T rows) and kvf's
+ * (B, Tk, w), position order: rank r's rows [0, T/2) of sequence b are
+ * positions [r·T/2, (r+1)·T/2), rows [T/2, T) positions from
+ * (2·cp − 1 − r)·T/2 (chunks r and 2·cp − 1 − r, as pos says for rank r). */
+static td_status cp_order(td_model *m, float *kvg, float *kvf, int64_t w, int to_positions) {
+  int64_t B = m->B, T = m->T, c = T / 2, cp = m->cp;
+  for (int64_t r = 0; r < cp; ++r)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t run = 0; run < 2; ++run) {
+        float *g = kvg + ((r * B + b) * T + run * c) * w;
+        float *f = kvf + (b * m->Tk + (run == 0 ? r : 2 * cp - 1 - r) * c) * w;
+        TD_CHECK(to_positions ? m->k->copy2d(m->k, f, w, g, w, c, w)
+                              : m->k->copy2d(m->k, g, w, f, w, c, w));
+      }
+  return TD_OK;
+}
+
+/* The keys and values attention reads, of one layer: kk and v themselves
+ * (rows of stride ldkv, *ld = ldkv), or under context parallelism every cp
+ * rank's packed, gathered and put in position order in m->kvf (*K, *V into
+ * it, *ld = 2·KV·HS). Collective on cp_comm (context parallel). */
+static td_status attn_keys(td_model *m, const float *kk, const float *v, int64_t ldkv,
+                           const float **K, const float **V, int64_t *ld) {
+  *K = kk, *V = v, *ld = ldkv;
+  if (m->cp == 1) return TD_OK;
+  int64_t N = m->B * m->T, wkv = m->KV * m->HS, w = 2 * wkv;
+  TD_CHECK(m->k->copy2d(m->k, m->kvl, w, kk, ldkv, N, wkv));
+  TD_CHECK(m->k->copy2d(m->k, m->kvl + wkv, w, v, ldkv, N, wkv));
+  TD_CHECK(group_gather(m, cp_group(m), m->kvl, m->kvg, TD_DTYPE_F32, N * w));
+  TD_CHECK(cp_order(m, m->kvg, m->kvf, w, 1));
+  *K = m->kvf, *V = m->kvf + wkv, *ld = w;
+  return TD_OK;
+}
+
+/* Attention of one layer: out (N, NH·HS) and the probabilities att from q
+ * (rows of stride ldq) and kk, v (rows of stride ldkv) — the kernel on this
+ * rank's keys, or under context parallelism on every cp rank's at this
+ * rank's positions. Collective on cp_comm (context parallel). */
+static td_status attn_fwd(td_model *m, float *out, float *att, const float *q, int64_t ldq,
+                          const float *kk, const float *v, int64_t ldkv) {
+  const float *K = NULL, *V = NULL;
+  int64_t ld = 0;
+  TD_CHECK(attn_keys(m, kk, v, ldkv, &K, &V, &ld));
+  return m->k->gqa_fwd(m->k, out, att, q, K, V, ldq, ld, m->B, m->T, m->NH, m->KV, m->HS, m->pos);
+}
+
+/* Its backward: dq, dk, dv (=, the layouts of q, kk, v) from dout (N,
+ * NH·HS) and the probabilities att of the forward — or, under selective
+ * recomputation (att NULL), made again into m->att_re first (the output
+ * they give again is not needed: into m->dln, free here). Under context
+ * parallelism the keys and values are gathered again and their gradients,
+ * partial sums over this rank's queries, reduce-scattered to the ranks
+ * that hold them. Collective on cp_comm (context parallel). */
+static td_status attn_bwd(td_model *m, float *dq, float *dk, float *dv, const float *dout,
+                          const float *q, int64_t ldq, const float *kk, const float *v,
+                          int64_t ldkv, const float *att) {
+  td_kernels *k = m->k;
+  const float *K = NULL, *V = NULL;
+  int64_t ld = 0, N = m->B * m->T, wkv = m->KV * m->HS;
+  TD_CHECK(attn_keys(m, kk, v, ldkv, &K, &V, &ld));
+  if (!att) {
+    TD_CHECK(k->gqa_fwd(k, m->dln, m->att_re, q, K, V, ldq, ld, m->B, m->T, m->NH, m->KV, m->HS,
+                        m->pos));
+    att = m->att_re;
+  }
+  float *dK = m->cp > 1 ? m->dkvf : dk, *dV = m->cp > 1 ? m->dkvf + wkv : dv;
+  TD_CHECK(k->gqa_bwd(k, dq, dK, dV, m->datt_scratch, dout, q, K, V, att, ldq, ld, m->B, m->T,
+                      m->NH, m->KV, m->HS, m->pos));
+  if (m->cp == 1) return TD_OK;
+  TD_CHECK(cp_order(m, m->kvg, m->dkvf, ld, 0));
+  TD_CHECK(group_scatter(m, cp_group(m), m->kvg, m->kvl, N * ld));
+  TD_CHECK(k->copy2d(k, dk, ldkv, m->kvl, ld, N, wkv));
+  return k->copy2d(k, dv, ldkv, m->kvl + wkv, ld, N, wkv);
+}
+
+/* The input of a column-parallel matmul (qkv, fc; q, k, v, gate, up; the
+ * head): the norm output x (type at) itself, or under sequence parallelism
+ * its rows of every tp rank gathered into m->xg (valid until the next
+ * gather). Collective on tp_comm (sequence parallel). */
+static td_status col_in(td_model *m, const void *x, const void **out) {
+  *out = x;
+  if (!m->sp) return TD_OK;
+  TD_CHECK(sp_gather(m, x, m->xg, m->at, m->C));
+  *out = m->xg;
+  return TD_OK;
+}
+
+/* After a row-parallel matmul (attention projection, MLP projection; o,
+ * down) whose partial (N, C) is in m->dtmp: out = resid + (its sum over tp
+ * + bias) (bias NULL: none) — on all N rows, or under sequence parallelism
+ * on this rank's Nl rows (a reduce-scatter instead of the all-reduce).
+ * Collective on tp_comm. */
+static td_status row_out(td_model *m, const void *bias, const float *resid, float *out) {
+  td_kernels *k = m->k;
+  int64_t C = m->C;
+  if (!m->sp) {
+    int64_t N = m->B * m->T;
+    TD_CHECK(tp_sum(m, m->dtmp, N * C));
+    if (bias) TD_CHECK(k->bias_fwd(k, m->dtmp, bias, m->pt, N, C));
+    return k->add(k, out, resid, m->dtmp, N * C);
+  }
+  TD_CHECK(sp_scatter(m, m->dtmp, out, C));
+  if (bias) TD_CHECK(k->bias_fwd(k, out, bias, m->pt, m->Nl, C));
+  return k->add(k, out, resid, out, m->Nl * C);
+}
+
+/* The output gradient a row-parallel matmul's backward reads: m->dres, or
+ * under sequence parallelism its rows of every tp rank gathered into
+ * m->dtmp (N, C). Collective on tp_comm (sequence parallel). */
+static td_status row_grad(td_model *m, const float **dy) {
+  *dy = m->dres;
+  if (!m->sp) return TD_OK;
+  TD_CHECK(sp_gather(m, m->dres, m->dtmp, TD_DTYPE_F32, m->C));
+  *dy = m->dtmp;
+  return TD_OK;
+}
+
+/* The input gradient of a column-parallel matmul, partial over tp in m->dln
+ * (N, C): summed over tp in place (all rows), or under sequence
+ * parallelism reduce-scattered to this rank's rows in m->dtmp. Collective
+ * on tp_comm. */
+static td_status col_grad(td_model *m, const float **dx) {
+  *dx = m->dln;
+  if (!m->sp) return tp_sum(m, m->dln, m->B * m->T * m->C);
+  TD_CHECK(sp_scatter(m, m->dln, m->dtmp, m->C));
+  *dx = m->dtmp;
+  return TD_OK;
+}
+
+/* ---- forward -------------------------------------------------------------------- */
+
+/* GPT-2 block `layer` (resid: its input, out: its output) with its
+ * activations at index li of the set a. */
+static td_status gpt2_block_fwd(td_model *m, td_acts *a, int64_t li, int layer,
+                                const float *resid, float *res3) {
+  td_kernels *k = m->k;
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T, Nl = m->Nl;
+  td_dtype pt = m->pt, at = m->at;
+  layer_w w;
+  layer_params(m, layer, &w);
+  void *ln1 = at_(m, a->ln1, li * Nl * C), *atty = at_(m, a->atty, li * N * m->Cl);
+  void *ln2 = at_(m, a->ln2, li * Nl * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
+  float *qkv = a->qkv + li * N * m->C3, *att = att_at(m, a, li);
+  float *res2 = a->res2 + li * Nl * C, *fch = a->fch + li * N * m->F;
+  const void *x = NULL; /* a column-parallel matmul's input */
+  TD_CHECK(k->layernorm_fwd(k, ln1, at, a->ln1_mean + li * Nl, a->ln1_rstd + li * Nl, resid,
+                            w.ln1w, w.ln1b, pt, Nl, C));
+  TD_CHECK(col_in(m, ln1, &x));
+  TD_CHECK(mm(m, 0, 0, N, m->C3, C, x, at, w.wqkv, pt, 0.0f, qkv));
+  TD_CHECK(poll(m));
+  TD_CHECK(k->bias_fwd(k, qkv, w.bqkv, pt, N, m->C3));
+  /* attention in float32 (bf16: into datty, free until backward, saved rounded) */
+  float *out = at == TD_DTYPE_F32 ? (float *)atty : m->datty;
+  TD_CHECK(attn_fwd(m, out, att, qkv, m->C3, qkv + m->Cl, qkv + 2 * m->Cl, m->C3));
+  if (at != TD_DTYPE_F32) TD_CHECK(k->cast(k, atty, at, m->datty, TD_DTYPE_F32, N * m->Cl));
+  TD_CHECK(mm(m, 0, 0, N, C, m->Cl, atty, at, w.wproj, pt, 0.0f, m->dtmp));
+  TD_CHECK(poll(m));
+  TD_CHECK(row_out(m, w.bproj, resid, res2));
+  TD_CHECK(k->layernorm_fwd(k, ln2, at, a->ln2_mean + li * Nl, a->ln2_rstd + li * Nl, res2,
+                            w.ln2w, w.ln2b, pt, Nl, C));
+  TD_CHECK(col_in(m, ln2, &x));
+  TD_CHECK(mm(m, 0, 0, N, m->F, C, x, at, w.wfc, pt, 0.0f, fch));
+  TD_CHECK(poll(m));
+  TD_CHECK(k->bias_fwd(k, fch, w.bfc, pt, N, m->F));
+  TD_CHECK(k->gelu_fwd(k, fcg, at, fch, N * m->F));
+  TD_CHECK(mm(m, 0, 0, N, C, m->F, fcg, at, w.wfcp, pt, 0.0f, m->dtmp));
+  TD_CHECK(poll(m));
+  TD_CHECK(row_out(m, w.bfcp, res2, res3));
+  return TD_OK;
+}
+
+/* LLaMA block `layer` (resid: its input, out: its output) with its
+ * activations at index li of the set a:
+ *   res2 = x + o(attn(rope(q(n1)), rope(k(n1)), v(n1))),  n1 = rms(x)·w1
+ *   res3 = res2 + down(silu(gate(n2))·up(n2)),            n2 = rms(res2)·w2
+ * Weights (out, in): a matmul is act · Wᵀ. */
+static td_status llama_block_fwd(td_model *m, td_acts *a, int64_t li, int layer,
+                                 const float *resid, float *res3) {
+  td_kernels *k = m->k;
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T, F = m->F, Nl = m->Nl;
+  int64_t Cq = m->Cl, Ckv = m->KV * m->HS;
+  td_dtype pt = m->pt, at = m->at;
+  void *n1 = at_(m, a->ln1, li * Nl * C), *atty = at_(m, a->atty, li * N * Cq);
+  void *n2 = at_(m, a->ln2, li * Nl * C), *h = at_(m, a->fch_gelu, li * N * F);
+  float *q = a->qkv + li * N * m->C3, *kk = q + N * Cq, *v = kk + N * Ckv;
+  float *att = att_at(m, a, li);
+  float *res2 = a->res2 + li * Nl * C, *gate = a->fch + li * N * 2 * F, *up = gate + N * F;
+  const void *x = NULL; /* a column-parallel matmul's input */
+  TD_CHECK(k->rmsnorm_fwd(k, n1, at, a->ln1_rstd + li * Nl, resid,
+                          pw(m, TD_PK_ATTN_NORM, layer), pt, m->norm_eps, Nl, C));
+  TD_CHECK(col_in(m, n1, &x));
+  TD_CHECK(mm(m, 0, 1, N, Cq, C, x, at, pw(m, TD_PK_Q_W, layer), pt, 0.0f, q));
+  TD_CHECK(mm(m, 0, 1, N, Ckv, C, x, at, pw(m, TD_PK_K_W, layer), pt, 0.0f, kk));
+  TD_CHECK(mm(m, 0, 1, N, Ckv, C, x, at, pw(m, TD_PK_V_W, layer), pt, 0.0f, v));
+  TD_CHECK(poll(m));
+  TD_CHECK(k->rope(k, q, B, T, m->NH, m->HS, Cq, m->rope_theta, 0, m->pos));
+  TD_CHECK(k->rope(k, kk, B, T, m->KV, m->HS, Ckv, m->rope_theta, 0, m->pos));
+  float *out = at == TD_DTYPE_F32 ? (float *)atty : m->datty; /* bf16: saved rounded */
+  TD_CHECK(attn_fwd(m, out, att, q, Cq, kk, v, Ckv));
+  if (at != TD_DTYPE_F32) TD_CHECK(k->cast(k, atty, at, m->datty, TD_DTYPE_F32, N * Cq));
+  TD_CHECK(mm(m, 0, 1, N, C, Cq, atty, at, pw(m, TD_PK_O_W, layer), pt, 0.0f, m->dtmp));
+  TD_CHECK(poll(m));
+  TD_CHECK(row_out(m, NULL, resid, res2));
+  TD_CHECK(k->rmsnorm_fwd(k, n2, at, a->ln2_rstd + li * Nl, res2,
+                          pw(m, TD_PK_MLP_NORM, layer), pt, m->norm_eps, Nl, C));
+  TD_CHECK(col_in(m, n2, &x));
+  TD_CHECK(mm(m, 0, 1, N, F, C, x, at, pw(m, TD_PK_GATE_W, layer), pt, 0.0f, gate));
+  TD_CHECK(mm(m, 0, 1, N, F, C, x, at, pw(m, TD_PK_UP_W, layer), pt, 0.0f, up));
+  TD_CHECK(poll(m));
+  TD_CHECK(k->swiglu_fwd(k, h, at, gate, up, N * F));
+  TD_CHECK(mm(m, 0, 1, N, C, F, h, at, pw(m, TD_PK_DOWN_W, layer), pt, 0.0f, m->dtmp));
+  TD_CHECK(poll(m));
+  TD_CHECK(row_out(m, NULL, res2, res3));
+  return TD_OK;
+}
+
+/* Block li of this stage in slot a: its activations in the slot, or in the
+ * shared m->work under recomputation (the slot keeps the output only). */
+static td_status block_fwd(td_model *m, td_acts *a, int64_t li, const float *resid) {
+  int layer = (int)(m->L_first + li);
+  td_acts *w = m->recompute ? &m->work : a;
+  int64_t ix = m->recompute ? 0 : li;
+  float *out = a->res3 + li * m->Nl * m->C;
+  return m->llama ? llama_block_fwd(m, w, ix, layer, resid, out)
+                  : gpt2_block_fwd(m, w, ix, layer, resid, out);
+}
+
+/* The output head's weight (Vs, C): wte when tied, else lm_head. */
+static td_param_kind head_kind(const td_model *m) { return m->tied ? TD_PK_WTE : TD_PK_LM_HEAD; }
+
+/* Unit 0 (the embedding) is used on the first stage, and on the last when
+ * the head is tied to it. */
+static int uses_unit0(const td_model *m) { return m->first_stage || (m->last_stage && m->tied); }
+
+static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
+                              const int32_t *targets, double *loss_sum) {
+  td_kernels *k = m->k;
+  td_acts *a = &m->acts[slot];
+  use_slot(m, slot);
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T, Nl = m->Nl;
+  size_t tokbytes = (size_t)N * sizeof(int32_t);
+  if (m->first_stage) TD_CHECK(k->to_device(k, a->inputs, inputs, tokbytes));
+  if (targets && m->last_stage) TD_CHECK(k->to_device(k, a->targets, targets, tokbytes));
+
+  float *x = a->encoded;
+  td_dtype pt = m->pt, at = m->at;
+  int U = m->nunits - 1; /* the head unit {final norm, untied head} */
+  if (uses_unit0(m)) TD_CHECK(hook(m, 1, 0, TD_PHASE_FORWARD));
+  if (m->first_stage) {
+    const void *wte = pw(m, TD_PK_WTE, -1);
+    const void *wpe = m->llama || m->grid->tp_rank != 0 ? NULL : pw(m, TD_PK_WPE, -1);
+    /* partial over tp (a vocabulary shard): all-reduced, or under sequence
+     * parallelism reduce-scattered to the rank's rows */
+    TD_CHECK(k->embed_fwd(k, m->sp ? m->dtmp : x, a->inputs, wte, m->v0, m->Vs, wpe, pt, B, T, C, m->pos));
+    TD_CHECK(m->sp ? sp_scatter(m, m->dtmp, x, C) : tp_sum(m, x, N * C));
+  }
+  for (int64_t li = 0; li < m->L_count; ++li) {
+    int layer = (int)(m->L_first + li);
+    TD_CHECK(hook(m, 1, 1 + layer, TD_PHASE_FORWARD));
+    const float *resid = li == 0 ? x : a->res3 + (li - 1) * Nl * C;
+    TD_CHECK(block_fwd(m, a, li, resid));
+    TD_CHECK(hook(m, 0, 1 + layer, TD_PHASE_FORWARD));
+  }
+  if (!m->last_stage) {
+    if (m->first_stage) TD_CHECK(hook(m, 0, 0, TD_PHASE_FORWARD));
+    return TD_OK;
+  }
+  TD_CHECK(hook(m, 1, U, TD_PHASE_FORWARD));
+
+  const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * Nl * C : x;
+  if (m->llama)
+    TD_CHECK(k->rmsnorm_fwd(k, a->lnf, at, a->lnf_rstd, last, pw(m, TD_PK_LNF_W, -1), pt,
+                            m->norm_eps, Nl, C));
+  else
+    TD_CHECK(k->layernorm_fwd(k, a->lnf, at, a->lnf_mean, a->lnf_rstd, last,
+                              pw(m, TD_PK_LNF_W, -1), pw(m, TD_PK_LNF_B, -1), pt, Nl, C));
+  const void *xf = NULL; /* the head reads all N rows */
+  TD_CHECK(col_in(m, a->lnf, &xf));
+  TD_CHECK(mm(m, 0, 1, N, m->Vs, C, xf, at, pw(m, head_kind(m), -1), pt, 0.0f, a->logits));
+  TD_CHECK(poll(m));
+  TD_CHECK(hook(m, 0, U, TD_PHASE_FORWARD));
+  if (uses_unit0(m)) TD_CHECK(hook(m, 0, 0, TD_PHASE_FORWARD));
+  if (!targets) return TD_OK;
+
+  /* Vocabulary-parallel cross-entropy: max, then Σexp and the target logit. */
+  int64_t vvalid = m->V - m->v0 < m->Vs ? (m->V - m->v0 > 0 ? m->V - m->v0 : 0) : m->Vs;
+  TD_CHECK(k->xent_rowmax(k, a->rowmax, a->logits, N, m->Vs, vvalid));
+  if (m->grid->tp > 1 && m->dc_tp) {
+    TD_CHECK(td_dcomm_allreduce_joined(m->dc_tp, a->rowmax, N, 1, m->stats));
+  } else if (m->grid->tp > 1) {
+    TD_CHECK(k->sync(k));
+    TD_CHECK(td_coll_allreduce_f32_staged(m->grid->tp_comm, k, a->rowmax, m->host_stage, N,
+                                          MPI_MAX, m->stats));
+  }
+  TD_CHECK(k->xent_sumexp(k, a->sumexp, a->tlogit, a->logits, a->rowmax, a->targets, m->v0,
+                          N, m->Vs, vvalid));
+  TD_CHECK(tp_sum(m, a->sumexp, 2 * N));
+  float *hs = m->rowstat_host;
+  TD_CHECK(k->to_host(k, hs, a->rowmax, (size_t)N * sizeof(float)));
+  TD_CHECK(k->to_host(k, hs + N, a->sumexp, (size_t)2 * N * sizeof(float)));
+  double s = 0.0;
+  for (int64_t i = 0; i < m->valid_rows && i < N; ++i) s += log((double)hs[N + i]) + (double)hs[i] - (double)hs[2 * N + i];
+  *loss_sum = s;
+  return TD_OK;
+}
+
+td_status td_model_forward(td_model *m, int slot, const int32_t *inputs, const int32_t *targets,
+                           double *loss_sum) {
+  *loss_sum = 0.0;
+  TD_CHECK(forward_impl(m, slot, inputs, targets, loss_sum));
+  return TD_OK;
+}
+
+float *td_model_stage_input(td_model *m, int slot) { return m->acts[slot].encoded; }
+
+const float *td_model_stage_output(const td_model *m, int slot) {
+  const td_acts *a = &m->acts[slot];
+  int64_t L = m->chunks[m->slot_chunk[slot]].L_count;
+  return L > 0 ? a->res3 + (L - 1) * m->Nl * m->C : a->encoded;
+}
+
+int td_model_head_slot(const td_model *m) { return m->chunks[m->nchunks - 1].slot0; }
+
+const float *td_model_input_grad(const td_model *m) { return m->dres; }
+
+/* ---- backward -------------------------------------------------------------------- */
+
+/* ---- split backward: the weight-gradient work W of a B, recorded ------------------ */
+
+/* Bytes of one slot's arena: an upper bound of what a B records (mirrors
+ * the recording below; a piece is rounded up to 64 bytes). */
+static size_t wl_bytes(const td_model *m, int64_t *nops) {
+  int64_t N = m->B * m->T, C = m->C, F = m->F, at = (int64_t)td_dtype_size(m->at);
+  int64_t Ckv = m->KV * m->HS, bytes = 0, ops = 8;
+#define PIECE(n, es) (bytes += ((int64_t)(n) * (es) + 63) / 64 * 64)
+  for (int64_t l = 0; l < m->L_count; ++l) {
+    if (m->llama) {
+      PIECE(N * C, at), PIECE(N * F, at), PIECE(N * F, at), PIECE(N * C, at);
+      PIECE(N * m->Cl, at), PIECE(N * Ckv, at), PIECE(N * Ckv, at);
+      if (m->recompute) /* h, n2 twice, atty, n1 three times */
+        PIECE(N * F, at), PIECE(N * C, at), PIECE(N * C, at), PIECE(N * m->Cl, at),
+            PIECE(N * C, at), PIECE(N * C, at), PIECE(N * C, at);
+      else if (m->sp) /* n2 twice, n1 three times: gathered, transient */
+        PIECE(N * C, at), PIECE(N * C, at), PIECE(N * C, at), PIECE(N * C, at),
+            PIECE(N * C, at);
+      PIECE(C, 4), PIECE(C, 4);
+      ops += 7 + 2 + 2;
+    } else {
+      PIECE(N * C, at), PIECE(N * F, at), PIECE(N * C, at), PIECE(N * m->C3, at);
+      if (m->recompute) PIECE(N * F, at), PIECE(N * C, at), PIECE(N * m->Cl, at), PIECE(N * C, at);
+      else if (m->sp) PIECE(N * C, at), PIECE(N * C, at); /* ln2, ln1 gathered */
+      PIECE(C, 4), PIECE(F, 4), PIECE(C, 4), PIECE(C, 4), PIECE(C, 4), PIECE(m->C3, 4);
+      PIECE(C, 4), PIECE(C, 4);
+      ops += 4 + 8 + 2;
+    }
+  }
+  if (m->last_stage) {
+    if (m->at != TD_DTYPE_F32) PIECE(N * m->Vs, at);
+    if (m->sp) PIECE(N * C, at); /* lnf gathered */
+    PIECE(C, 4), PIECE(C, 4);
+    ops += 5;
+  }
+  if (m->first_stage) PIECE(N * C, 4), ops += 1;
+#undef PIECE
+  *nops = ops;
+  return (size_t)bytes;
+}
+
+/* A piece of n elements of es bytes from the current slot's arena. */
+static td_status wl_take(td_model *m, int64_t n, size_t es, void **out) {
+  struct td_wlist *w = m->wcur;
+  size_t need = ((size_t)n * es + 63) / 64 * 64;
+  if (w->used + need > w->size)
+    TD_FAIL(TD_ERR_INTERNAL, "split backward: the slot's weight-gradient stash is full (%zu + %zu "
+            "of %zu bytes)", w->used, need, w->size);
+  *out = w->arena + w->used;
+  w->used += need;
+  return TD_OK;
+}
+
+static td_status wl_push(td_model *m, const td_wop *op) {
+  struct td_wlist *w = m->wcur;
+  if (w->n == w->cap)
+    TD_FAIL(TD_ERR_INTERNAL, "split backward: too many weight-gradient operations");
+  w->ops[w->n++] = *op;
+  return TD_OK;
+}
+
+/* A copy (type at, n elements) of x that stays valid until W. */
+static td_status wl_copy(td_model *m, const void *x, int64_t n, const void **out) {
+  void *c = NULL;
+  TD_CHECK(wl_take(m, n, td_dtype_size(m->at), &c));
+  TD_CHECK(m->k->cast(m->k, c, m->at, x, m->at, n));
+  *out = c;
+  return TD_OK;
+}
+
+/* Weight gradient grad(kind, layer) (M, N) += op(A)·op(B), op(A) (M, K), A
+ * and B of type at: now, or (split backward) recorded for W, with copies of
+ * the operands that do not outlive this B (keep 0: scratch, or the shared
+ * recomputation buffer). */
+static td_status wmm(td_model *m, int ta, int tb, int64_t M, int64_t N, int64_t K, const void *A,
+                     int keepA, const void *B, int keepB, td_param_kind kind, int layer) {
+  if (!m->defer) {
+    TD_CHECK(mm(m, ta, tb, M, N, K, A, m->at, B, m->at, 1.0f, pg(m, kind, layer)));
+    return poll(m);
+  }
+  if (!keepA) TD_CHECK(wl_copy(m, A, M * K, &A));
+  if (!keepB) TD_CHECK(wl_copy(m, B, K * N, &B));
+  td_wop op = {WOP_MM, ta, tb, layer, kind, M, N, K, A, B};
+  return wl_push(m, &op);
+}
+
+/* Where a small gradient (bias, norm weight) of this micro-batch goes: the
+ * gradient itself, or (split backward) a zeroed stash W adds to it — the
+ * kernels add their sums to the destination, so the result is the same. */
+static td_status wdst(td_model *m, td_param_kind kind, int layer, float **out) {
+  if (!m->defer) {
+    *out = pg(m, kind, layer);
+    return TD_OK;
+  }
+  const td_param *p = td_registry_find(m->reg, kind, layer);
+  void *st = NULL;
+  TD_CHECK(wl_take(m, p->local_numel, 4, &st));
+  TD_CHECK(m->k->zero(m->k, st, (size_t)p->local_numel * sizeof(float)));
+  td_wop op = {WOP_ADD, 0, 0, layer, kind, p->local_numel, 0, 0, st, NULL};
+  TD_CHECK(wl_push(m, &op));
+  *out = st;
+  return TD_OK;
+}
+
+/* Where the gradient of a parameter replicated over tp goes that a backward
+ * computes from the rows of the residual stream (norm scales and shifts,
+ * the row-parallel layers' biases): wdst, or under sequence parallelism
+ * (the rank's rows give a partial sum) a zeroed piece of m->gsp that
+ * rep_flush sums over tp and adds to wdst — the accumulated gradient itself
+ * is never all-reduced, so earlier micro-batches are not summed twice. */
+static td_status rep_dst(td_model *m, td_param_kind kind, int layer, float **out) {
+  if (!m->sp) return wdst(m, kind, layer, out);
+  const td_param *p = td_registry_find(m->reg, kind, layer);
+  int i = m->nrep;
+  if (i == (int)(sizeof m->rep / sizeof m->rep[0]) || m->rep_used + p->local_numel > 6 * m->C)
+    TD_FAIL(TD_ERR_INTERNAL, "sequence parallel: too many replicated gradients in one block");
+  m->rep[i].kind = kind, m->rep[i].layer = layer;
+  m->rep[i].off = m->rep_used, m->rep[i].n = p->local_numel;
+  m->nrep++, m->rep_used += p->local_numel;
+  *out = m->gsp + m->rep[i].off;
+  return m->k->zero(m->k, *out, (size_t)p->local_numel * sizeof(float));
+}
+
+/* Sum the pieces rep_dst handed out over tp (one all-reduce) and add each to
+ * its gradient (or the split backward's stash). Collective on tp_comm
+ * (sequence parallel). */
+static td_status rep_flush(td_model *m) {
+  if (!m->sp || m->nrep == 0) return TD_OK;
+  TD_CHECK(tp_sum(m, m->gsp, m->rep_used));
+  for (int i = 0; i < m->nrep; ++i) {
+    float *g = NULL;
+    TD_CHECK(wdst(m, m->rep[i].kind, m->rep[i].layer, &g));
+    TD_CHECK(m->k->add(m->k, g, g, m->gsp + m->rep[i].off, m->rep[i].n));
+  }
+  m->nrep = 0, m->rep_used = 0;
+  return TD_OK;
+}
+
+/* Unit hooks of the backward: the whole backward places a unit's parameters
+ * and gradients; B only its parameters and records the unit for W. */
+static td_status bhook(td_model *m, int acquire, int u) {
+  if (!m->defer) return hook(m, acquire, u, TD_PHASE_BACKWARD);
+  td_wop op = {acquire ? WOP_ACQUIRE : WOP_RELEASE, 0, 0, u, 0, 0, 0, 0, NULL, NULL};
+  TD_CHECK(wl_push(m, &op));
+  return hook(m, acquire, u, TD_PHASE_BACKWARD_INPUT);
+}
+
+/* ---- backward -------------------------------------------------------------------- */
+
+/* dW (in, out) += Xᵀ · dY and dX (N, in) = dY · Wᵀ for the matmul
+ * Y (N, out) = X (N, in) · W of a GPT-2 block (Conv1D layout), dY float32;
+ * keepx: X outlives the backward (a slot's activations). */
+static td_status conv_bwd(td_model *m, const float *dy, int64_t out, const void *x, int keepx,
+                          int64_t in, const void *w, td_param_kind kind, int layer, float *dx) {
+  const void *d = NULL;
+  int64_t N = m->B * m->T;
+  TD_CHECK(mm_grad(m, dy, N * out, &d));
+  TD_CHECK(wmm(m, 1, 0, in, out, N, x, keepx, d, 0, kind, layer));
+  TD_CHECK(mm(m, 0, 1, N, in, out, d, m->at, w, m->pt, 0.0f, dx));
+  TD_CHECK(poll(m));
+  return TD_OK;
+}
+
+/* GPT-2 block li: m->dres holds d loss / d (block output) and leaves with
+ * d loss / d (block input). */
+static td_status gpt2_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
+                                const float *resid) {
+  td_kernels *k = m->k;
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T, Nl = m->Nl;
+  td_dtype pt = m->pt;
+  int keep = a != &m->work; /* a slot's activations outlive B */
+  int keepx = keep && !m->sp; /* a gathered norm output does not */
+  layer_w w;
+  layer_params(m, layer, &w);
+  float *g1 = NULL, *g2 = NULL;
+  const void *ln1 = at_(m, a->ln1, li * Nl * C), *atty = at_(m, a->atty, li * N * m->Cl);
+  const void *ln2 = at_(m, a->ln2, li * Nl * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
+  const float *qkv = a->qkv + li * N * m->C3, *att = att_at(m, a, li);
+  const float *res2 = a->res2 + li * Nl * C, *fch = a->fch + li * N * m->F;
+  const float *dy = NULL, *dx = NULL; /* a row-parallel output's / column-parallel input's */
+  const void *x = NULL;               /* a column-parallel matmul's input */
+  /* MLP: res3 = res2 + gelu(ln2·Wfc + bfc)·Wfcp + bfcp */
+  TD_CHECK(rep_dst(m, TD_PK_FCPROJ_B, layer, &g1));
+  TD_CHECK(k->bias_bwd(k, g1, m->dres, Nl, C));
+  TD_CHECK(row_grad(m, &dy));
+  TD_CHECK(conv_bwd(m, dy, C, fcg, keep, m->F, w.wfcp, TD_PK_FCPROJ_W, layer, m->dfch));
+  TD_CHECK(k->gelu_bwd(k, m->dfch, fch, m->dfch, N * m->F));
+  TD_CHECK(wdst(m, TD_PK_FC_B, layer, &g1));
+  TD_CHECK(k->bias_bwd(k, g1, m->dfch, N, m->F));
+  TD_CHECK(col_in(m, ln2, &x));
+  TD_CHECK(conv_bwd(m, m->dfch, m->F, x, keepx, C, w.wfc, TD_PK_FC_W, layer, m->dln));
+  TD_CHECK(col_grad(m, &dx));
+  TD_CHECK(rep_dst(m, TD_PK_LN2_W, layer, &g1));
+  TD_CHECK(rep_dst(m, TD_PK_LN2_B, layer, &g2));
+  TD_CHECK(k->layernorm_bwd(k, m->dres, g1, g2, dx, res2, w.ln2w, pt,
+                            a->ln2_mean + li * Nl, a->ln2_rstd + li * Nl, Nl, C));
+  /* m->dres now holds d loss / d res2. Attention: res2 = x + attn(...)·Wproj + bproj */
+  TD_CHECK(rep_dst(m, TD_PK_ATTPROJ_B, layer, &g1));
+  TD_CHECK(k->bias_bwd(k, g1, m->dres, Nl, C));
+  TD_CHECK(row_grad(m, &dy));
+  TD_CHECK(conv_bwd(m, dy, C, atty, keep, m->Cl, w.wproj, TD_PK_ATTPROJ_W, layer, m->datty));
+  TD_CHECK(attn_bwd(m, m->dqkv, m->dqkv + m->Cl, m->dqkv + 2 * m->Cl, m->datty, qkv, m->C3,
+                    qkv + m->Cl, qkv + 2 * m->Cl, m->C3, m->recompute_att ? NULL : att));
+  TD_CHECK(wdst(m, TD_PK_QKV_B, layer, &g1));
+  TD_CHECK(k->bias_bwd(k, g1, m->dqkv, N, m->C3));
+  TD_CHECK(col_in(m, ln1, &x));
+  TD_CHECK(conv_bwd(m, m->dqkv, m->C3, x, keepx, C, w.wqkv, TD_PK_QKV_W, layer, m->dln));
+  TD_CHECK(col_grad(m, &dx));
+  TD_CHECK(rep_dst(m, TD_PK_LN1_W, layer, &g1));
+  TD_CHECK(rep_dst(m, TD_PK_LN1_B, layer, &g2));
+  TD_CHECK(k->layernorm_bwd(k, m->dres, g1, g2, dx, resid, w.ln1w, pt,
+                            a->ln1_mean + li * Nl, a->ln1_rstd + li * Nl, Nl, C));
+  return rep_flush(m);
+}
+
+/* dW (rows, C) += dYᵀ · X and dX (N, C) (= or + per beta) += dY · W for the
+ * matmul Y (N, rows) = X · Wᵀ of a LLaMA block, dY float32 (N, rows). */
+static td_status linear_bwd(td_model *m, const float *dy, int64_t rows, const void *x, int keepx,
+                            int64_t cols, td_param_kind kind, int layer, float beta, float *dx) {
+  const void *d = NULL;
+  int64_t N = m->B * m->T;
+  TD_CHECK(mm_grad(m, dy, N * rows, &d));
+  TD_CHECK(wmm(m, 1, 0, rows, cols, N, d, 0, x, keepx, kind, layer));
+  TD_CHECK(mm(m, 0, 0, N, cols, rows, d, m->at, pw(m, kind, layer), m->pt, beta, dx));
+  TD_CHECK(poll(m));
+  return TD_OK;
+}
+
+/* LLaMA block li: m->dres holds d loss / d (block output) and leaves with
+ * d loss / d (block input). */
+static td_status llama_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
+                                 const float *resid) {
+  td_kernels *k = m->k;
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T, F = m->F, Nl = m->Nl;
+  int64_t Cq = m->Cl, Ckv = m->KV * m->HS;
+  td_dtype pt = m->pt;
+  int keep = a != &m->work;
+  int keepx = keep && !m->sp; /* a gathered norm output does not outlive B */
+  float *gn = NULL;
+  const void *n1 = at_(m, a->ln1, li * Nl * C), *atty = at_(m, a->atty, li * N * Cq);
+  const void *n2 = at_(m, a->ln2, li * Nl * C), *h = at_(m, a->fch_gelu, li * N * F);
+  const float *q = a->qkv + li * N * m->C3, *kk = q + N * Cq, *v = kk + N * Ckv;
+  const float *att = att_at(m, a, li);
+  const float *res2 = a->res2 + li * Nl * C, *gate = a->fch + li * N * 2 * F, *up = gate + N * F;
+  float *dgate = m->dfch, *dup = dgate + N * F, *dh = dup + N * F;
+  float *dq = m->dqkv, *dk = dq + N * Cq, *dv = dk + N * Ckv;
+  const float *dy = NULL, *dx = NULL; /* a row-parallel output's / column-parallel input's */
+  const void *x = NULL;               /* a column-parallel matmul's input */
+  /* MLP: res3 = res2 + down(silu(gate(n2))·up(n2)) */
+  TD_CHECK(row_grad(m, &dy));
+  TD_CHECK(linear_bwd(m, dy, C, h, keep, F, TD_PK_DOWN_W, layer, 0.0f, dh));
+  TD_CHECK(k->swiglu_bwd(k, dgate, dup, dh, gate, up, N * F));
+  TD_CHECK(col_in(m, n2, &x));
+  TD_CHECK(linear_bwd(m, dgate, F, x, keepx, C, TD_PK_GATE_W, layer, 0.0f, m->dln));
+  TD_CHECK(linear_bwd(m, dup, F, x, keepx, C, TD_PK_UP_W, layer, 1.0f, m->dln));
+  TD_CHECK(col_grad(m, &dx));
+  TD_CHECK(rep_dst(m, TD_PK_MLP_NORM, layer, &gn));
+  TD_CHECK(k->rmsnorm_bwd(k, m->dres, gn, dx, res2, pw(m, TD_PK_MLP_NORM, layer), pt,
+                          a->ln2_rstd + li * Nl, Nl, C));
+  /* m->dres now holds d loss / d res2. Attention: res2 = x + o(attn(...)) */
+  TD_CHECK(row_grad(m, &dy));
+  TD_CHECK(linear_bwd(m, dy, C, atty, keep, Cq, TD_PK_O_W, layer, 0.0f, m->datty));
+  TD_CHECK(attn_bwd(m, dq, dk, dv, m->datty, q, Cq, kk, v, Ckv, m->recompute_att ? NULL : att));
+  TD_CHECK(k->rope(k, dq, B, T, m->NH, m->HS, Cq, m->rope_theta, 1, m->pos));
+  TD_CHECK(k->rope(k, dk, B, T, m->KV, m->HS, Ckv, m->rope_theta, 1, m->pos));
+  TD_CHECK(col_in(m, n1, &x));
+  TD_CHECK(linear_bwd(m, dq, Cq, x, keepx, C, TD_PK_Q_W, layer, 0.0f, m->dln));
+  TD_CHECK(linear_bwd(m, dk, Ckv, x, keepx, C, TD_PK_K_W, layer, 1.0f, m->dln));
+  TD_CHECK(linear_bwd(m, dv, Ckv, x, keepx, C, TD_PK_V_W, layer, 1.0f, m->dln));
+  TD_CHECK(col_grad(m, &dx));
+  TD_CHECK(rep_dst(m, TD_PK_ATTN_NORM, layer, &gn));
+  TD_CHECK(k->rmsnorm_bwd(k, m->dres, gn, dx, resid, pw(m, TD_PK_ATTN_NORM, layer), pt,
+                          a->ln1_rstd + li * Nl, Nl, C));
+  return rep_flush(m);
+}
+
+/* The backward of `slot`: whole (m->defer 0) or its B (m->defer 1, the
+ * weight-gradient work recorded in the slot's list). */
+static td_status backward_impl(td_model *m, int slot, float loss_scale, const float *dout) {
+  td_kernels *k = m->k;
+  td_acts *a = &m->acts[slot];
+  use_slot(m, slot);
+  int64_t B = m->B, T = m->T, C = m->C, N = B * T, Nl = m->Nl;
+  float *x = a->encoded;
+  td_dtype pt = m->pt, at = m->at;
+  const void *d = NULL; /* the gradient the next matmuls read (type at) */
+  int U = m->nunits - 1;
+  if (uses_unit0(m)) TD_CHECK(bhook(m, 1, 0));
+  if (m->last_stage) {
+    TD_CHECK(bhook(m, 1, U));
+    int64_t vvalid = m->V - m->v0 < m->Vs ? (m->V - m->v0 > 0 ? m->V - m->v0 : 0) : m->Vs;
+    float *dl = a->logits; /* gradient in place */
+    float *gw = NULL, *gb = NULL;
+    TD_CHECK(k->xent_bwd(k, dl, a->logits, a->rowmax, a->sumexp, a->targets, m->v0,
+                         loss_scale, N, m->Vs, vvalid));
+    TD_CHECK(mm_grad(m, dl, N * m->Vs, &d));
+    /* d is the slot's logits in float32 (kept until W), a scratch rounding in bf16;
+     * the head's input: the slot's lnf, or (sequence parallel) gathered again */
+    const void *xf = NULL;
+    const float *dx = NULL;
+    TD_CHECK(col_in(m, a->lnf, &xf));
+    TD_CHECK(wmm(m, 1, 0, m->Vs, C, N, d, at == TD_DTYPE_F32, xf, !m->sp, head_kind(m), -1));
+    TD_CHECK(mm(m, 0, 0, N, C, m->Vs, d, at, pw(m, head_kind(m), -1), pt, 0.0f, m->dln));
+    TD_CHECK(poll(m));
+    TD_CHECK(col_grad(m, &dx));
+    const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * Nl * C : x;
+    TD_CHECK(k->zero(k, m->dres, (size_t)Nl * C * sizeof(float)));
+    TD_CHECK(rep_dst(m, TD_PK_LNF_W, -1, &gw));
+    if (m->llama) {
+      TD_CHECK(k->rmsnorm_bwd(k, m->dres, gw, dx, last, pw(m, TD_PK_LNF_W, -1), pt,
+                              a->lnf_rstd, Nl, C));
+    } else {
+      TD_CHECK(rep_dst(m, TD_PK_LNF_B, -1, &gb));
+      TD_CHECK(k->layernorm_bwd(k, m->dres, gw, gb, dx, last, pw(m, TD_PK_LNF_W, -1), pt,
+                                a->lnf_mean, a->lnf_rstd, Nl, C));
+    }
+    TD_CHECK(rep_flush(m));
+    TD_CHECK(bhook(m, 0, U));
+  } else {
+    /* gradient of this stage's output, from the next stage: dres = dout */
+    TD_CHECK(k->zero(k, m->dres, (size_t)Nl * C * sizeof(float)));
+    TD_CHECK(k->add(k, m->dres, m->dres, dout, Nl * C));
+  }
+  for (int64_t li = m->L_count - 1; li >= 0; --li) {
+    int layer = (int)(m->L_first + li);
+    TD_CHECK(bhook(m, 1, 1 + layer));
+    const float *resid = li == 0 ? x : a->res3 + (li - 1) * Nl * C;
+    td_acts *w = a;
+    int64_t ix = li;
+    if (m->recompute) { /* the block's activations again, from its kept input */
+      w = &m->work, ix = 0;
+      TD_CHECK(m->llama ? llama_block_fwd(m, w, 0, layer, resid, w->res3)
+                        : gpt2_block_fwd(m, w, 0, layer, resid, w->res3));
+    }
+    TD_CHECK(m->llama ? llama_block_bwd(m, w, ix, layer, resid)
+                      : gpt2_block_bwd(m, w, ix, layer, resid));
+    TD_CHECK(bhook(m, 0, 1 + layer));
+  }
+  const float *de = m->dres; /* the embedding output's gradient, all N rows */
+  if (m->first_stage) TD_CHECK(row_grad(m, &de));
+  if (m->first_stage && !m->defer) {
+    TD_CHECK(k->embed_bwd(k, pg(m, TD_PK_WTE, -1), m->llama ? NULL : pg(m, TD_PK_WPE, -1),
+                          de, a->inputs, m->v0, m->Vs, B, T, C, m->pos));
+  } else if (m->first_stage) { /* W scatters a copy of the gradient into the embedding */
+    void *c = NULL;
+    TD_CHECK(wl_take(m, N * C, 4, &c));
+    TD_CHECK(k->cast(k, c, TD_DTYPE_F32, de, TD_DTYPE_F32, N * C));
+    td_wop op = {WOP_EMBED, 0, 0, -1, TD_PK_WTE, 0, 0, 0, c, a->inputs};
+    TD_CHECK(wl_push(m, &op));
+  }
+  if (uses_unit0(m)) TD_CHECK(bhook(m, 0, 0));
+  return TD_OK;
+}
+
+td_status td_model_backward(td_model *m, int slot, float loss_scale, const float *dout) {
+  m->defer = 0;
+  return backward_impl(m, slot, loss_scale, dout);
+}
+
+td_status td_model_backward_input(td_model *m, int slot, float loss_scale, const float *dout) {
+  if (!m->wl) TD_FAIL(TD_ERR_INTERNAL, "split backward on a model created without its stash");
+  m->wcur = &m->wl[slot];
+  m->wcur->n = 0, m->wcur->used = 0;
+  m->defer = 1;
+  td_status st = backward_impl(m, slot, loss_scale, dout);
+  m->defer = 0;
+  return st;
+}
+
+td_status td_model_backward_weight(td_model *m, int slot) {
+  td_kernels *k = m->k;
+  struct td_wlist *w = &m->wl[slot];
+  for (int i = 0; i < w->n; ++i) {
+    const td_wop *op = &w->ops[i];
+    switch (op->kind) {
+      case WOP_ACQUIRE: TD_CHECK(hook(m, 1, op->layer, TD_PHASE_BACKWARD_WEIGHT)); break;
+      case WOP_RELEASE: TD_CHECK(hook(m, 0, op->layer, TD_PHASE_BACKWARD_WEIGHT)); break;
+      case WOP_MM:
+        TD_CHECK(mm(m, op->ta, op->tb, op->M, op->N, op->K, op->a, m->at, op->b, m->at, 1.0f,
+                    pg(m, op->pk, op->layer)));
+        TD_CHECK(poll(m));
+        break;
+      case WOP_ADD: {
+        float *g = pg(m, op->pk, op->layer);
+        TD_CHECK(k->add(k, g, g, op->a, op->M));
+        break;
+      }
+      case WOP_EMBED:
+        TD_CHECK(k->embed_bwd(k, pg(m, TD_PK_WTE, -1), m->llama ? NULL : pg(m, TD_PK_WPE, -1),
+                              op->a, op->b, m->v0, m->Vs, m->B, m->T, m->C, m->pos));
+        break;
+      default: TD_FAIL(TD_ERR_INTERNAL, "split backward: unknown operation %d", op->kind);
+    }
+  }
+  w->n = 0, w->used = 0;
+  return TD_OK;
+}
+
+td_status td_model_logits_at(td_model *m, int slot, int64_t pos, float *out) {
+  td_acts *a = &m->acts[slot];
+  use_slot(m, slot);
+  td_kernels *k = m->k;
+  int64_t Vs = m->Vs;
+  float *shard = NULL;
+  td_status st = TD_OK;
+  TD_CHECK(td_alloc((void **)&shard, (size_t)Vs * m->grid->tp * sizeof(float), "logits"));
+  TD_CHECK_GOTO(k->to_host(k, shard, a->logits + pos * Vs, (size_t)Vs * sizeof(float)));
+  if (m->grid->tp > 1) {
+    int n = 0;
+    TD_CHECK_GOTO(td_mpi_count(Vs, &n));
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (td_watched(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, shard, n, MPI_FLOAT,
+                                  m->grid->tp_comm, &r),
+                   "MPI_Allgather (logits)", m->grid->tp_comm, &r) != MPI_SUCCESS)
+      TD_FAIL_GOTO(TD_ERR_MPI, "gathering logits over the tensor-parallel group failed");
+  }
+  memcpy(out, shard, (size_t)m->V * sizeof(float));
+done:
+  td_free(shard);
+  return st;
+}

@@ -1,0 +1,135 @@
+/* td_plan.h — the planner (trident plan): predicted memory, step time and
+ * MFU of a configuration on a cluster, from the code that trains it.
+ *
+ * Memory: td_trainer_plan on a virtual grid (td_grid_virtual), the allocating
+ * code's size query. FLOPs: td_flops_per_token. Pipeline bubble: the deck's
+ * schedule (td_pipe_schedule) timed by td_schedule_simulate with this file's
+ * per-stage costs. Communication: td_plan_comm, the bytes per step that the
+ * collectives count in the metrics (comm_bytes), per group and kind; a test
+ * (tests/plan/comm_bytes.sh) trains small grids and demands equality. Time:
+ * an α–β model per link (intra-node when the group lies inside a node) and
+ * matmul time at peak × a stated efficiency (the cluster file). */
+#ifndef TD_PLAN_H
+#define TD_PLAN_H
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "app/deck/td_config.h"
+#include "app/train/td_trainer.h"
+#include "parallel/td_coll.h"
+#include "td_error.h"
+
+/* A link: bandwidth per device in bytes/s (one direction) and latency in s. */
+typedef struct td_link {
+  double bw, lat;
+} td_link;
+
+/* A cluster file (inputs/clusters, docs/plan.md). */
+typedef struct td_cluster {
+  char path[TD_STR_MAX];
+  char name[128], device[128];
+  int nodes, devices_per_node;
+  double peak_fp32, peak_bf16; /* FLOP/s per device (matmul) */
+  double mem_bytes;            /* per device (a CPU "device" is one rank's share of the node) */
+  double mem_bw;               /* bytes/s per device (optimizer, memory-bound work) */
+  double eff_large, eff_small; /* matmul efficiency (of peak) for large and small shapes */
+  double small_dim;            /* a matmul whose smallest dimension is below this is small */
+  td_link intra, inter;
+  double ew_passes;            /* device.elementwise_passes: passes the non-matmul kernels
+                                  (norms, activations, residual adds, casts) make over a
+                                  layer's activations in forward, at memory_gbps; backward
+                                  makes twice as many. 0 (default): folded into
+                                  matmul_efficiency, as the published GPU efficiencies are */
+  double att_rate;             /* FLOP/s of the attention kernels (their 12·A·T per token,
+                                  device.attention_tflops); 0: at the matmul rate */
+  double baseline;             /* bytes a rank holds besides trident's buffers (MPI, libraries,
+                                  the back-end), device.baseline_mib; 0 when not calibrated */
+  double rs_ratio, ag_ratio;   /* links.reduce_scatter, links.all_gather: the bandwidth a
+                                  (nonblocking, as trident calls them) reduce-scatter and
+                                  all-gather reach over the all-reduce's, in the bytes the
+                                  planner counts; default 1 */
+  double small_bytes;          /* links.small_mib: collectives moving at most this many bytes
+                                  a call (a rank's ring volume) are small; 0 (default): none */
+  double small_ar, small_rs, small_ag; /* links.small_all_reduce, _reduce_scatter,
+                                  _all_gather: a small collective's bandwidth over the (large)
+                                  all-reduce's β; default 1 */
+  double overlap;              /* links.overlap: the fraction of a nonblocking collective that
+                                  proceeds while the rank computes (1: a GPU's collectives run
+                                  beside its kernels; a CPU core that computes cannot also
+                                  move the bytes: ~0); default 1 */
+} td_cluster;
+
+/* Read and check a cluster file; errors name the file, line:column and key
+ * (TD_ERR_DECK, exit 2). Not collective. */
+td_status td_cluster_load(const char *path, td_cluster *out);
+/* Print it as a cluster file (--calibrate). */
+void td_cluster_print(const td_cluster *c, FILE *out);
+
+/* What --calibrate measured besides the cluster file: matmul FLOP/s at
+ * large and small shapes ([0] fp32, [1] bf16), MPI point-to-point and
+ * all-reduce latency (s) and bandwidth (bytes/s), the all-reduce's raw times. */
+typedef struct td_calibration {
+  double large[2], small[2];
+  double att;  /* attention kernels, fp32, forward + backward */
+  double p2p_lat, p2p_bw, ar_lat, ar_bw, ar_small_s, ar_big_s;
+  double ov_comm_s, ov_compute_s, ov_both_s; /* the overlap measurement (links.overlap) */
+  double rs_s, ag_s;                         /* 64 MiB reduce-scatter and all-gather */
+  double ar_mid_s, rs_mid_s, ag_mid_s;       /* the same three kinds at 16 MiB */
+} td_calibration;
+
+/* Measure this machine (app/plan/plan_calibrate.c): the CPU back-end's gemm rate
+ * per precision, memory bandwidth, MPI between ranks 0 and 1, the process's
+ * resident baseline; c is a cluster file of one node of comm's ranks (the
+ * same on every rank). Needs 2 ranks or more. Collective on comm. */
+td_status td_plan_calibrate(MPI_Comm comm, td_cluster *c, td_calibration *cal);
+/* The measurements as comment lines of a cluster file. */
+void td_calibration_print(const td_calibration *cal, FILE *out);
+
+/* Bytes one rank sends and receives per optimizer step, counted as the
+ * collectives count them (parallel/coll_mpi.c, zero.c, pipeline.c: ring
+ * volume per rank), per group (TD_GROUP_*) and kind (TD_COLL_*), for the
+ * rank with dp, cp and tp rank 0 on pipeline stage `stage`; and the calls. */
+typedef struct td_plan_comm {
+  double bytes[TD_GROUP_COUNT][TD_COLL_KINDS];
+  double calls[TD_GROUP_COUNT][TD_COLL_KINDS];
+} td_plan_comm;
+td_status td_plan_comm_bytes(const td_config *cfg, int stage, td_plan_comm *out);
+
+/* One configuration's prediction. */
+typedef struct td_plan_result {
+  td_config cfg;          /* the configuration (resolved deck) */
+  td_mem_plan mem;        /* the rank with the most memory (first or last stage) */
+  int64_t mem_total;      /* its bytes */
+  int mem_stage;          /* its stage */
+  double baseline;        /* the cluster's process baseline (device.baseline_mib), bytes */
+  double startup;         /* the start-up's host copy of the parameters (mem.startup) when
+                             the device's memory is the host's (run.device cpu), else 0 */
+  int fits;               /* mem_total + baseline + startup ≤ the device's memory */
+  double over_bytes;      /* mem_total − memory when it does not fit */
+  char refused[256];      /* why trident would refuse to build it (memory unknown, fits 0),
+                             e.g. a ZeRO shard beyond MPI's int counts; "" when it builds */
+  double model_flops;     /* per step, all ranks: td_flops_per_token × tokens */
+  double hw_flops;        /* + recomputation */
+  double compute_s;       /* per step on the slowest stage: matmuls and attention */
+  double step_s, tokens_per_s;
+  double tflops;          /* model FLOP/s per device / 1e12 */
+  double hw_tflops;       /* hardware FLOP/s per device (with recompute) / 1e12 */
+  double mfu;             /* model FLOP/s per device / peak */
+  double bubble;          /* pipeline: idle over compute time, slowest stage (simulated) */
+  double eff;             /* the matmul efficiency used */
+  double comm_s[TD_GROUP_COUNT];    /* time in each group's communication per step */
+  double exposed_s[TD_GROUP_COUNT]; /* ... of it not overlapped with compute */
+  double comm_bytes;      /* per step, the largest stage's rank (metrics comm_bytes) */
+  double optim_s;         /* the optimizer step (memory bound) */
+} td_plan_result;
+
+/* Predict cfg (a checked deck: its grid, schedule, ZeRO stage, ...) on
+ * cluster c. Not collective; allocates nothing of the model's. */
+td_status td_plan_eval(const td_config *cfg, const td_cluster *c, td_plan_result *out);
+
+/* Name of a group for output ("tp", "dp", "pp", "embed", "cp"). */
+const char *td_plan_group_name(int group);
+
+#endif

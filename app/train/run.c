@@ -1,0 +1,557 @@
+/* run.c — the training loop: steps, the per-step log line and metrics,
+ * evaluation, and the test dump for the PyTorch oracle. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "app/train/td_checkpoint.h"
+#include "app/train/td_signals.h"
+#include "app/train/td_trainer.h"
+#include "io/td_ckpt.h"
+#include "io/td_h5.h"
+#include "io/td_tb.h"
+#include "parallel/td_mpi.h"
+#include "parallel/td_watchdog.h"
+
+/* mkdir -p for the folder that will hold `file`. */
+static td_status ensure_parent(const char *file) {
+  char buf[TD_STR_MAX];
+  snprintf(buf, sizeof buf, "%s", file);
+  char *slash = strrchr(buf, '/');
+  if (!slash) return TD_OK;
+  *slash = '\0';
+  for (char *p = buf + 1; *p; ++p) {
+    if (*p != '/') continue;
+    *p = '\0';
+    mkdir(buf, 0777);
+    *p = '/';
+  }
+  if (mkdir(buf, 0777) != 0) {
+    struct stat sb;
+    if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode))
+      TD_FAIL(TD_ERR_IO, "cannot create folder %s for %s", buf, file);
+  }
+  return TD_OK;
+}
+
+static int64_t peak_rss_bytes(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (int64_t)ru.ru_maxrss * 1024;
+}
+
+/* ---- the oracle dump (tests/reference/check_train.py reads it) ------------------ */
+
+typedef struct {
+  hid_t file;
+  int64_t S, G, T;
+  int32_t *batches; /* (S, G, T+1) */
+  double *losses, *norms, *lrs;
+} dump_state;
+
+/* Write every parameter (or gradient) of the model as `prefix/<name>`. */
+static td_status dump_tensors(td_trainer *t, hid_t f, const char *prefix, const float *flat,
+                              int on_host) {
+  td_model *m = t->model;
+  float *host = NULL;
+  td_status st = TD_OK;
+  TD_CHECK(td_alloc((void **)&host, (size_t)m->reg->total_local * sizeof(float), "dump staging"));
+  if (on_host)
+    memcpy(host, flat, (size_t)m->reg->total_local * sizeof(float));
+  else
+    TD_CHECK_GOTO(t->k->to_host(t->k, host, flat, (size_t)m->reg->total_local * sizeof(float)));
+  for (int i = 0; i < m->reg->n; ++i) {
+    const td_param *p = &m->reg->p[i];
+    char path[160];
+    snprintf(path, sizeof path, "%s/%s", prefix, p->name);
+    int64_t dims[2] = {p->shape[0], p->shape[1]};
+    TD_CHECK_GOTO(td_h5_write(f, path, H5T_NATIVE_FLOAT, p->ndim, dims, host + p->offset));
+  }
+done:
+  td_free(host);
+  return st;
+}
+
+static td_status dump_begin(td_trainer *t, dump_state *d) {
+  td_config *c = &t->cfg;
+  memset(d, 0, sizeof *d);
+  d->file = -1;
+  if (t->app->size != 1)
+    TD_FAIL(TD_ERR_USAGE, "trident train --dump works on one rank only (the job has %d)",
+            t->app->size);
+  d->S = c->training_steps, d->G = c->training_global_batch, d->T = c->model_seq_len;
+  TD_CHECK(td_alloc((void **)&d->batches, (size_t)(d->S * d->G * (d->T + 1)) * sizeof(int32_t),
+                    "dump batches"));
+  TD_CHECK(td_alloc((void **)&d->losses, (size_t)(d->S + 1) * 3 * sizeof(double), "dump losses"));
+  d->norms = d->losses + d->S + 1;
+  d->lrs = d->norms + d->S + 1;
+  TD_CHECK(ensure_parent(t->dump_path));
+  TD_CHECK(td_h5_create(t->dump_path, MPI_COMM_NULL, &d->file));
+  hid_t f = d->file;
+  const char *ik[] = {"vocab_size", "seq_len", "layers", "dim", "heads", "global_batch", "steps",
+                      "warmup"};
+  int64_t iv[] = {c->model_vocab_size, c->model_seq_len, c->model_layers, c->model_dim,
+                  c->model_heads, c->training_global_batch, c->training_steps, c->schedule_warmup};
+  for (int i = 0; i < 8; ++i) TD_CHECK(td_h5_attr_write_i64(f, ik[i], iv[i]));
+  const char *fk[] = {"lr", "min_lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip"};
+  double fv[] = {c->optimizer_lr, c->schedule_min_lr, c->optimizer_betas[0], c->optimizer_betas[1],
+                 c->optimizer_eps, c->optimizer_weight_decay, c->training_grad_clip};
+  for (int i = 0; i < 7; ++i) TD_CHECK(td_h5_attr_write_f64(f, fk[i], fv[i]));
+  TD_CHECK(td_h5_attr_write_str(f, "decay", c->schedule_decay));
+  td_model_dims dm;
+  td_config_dims(c, &dm);
+  TD_CHECK(td_h5_attr_write_str(f, "arch", c->model_arch));
+  TD_CHECK(td_h5_attr_write_i64(f, "kv_heads", dm.KV));
+  TD_CHECK(td_h5_attr_write_i64(f, "ffn_dim", dm.F));
+  TD_CHECK(td_h5_attr_write_i64(f, "tie_embeddings", dm.tied));
+  TD_CHECK(td_h5_attr_write_f64(f, "norm_eps", c->model_norm_eps));
+  TD_CHECK(td_h5_attr_write_f64(f, "rope_theta", c->model_rope_theta));
+  TD_CHECK(dump_tensors(t, f, "/model", td_zero_owned_params(t->zero),
+                        td_zero_state_on_host(t->zero)));
+  TD_CHECK(td_alloc((void **)&t->grad_snapshot, (size_t)t->model->reg->total_local * sizeof(float),
+                    "gradient snapshot"));
+  return TD_OK;
+}
+
+/* Record the windows of the step about to run (the sampler's next batch). */
+static td_status dump_batch(td_trainer *t, dump_state *d, int64_t s) {
+  int64_t T = d->T;
+  for (int64_t g = 0; g < d->G; ++g)
+    TD_CHECK(td_dataset_read_window(t->train, t->windows[g], T,
+                                    d->batches + (s * d->G + g) * (T + 1)));
+  return TD_OK;
+}
+
+static td_status dump_end(td_trainer *t, dump_state *d) {
+  int64_t dims3[3] = {d->S, d->G, d->T + 1}, dims1[1] = {d->S};
+  TD_CHECK(td_h5_write(d->file, "/batches", H5T_NATIVE_INT32, 3, dims3, d->batches));
+  TD_CHECK(td_h5_write(d->file, "/losses", H5T_NATIVE_DOUBLE, 1, dims1, d->losses));
+  TD_CHECK(td_h5_write(d->file, "/grad_norms", H5T_NATIVE_DOUBLE, 1, dims1, d->norms));
+  TD_CHECK(td_h5_write(d->file, "/lrs", H5T_NATIVE_DOUBLE, 1, dims1, d->lrs));
+  td_h5_close(&d->file);
+  return TD_OK;
+}
+
+static void dump_free(td_trainer *t, dump_state *d) {
+  td_free(t->grad_snapshot);
+  t->grad_snapshot = NULL;
+  if (d->file >= 0) td_h5_close(&d->file);
+  td_free(d->batches);
+  td_free(d->losses);
+}
+
+/* ---- signals ------------------------------------------------------------------------ */
+
+/* The signal any rank received, agreed by all (0: none). Collective. */
+static td_status agree_signal(td_trainer *t, int *sig) {
+  int mine = td_signal_pending(), any = 0;
+  MPI_Request r = MPI_REQUEST_NULL;
+  TD_MPI_CHECK(td_watched(MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, t->app->world, &r),
+                          "MPI_Allreduce (agreeing on signals)", t->app->world, &r));
+  *sig = any;
+  return TD_OK;
+}
+
+/* The checkpoint module agrees on every failure it can recover from (a
+ * write or close failing on some ranks); an error it did not agree on left
+ * this rank's sequence of collectives, so it must not be agreed here — the
+ * other ranks wait inside the save — but end the job (main aborts). */
+static td_status save(td_trainer *t) {
+  char path[TD_STR_MAX + 64];
+  TD_CHECK(td_trainer_save(t, path, sizeof path));
+  return TD_OK;
+}
+
+/* On resume: drop the metrics lines of steps after the checkpoint (a run
+ * stopped or killed after its last save logged steps it will redo), so the
+ * file holds each step once. Rank 0. */
+static td_status trim_metrics(const char *path, int64_t step) {
+  FILE *in = fopen(path, "r");
+  if (!in) return TD_OK; /* nothing logged yet */
+  char tmp[TD_STR_MAX + 16];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *out = fopen(tmp, "w");
+  if (!out) {
+    fclose(in);
+    TD_FAIL(TD_ERR_IO, "cannot write %s", tmp);
+  }
+  char line[8192];
+  while (fgets(line, sizeof line, in)) {
+    long long s = -1;
+    if (sscanf(line, "{\"step\": %lld", &s) == 1 && s > step) continue;
+    fputs(line, out);
+  }
+  fclose(in);
+  if (fclose(out) != 0 || rename(tmp, path) != 0) TD_FAIL(TD_ERR_IO, "cannot rewrite %s", path);
+  return TD_OK;
+}
+
+/* ---- the stop signal's lead ------------------------------------------------------ */
+
+/* A scheduler that ends jobs at a time limit can send a stop signal some
+ * seconds before (Slurm: --signal=USR1@N); trident acts on it at the next
+ * step boundary and saves, so the lead must cover one step and one save.
+ * TD_SIGNAL_LEAD_S says what the lead is (jobs/train.sbatch sets it from its
+ * #SBATCH --signal line: Slurm does not tell the job). Warnings only, on
+ * rank 0: nothing collective depends on it. */
+typedef struct lead_check {
+  double lead;  /* seconds; 0: not known */
+  int warned;   /* the last check warned (warn again only after it held) */
+} lead_check;
+
+static void lead_init(const td_trainer *t, lead_check *lc) {
+  memset(lc, 0, sizeof *lc);
+  const char *e = t->app->rank == 0 ? getenv("TD_SIGNAL_LEAD_S") : NULL;
+  char *end = NULL;
+  double v = e && *e ? strtod(e, &end) : 0.0;
+  if (e && *e && (!end || *end || !(v > 0))) {
+    td_warn("TD_SIGNAL_LEAD_S='%s' is not a number of seconds; ignored", e);
+    v = 0.0;
+  }
+  lc->lead = v;
+}
+
+/* Compare the lead with one step (step_s) and a save: the last save's
+ * measured time, else an estimate (the resumed load's time, or the bytes a
+ * save writes — fp32 parameters and two AdamW moments — at 200 MB/s). */
+static void lead_check_now(const td_trainer *t, lead_check *lc, double step_s, const char *when) {
+  if (!(lc->lead > 0)) return;
+  double save_s = t->last_save_s;
+  const char *how = "the last save";
+  if (!(save_s > 0)) {
+    double bytes = 12.0 * (double)t->model->reg->total_global;
+    save_s = bytes / 200e6;
+    how = "estimated: fp32 parameters and two moments at 200 MB/s";
+    if (t->last_load_s > save_s) {
+      save_s = t->last_load_s;
+      how = "estimated: as long as the checkpoint load";
+    }
+  }
+  int short_lead = step_s + save_s > lc->lead;
+  if (short_lead && !lc->warned)
+    td_warn("%s: the stop signal comes %.0f s before the end (TD_SIGNAL_LEAD_S) but one "
+            "step takes %.1f s and a save %.1f s (%s): the job may be killed before its "
+            "checkpoint commits; ask for a longer lead (Slurm checks time limits every 30 s: "
+            "--signal=USR1@%.0f or more)",
+            when, lc->lead, step_s, save_s, how, ceil(1.5 * (step_s + save_s)) + 30.0);
+  lc->warned = short_lead;
+}
+
+/* Test only (TD_TEST_STEP_SLEEP_MS): a pause that a signal does not cut
+ * short, as a long step would not be. */
+static void test_pause(long ms) {
+  struct timespec left = {ms / 1000, ms % 1000 * 1000000L};
+  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+}
+
+/* ---- logging --------------------------------------------------------------------- */
+
+static void fmt_eta(double s, char *buf, size_t cap) {
+  if (!(s >= 0) || s > 1e8) {
+    snprintf(buf, cap, "--");
+    return;
+  }
+  long x = (long)(s + 0.5);
+  if (x >= 3600)
+    snprintf(buf, cap, "%ld:%02ld:%02ld", x / 3600, x / 60 % 60, x % 60);
+  else
+    snprintf(buf, cap, "%ld:%02ld", x / 60, x % 60);
+}
+
+static td_status log_step(td_trainer *t, double loss, double norm, double lr, double step_s,
+                          double elapsed, int64_t steps_run, int has_val, double val_loss) {
+  td_config *c = &t->cfg;
+  int64_t tokens = c->training_global_batch * c->model_seq_len;
+  double tps = (double)tokens / step_s;
+  /* communication, all of it and split by where it goes: a group's traffic
+   * is inter-node when its members are on more than one node */
+  double cb = 0, cms = 0, cb_in = 0, cms_in = 0, cb_out = 0, cms_out = 0;
+  const td_grid *g = t->grid;
+  int stride = g->tp * g->cp * g->dp, first = g->rank - g->pp_rank * stride;
+  int spans[TD_GROUP_COUNT] = {g->tp_nodes > 1, td_grid_group_nodes(g, 'b', g->rank) > 1,
+                               g->pp_nodes > 1,
+                               g->node_of[first] != g->node_of[first + (g->pp - 1) * stride],
+                               g->cp_nodes > 1};
+  for (int i = 0; i < TD_GROUP_COUNT; ++i) {
+    double b = 0, ms = 0;
+    td_coll_stats_total(&t->gstats[i], &b, &ms);
+    cb += b, cms += ms;
+    if (spans[i]) cb_out += b, cms_out += ms;
+    else cb_in += b, cms_in += ms;
+  }
+  /* the largest rank's peak RSS, communication bytes and allocations (what
+   * trident check prints, from the same code: t->mem), in one reduction */
+  const td_mem_plan *mem = &t->mem;
+  int64_t dev = t->k->device_peak ? (int64_t)t->k->device_peak(t->k) : 0;
+  /* steps since the last metrics line (the first: those this process ran) */
+  int64_t since = t->logged_step > 0 ? t->step - t->logged_step : steps_run;
+  int64_t per_step = (int64_t)((cb - t->logged_cb) / (double)(since > 0 ? since : 1));
+  t->logged_cb = cb, t->logged_step = t->step;
+  int64_t mine[12] = {peak_rss_bytes(), (int64_t)cb, mem->param, mem->grad, mem->optim,
+                      mem->work, mem->act, dev, mem->host, (int64_t)cb_in, (int64_t)cb_out,
+                      per_step},
+          mx[12];
+  MPI_Request r = MPI_REQUEST_NULL;
+  TD_MPI_CHECK(td_watched(MPI_Iallreduce(mine, mx, 12, MPI_INT64_T, MPI_MAX, t->app->world, &r),
+                          "MPI_Allreduce (metrics)", t->app->world, &r));
+  int64_t rss_max = mx[0], *zmax = mx + 2;
+  double cbmax = (double)mx[1];
+  /* pipeline: each stage's measured idle fraction and peak live micro-batches,
+   * gathered to the first stage of this pipeline (world rank 0 for rank 0) */
+  int pp = t->grid->pp;
+  double idle = 0, busy = 0, fr[256] = {0};
+  int live = 0, lives[256] = {0};
+  td_pipe_stats(t->pipe, &idle, &busy, &live);
+  double frac = busy > 0 ? idle / busy : 0.0;
+  /* per stage, the largest over its ranks: the time spent waiting for
+   * messages (ms) and its fraction of the step */
+  double stage_idle[512] = {0}, stage_max[512];
+  if (pp > 1 && pp <= 256) {
+    stage_idle[t->grid->pp_rank] = idle * 1e3;
+    stage_idle[256 + t->grid->pp_rank] = frac;
+    TD_MPI_CHECK(td_watched(MPI_Iallreduce(stage_idle, stage_max, 512, MPI_DOUBLE, MPI_MAX,
+                                           t->app->world, &r),
+                            "MPI_Allreduce (pipeline metrics)", t->app->world, &r));
+  }
+  if (pp <= 256) {
+    const char *op = "MPI_Gather (pipeline metrics)";
+    TD_MPI_CHECK(td_watched(MPI_Igather(&frac, 1, MPI_DOUBLE, fr, 1, MPI_DOUBLE, 0,
+                                        t->grid->pp_comm, &r), op, t->grid->pp_comm, &r));
+    TD_MPI_CHECK(td_watched(MPI_Igather(&live, 1, MPI_INT, lives, 1, MPI_INT, 0, t->grid->pp_comm,
+                                        &r), op, t->grid->pp_comm, &r));
+  }
+  if (t->app->rank != 0) return TD_OK;
+  /* the predicted fraction of the step a stage idles: the deck's schedule
+   * simulated (td_pipe_predict) */
+  double theory = 0.0;
+  if (pp > 1) {
+    td_sched_sim sim;
+    TD_CHECK(td_pipe_predict(&t->cfg, &sim));
+    theory = sim.idle_frac;
+  }
+  char eta[32];
+  fmt_eta(elapsed / (double)steps_run * (double)(c->training_steps - t->step), eta, sizeof eta);
+  printf("step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | ETA %s",
+         (long long)t->step, (long long)c->training_steps, loss, lr, norm, step_s * 1e3, tps, eta);
+  if (has_val) printf(" | val %.4f", val_loss);
+  printf("\n");
+  fflush(stdout);
+  if (t->metrics) {
+    fprintf(t->metrics,
+            "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, "
+            "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"mem_bytes\": %lld, \"comm_bytes\": %.0f, "
+            "\"comm_ms\": %.3f",
+            (long long)t->step, loss, lr, norm, (long long)t->tokens_seen, step_s * 1e3, tps,
+            (long long)rss_max, cbmax, cms);
+    fprintf(t->metrics,
+            ", \"param_bytes\": %lld, \"grad_bytes\": %lld, \"optim_bytes\": %lld, "
+            "\"work_bytes\": %lld, \"act_bytes\": %lld",
+            (long long)zmax[0], (long long)zmax[1], (long long)zmax[2], (long long)zmax[3],
+            (long long)zmax[4]);
+    if (mx[7] > 0) fprintf(t->metrics, ", \"device_mem_bytes\": %lld", (long long)mx[7]);
+    if (mx[8] > 0) fprintf(t->metrics, ", \"host_optim_bytes\": %lld", (long long)mx[8]);
+    fprintf(t->metrics,
+            ", \"comm_intra_bytes\": %lld, \"comm_inter_bytes\": %lld, \"comm_intra_ms\": %.3f, "
+            "\"comm_inter_ms\": %.3f",
+            (long long)mx[9], (long long)mx[10], cms_in, cms_out);
+    fprintf(t->metrics, ", \"comm_step_bytes\": %lld", (long long)mx[11]);
+    if (pp > 1 && pp <= 256) {
+      fprintf(t->metrics, ", \"pp_idle\": [");
+      for (int i = 0; i < pp; ++i) fprintf(t->metrics, "%s%.4f", i ? ", " : "", fr[i]);
+      fprintf(t->metrics, "], \"pp_bubble_theory\": %.4f, \"pp_live_peak\": [", theory);
+      for (int i = 0; i < pp; ++i) fprintf(t->metrics, "%s%d", i ? ", " : "", lives[i]);
+      fprintf(t->metrics, "], \"pp_idle_ms\": [");
+      for (int i = 0; i < pp; ++i) fprintf(t->metrics, "%s%.3f", i ? ", " : "", stage_max[i]);
+      fprintf(t->metrics, "], \"pp_bubble\": [");
+      for (int i = 0; i < pp; ++i)
+        fprintf(t->metrics, "%s%.4f", i ? ", " : "", stage_max[256 + i]);
+      fprintf(t->metrics, "]");
+    }
+    if (has_val) fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
+    fprintf(t->metrics, "}\n");
+    fflush(t->metrics);
+  }
+  if (t->tb) {
+    /* the JSONL's numbers under TensorBoard's usual names (docs/monitoring.md) */
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    const char *tags[32];
+    double v[32];
+    int n = 0;
+#define TB(tag, value) (tags[n] = (tag), v[n++] = (value))
+    TB("loss_metrics/global_avg_loss", loss);
+    TB("lr", lr);
+    TB("grad_norm", norm);
+    TB("tokens_seen", (double)t->tokens_seen);
+    TB("time_metrics/step(ms)", step_s * 1e3);
+    TB("throughput(tps)", tps);
+    TB("memory/max_rss(GiB)", (double)rss_max / gib);
+    TB("memory/params(GiB)", (double)zmax[0] / gib);
+    TB("memory/grads(GiB)", (double)zmax[1] / gib);
+    TB("memory/optimizer(GiB)", (double)zmax[2] / gib);
+    TB("memory/workspace(GiB)", (double)zmax[3] / gib);
+    TB("memory/activations(GiB)", (double)zmax[4] / gib);
+    if (mx[7] > 0) TB("memory/device_peak(GiB)", (double)mx[7] / gib);
+    if (mx[8] > 0) TB("memory/host_optimizer(GiB)", (double)mx[8] / gib);
+    TB("comm/MiB", cbmax / (1024.0 * 1024.0));
+    TB("comm/ms", cms);
+    TB("comm/intra_node_MiB", (double)mx[9] / (1024.0 * 1024.0));
+    TB("comm/inter_node_MiB", (double)mx[10] / (1024.0 * 1024.0));
+    TB("comm/intra_node_ms", cms_in);
+    TB("comm/inter_node_ms", cms_out);
+    TB("comm/step_MiB", (double)mx[11] / (1024.0 * 1024.0));
+    if (pp > 1 && pp <= 256) {
+      double worst = 0;
+      for (int i = 0; i < pp; ++i) worst = fr[i] > worst ? fr[i] : worst;
+      TB("pipeline/bubble", worst);
+      TB("pipeline/bubble_predicted", theory);
+      int most = 0;
+      for (int i = 0; i < pp; ++i) most = lives[i] > most ? lives[i] : most;
+      TB("pipeline/live_peak", (double)most);
+      double ims = 0, bm = 0;
+      for (int i = 0; i < pp; ++i) {
+        ims = stage_max[i] > ims ? stage_max[i] : ims;
+        bm = stage_max[256 + i] > bm ? stage_max[256 + i] : bm;
+      }
+      TB("pipeline/idle(ms)", ims);
+      TB("pipeline/bubble_measured", bm);
+    }
+    if (has_val) TB("loss_metrics/val_loss", val_loss);
+#undef TB
+    TD_CHECK(td_tb_scalars(t->tb, t->step, n, tags, v));
+  }
+  return TD_OK;
+}
+
+static td_status eval_and_log(td_trainer *t, double *val) {
+  int64_t n = 0;
+  TD_CHECK(td_trainer_eval(t, val, &n));
+  if (t->app->rank == 0 && t->step == 0) {
+    printf("eval  step %lld | val_loss %.4f over %lld tokens\n", (long long)t->step, *val,
+           (long long)n);
+    if (t->metrics)
+      fprintf(t->metrics, "{\"step\": 0, \"val_loss\": %.9g, \"val_tokens\": %lld}\n", *val,
+              (long long)n);
+    const char *tag = "loss_metrics/val_loss";
+    if (t->tb) TD_CHECK(td_tb_scalars(t->tb, 0, 1, &tag, val));
+  }
+  return TD_OK;
+}
+
+td_status td_trainer_run(td_trainer *t) {
+  td_config *c = &t->cfg;
+  td_status st = TD_OK;
+  dump_state d;
+  memset(&d, 0, sizeof d);
+  d.file = -1;
+  if (t->app->rank == 0) {
+    st = ensure_parent(c->logging_metrics);
+    if (st == TD_OK && t->step > 0) st = trim_metrics(c->logging_metrics, t->step);
+    if (st == TD_OK) {
+      t->metrics = fopen(c->logging_metrics, t->step > 0 ? "a" : "w");
+      if (!t->metrics)
+        st = td_error_set(TD_ERR_IO, __FILE__, __LINE__, __func__, "cannot open %s for writing",
+                          c->logging_metrics);
+    }
+    if (st == TD_OK && c->logging_tensorboard[0]) {
+      st = td_tb_open(c->logging_tensorboard, t->step, &t->tb);
+      if (st == TD_OK) td_log("trident: TensorBoard events in %s\n", td_tb_path(t->tb));
+    }
+  }
+  /* what every checkpoint needs, made before the first one (collective) */
+  td_status cs = td_ckpt_setup(t->app->world);
+  if (st == TD_OK) st = cs;
+  TD_CHECK(td_agree(t->app->world, st));
+  if (t->dump_path) TD_CHECK_GOTO(dump_begin(t, &d));
+  int bf16 = strcmp(c->training_precision, "bf16") == 0;
+  char cps[32] = "";
+  if (c->parallel_cp > 1) snprintf(cps, sizeof cps, ", cp %lld", (long long)c->parallel_cp);
+  td_log("trident: training %s on %d rank%s (dp %lld%s, tp %lld, pp %lld, zero %lld), %d thread%s "
+         "per rank, %s back-end (%s), %s%s, %lld steps of %lld tokens\n",
+         c->run_name, t->app->size, t->app->size == 1 ? "" : "s", (long long)c->parallel_dp, cps,
+         (long long)c->parallel_tp, (long long)c->parallel_pp, (long long)c->parallel_zero,
+         t->threads, t->threads == 1 ? "" : "s", t->k->name, t->k->matmul_name,
+         c->training_precision,
+         !bf16 ? "" : t->k->bf16_matmul == 2 ? " (native bf16 matmul)"
+                                             : " (bf16 operands widened to fp32: no bf16 matmul "
+                                               "on this CPU)",
+         (long long)c->training_steps, (long long)(c->training_global_batch * c->model_seq_len));
+  if (t->dcomm != TD_DCOMM_OFF && t->app->size > 1)
+    td_log("trident: collectives on the %s back-end's buffers: %s device communicators "
+           "(data-parallel, tensor-parallel, %stied embedding)%s\n",
+           t->k->name, td_dcomm_kind_name(t->dcomm), t->grid->cp > 1 ? "context-parallel, " : "",
+           t->grid->pp > 1 ? "; pipeline messages on one-way device channels (a "
+                             "communicator per direction of each link)"
+                           : "");
+  else if (!t->k->host_memory && t->app->size > 1)
+    td_log("trident: the collectives run in MPI on host copies of the %s back-end's buffers "
+           "(staged)\n",
+           t->k->name);
+  double val = 0.0;
+  if (c->eval_every > 0 && t->step == 0) TD_CHECK_GOTO(eval_and_log(t, &val));
+  if (t->step > 0) td_log("trident: resuming at step %lld\n", (long long)t->step);
+  double t_start = td_now();
+  int64_t first_step = t->step;
+  lead_check lead;
+  lead_init(t, &lead);
+  /* test only: every step made slower by a pause (the scheduler tests) */
+  const char *pause_env = getenv("TD_TEST_STEP_SLEEP_MS");
+  long pause_ms = pause_env ? strtol(pause_env, NULL, 10) : 0;
+  while (t->step < c->training_steps) {
+    double t0 = td_now();
+    double loss = 0, norm = 0, lr = 0;
+    int64_t s = t->step;
+    TD_CHECK_GOTO(td_trainer_step(t, &loss, &norm, &lr));
+    if (d.file >= 0) {
+      TD_CHECK_GOTO(dump_batch(t, &d, s));
+      d.losses[s] = loss, d.norms[s] = norm, d.lrs[s] = lr;
+      if (s == 0) {
+        TD_CHECK_GOTO(dump_tensors(t, d.file, "/grad", t->grad_snapshot, 1));
+        TD_CHECK_GOTO(dump_tensors(t, d.file, "/model_after", td_zero_owned_params(t->zero),
+                                   td_zero_state_on_host(t->zero)));
+      }
+    }
+    if (pause_ms > 0) test_pause(pause_ms);
+    double step_s = td_now() - t0;
+    if (t->step == first_step + 1) lead_check_now(t, &lead, step_s, "at start-up");
+    int has_val = 0;
+    int last = t->step == c->training_steps;
+    if ((c->eval_every > 0 && t->step % c->eval_every == 0) || (last && c->eval_every >= 0)) {
+      int64_t n = 0;
+      TD_CHECK_GOTO(td_trainer_eval(t, &val, &n));
+      has_val = 1;
+    }
+    if (t->step % c->logging_every == 0 || last || has_val)
+      TD_CHECK_GOTO(log_step(t, loss, norm, lr, step_s, td_now() - t_start, t->step - first_step,
+                             has_val, val));
+    int sig = 0;
+    TD_CHECK_GOTO(agree_signal(t, &sig));
+    if ((c->checkpoint_every > 0 && t->step % c->checkpoint_every == 0) || last || sig) {
+      TD_CHECK_GOTO(save(t));
+      if (!sig && !last) lead_check_now(t, &lead, step_s, "after this save");
+    }
+    if (sig && !last) {
+      st = td_error_set(TD_STOPPED, __FILE__, __LINE__, __func__,
+                        "stopped by %s at step %lld after committing its checkpoint in %s; run "
+                        "the same command to resume",
+                        sig == SIGTERM   ? "SIGTERM"
+                        : sig == SIGUSR1 ? "SIGUSR1"
+                        : sig == SIGUSR2 ? "SIGUSR2"
+                                         : "a signal",
+                        (long long)t->step, c->checkpoint_dir);
+      td_error_mark_agreed();
+      goto done;
+    }
+  }
+  if (d.file >= 0) TD_CHECK_GOTO(dump_end(t, &d));
+  td_log("trident: done, %lld steps in %.1f s\n", (long long)(t->step - first_step),
+         td_now() - t_start);
+done:
+  dump_free(t, &d);
+  return st;
+}
