@@ -39,6 +39,10 @@ LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 REF_LINK = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 ISSUE = re.compile(r"\bissues?\s+#?\d+|\(issues?\b", re.IGNORECASE)
+# files outside the repository (the guide is all a reader of a clone has)
+OUTSIDE = re.compile(r"\bDESIGN\.md\b|\.\./shared\b|\bshared folder\b")
+# a path of the repository named in a code span: `app/train/pipeline.c`
+REPO_PATH = re.compile(r"^(?:app|common|kernels|parallel|io|jobs|inputs|tests|docs)/[\w./-]*$")
 TESTED_COMMENT = re.compile(r"^\s*<!--\s*tested(\s+exit=(\d+))?\s*-->\s*$")
 
 
@@ -125,6 +129,13 @@ def static_checks(root, files, parsed):
             for m in ISSUE.finditer(line):
                 errors.append(f"{rel(p)}:{n}: issue number in user documentation: "
                               f"'{m.group(0)}' (name the feature instead)")
+            for m in OUTSIDE.finditer(line):
+                errors.append(f"{rel(p)}:{n}: '{m.group(0)}' is outside the repository: "
+                              f"link the document of docs/ that says it")
+            for m in CODE_SPAN.finditer(line):
+                span = m.group(2).strip()
+                if REPO_PATH.match(span) and not os.path.exists(os.path.join(root, span)):
+                    errors.append(f"{rel(p)}:{n}: `{span}` does not exist in the repository")
             plain = CODE_SPAN.sub(lambda m: "x" * len(m.group(0)), line)
             targets = [m.group(1) for m in LINK.finditer(plain)]
             r = REF_LINK.match(plain)
@@ -153,10 +164,30 @@ def static_checks(root, files, parsed):
                 for m in ISSUE.finditer(line):
                     errors.append(f"{rel(p)}:{b.line + 1 + k}: issue number in user "
                                   f"documentation: '{m.group(0)}'")
+    errors += parts_check(root)
     for p in files:
         if p != readme and p not in linked:
             errors.append(f"README.md:1: README.md does not link the chapter {rel(p)}")
     return errors
+
+
+def parts_check(root):
+    """docs/architecture.md lists the parts in the order tests/unit/layering.py
+    enforces."""
+    doc = os.path.join(root, "docs", "architecture.md")
+    lay = os.path.join(root, "tests", "unit", "layering.py")
+    text = open(lay, encoding="utf-8").read()
+    m = re.search(r"^PARTS = \[(.*?)\]", text, re.S | re.M)
+    want = re.findall(r'"([^"]+)"', m.group(1)) if m else []
+    got = []
+    for line in open(doc, encoding="utf-8"):
+        r = re.match(r"^\| `([a-z/]+?)/?` \|", line)
+        if r:
+            got.append(r.group(1))
+    if not want or got != want:
+        return [f"docs/architecture.md:1: the table of parts lists {got}, but "
+                f"tests/unit/layering.py enforces {want}"]
+    return []
 
 
 def run_blocks(root, trident, mpiexec, work, path, blocks, timeout):
