@@ -112,6 +112,14 @@ td_build() {
   local target=()
   [ -n "${TD_BUILD_TARGET:-}" ] && target=(--target "$TD_BUILD_TARGET")
   echo "build: compiling ($(nproc) jobs${TD_BUILD_TARGET:+, target $TD_BUILD_TARGET})"
-  cmake --build "$dir" -j"$(nproc)" ${target[@]+"${target[@]}"} 2>&1 | grep -E "error|warning|Error" || true
-  [ -x "$dir/trident" ] || { echo "build: failed"; cmake --build "$dir" ${target[@]+"${target[@]}"} 2>&1 | tail -30; return 1; }
+  # a failed build fails: an incremental build that stops at a compile error
+  # leaves the old binaries in place, and nothing may run them as if new
+  local rc=0
+  cmake --build "$dir" -j"$(nproc)" ${target[@]+"${target[@]}"} >"$dir.build.log" 2>&1 || rc=$?
+  grep -E "error|warning|Error" "$dir.build.log" || true
+  if [ "$rc" != 0 ] || [ ! -x "$dir/trident" ]; then
+    echo "build: FAILED in $dir (exit $rc; the whole log: $dir.build.log); its end:"
+    tail -40 "$dir.build.log"
+    return 1
+  fi
 }

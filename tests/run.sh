@@ -66,7 +66,7 @@ if has openmpi && [ "$TD_MPI" != openmpi ]; then
     # shellcheck disable=SC2086
     td_deps $TD_MPI_PACKAGES
     td_build build-ompi -DTD_ENABLE_CUDA=OFF -DTD_WERROR=ON
-  ) || status=1
+  ) || { echo "== tests/run.sh: FAILED: the Open MPI build (a build error stops everything)"; exit 1; }
   echo "== tests/run.sh: ctest -L openmpi (build-ompi/, Open MPI's mpiexec)"
   ctest --test-dir build-ompi -L openmpi --output-on-failure -j"$(nproc)" --timeout 900 || status=1
   echo "== tests/run.sh: Open MPI subset done at $(( $(date +%s) - t0 )) s"
