@@ -1,10 +1,12 @@
 /* model.c — GPT-2 and LLaMA forward and backward on one rank's shard (docs/architecture.md,
- * "Model"). The families share the embedding, the head, the cross-entropy,
- * the units and the hooks; each has its block.
+ * "Model"): the allocation and its ledger, the units and the hooks, the
+ * embedding, the head, the cross-entropy and the order of a pass. The
+ * families share all of it; each has its block (gpt2.c, llama.c), built,
+ * like the head, from the machinery of block.c (per-layer views, matmuls,
+ * the tp/sp/cp collectives, attention, the recording of the split
+ * backward). model_internal.h declares what the four files share.
  *
- * Block l (pre-LN):  res2 = x + (attn(LN1(x)·Wqkv + bqkv)·Wproj + bproj)
- *                    res3 = res2 + (gelu(LN2(res2)·Wfc + bfc)·Wfcproj + bfcproj)
- * Head:              loss = CE(LNf(res3)·wteᵀ, targets), mean over global tokens.
+ * Head: loss = CE(LNf(res3)·wteᵀ, targets), mean over global tokens.
  * Tensor parallelism (Megatron): Wqkv and Wfc split by output columns, Wproj
  * and Wfcproj by input rows with one all-reduce after each (bias added after
  * the reduction), the conjugate all-reduces of LN outputs' gradients in
@@ -21,45 +23,24 @@
  * of the residual gradient before a row-parallel matmul's backward,
  * reduce-scatter of the input gradient after a column-parallel one). The
  * replicated parameters' gradients then come from the local rows only: they
- * are summed over tp once a block (rep_dst, rep_flush).
+ * are summed over tp once a block (td_model_rep_dst, td_model_rep_flush).
  *
  * Chunks (interleaved schedules): a rank holds several model chunks; each
  * activation slot belongs to one, and forward/backward first make the
  * slot's chunk current (use_slot), so the code below sees one contiguous
  * range of layers and whether it holds the embedding or the head.
  * Split backward (zb-h1): backward_impl with m->defer set computes the input
- * gradient and records the weight-gradient work in the slot's list (wmm,
- * wdst, bhook); td_model_backward_weight runs it. */
+ * gradient and records the weight-gradient work in the slot's list
+ * (td_model_wmm, td_model_wdst, bhook); td_model_backward_weight runs it. */
 #include "app/model/td_model.h"
 
+#include "app/model/model_internal.h"
 #include "parallel/td_mpi.h"
 #include "parallel/td_watchdog.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* One piece of recorded W work of a slot (training under zb-h1): a weight
- * gradient matmul, the addition of a small gradient B computed into the
- * slot's stash (biases, norm scales and shifts: cheap, computed where their
- * inputs are), the embedding's scatter-add, or the acquire/release of a unit
- * (so W places units in the order the whole backward does). */
-enum { WOP_MM, WOP_ADD, WOP_EMBED, WOP_ACQUIRE, WOP_RELEASE };
-typedef struct td_wop {
-  int kind, ta, tb, layer;
-  td_param_kind pk;
-  int64_t M, N, K;  /* MM: grad (M, N) += op(a)·op(b), op(a) (M, K); ADD: M floats */
-  const void *a, *b; /* MM: of type at; ADD: a = the stash (float); EMBED: a = d (N, C),
-                        b = the slot's tokens */
-} td_wop;
-
-struct td_wlist {
-  td_wop *ops;
-  int n, cap;
-  char *arena;       /* back-end memory: copies of the gradients (and, under
-                        recomputation, of the inputs) W reads, and the stash */
-  size_t used, size;
-};
 
 static td_status units_create(td_model *m);
 static size_t wl_bytes(const td_model *m, int64_t *nops);
@@ -126,12 +107,6 @@ static void use_chunk(td_model *m, int c) {
 
 /* ... the chunk a slot belongs to. */
 static void use_slot(td_model *m, int slot) { use_chunk(m, m->slot_chunk[slot]); }
-
-/* Layer li's attention probabilities in the set a: its own, or the one
- * buffer selective recomputation fills again before each backward. */
-static float *att_at(const td_model *m, const td_acts *a, int64_t li) {
-  return m->recompute_att ? m->att_re : a->att + li * m->B * m->NH * m->T * m->Tk;
-}
 
 static td_status alloc_slot(td_model *m, td_acts *a) {
   int64_t N = m->B * m->T, Nl = m->Nl, L = m->L_count, C = m->C;
@@ -363,16 +338,9 @@ void td_model_destroy(td_model **mp) {
   *mp = NULL;
 }
 
-/* ---- per-layer views ------------------------------------------------------------ */
+/* ---- units and hooks ------------------------------------------------------------ */
 
-typedef struct {
-  void *ln1w, *ln1b, *wqkv, *bqkv, *wproj, *bproj, *ln2w, *ln2b, *wfc, *bfc, *wfcp, *bfcp;
-} layer_w; /* parameters, of type m->pt */
-
-int td_model_unit_of(const td_model *m, const td_param *p) {
-  if (p->layer >= 0) return 1 + p->layer;
-  return p->kind == TD_PK_WTE || p->kind == TD_PK_WPE ? 0 : m->nunits - 1;
-}
+/* (td_model_unit_of, the unit of a parameter, is with the views in block.c.) */
 
 void td_model_units_flat(td_model *m, void *params, float *grads) {
   for (int u = 0; u < m->nunits; ++u) {
@@ -401,364 +369,13 @@ static td_status units_create(td_model *m) {
   return TD_OK;
 }
 
-/* Parameter kind/layer (type m->pt) where its unit lives now. */
-static void *pw(const td_model *m, td_param_kind k, int layer) {
-  const td_param *p = td_registry_find(m->reg, k, layer);
-  int u = td_model_unit_of(m, p);
-  return (char *)m->unit_param[u] + (size_t)(p->offset - m->unit_begin[u]) * td_dtype_size(m->pt);
-}
-
-/* Its gradient (float32). */
-static float *pg(const td_model *m, td_param_kind k, int layer) {
-  const td_param *p = td_registry_find(m->reg, k, layer);
-  int u = td_model_unit_of(m, p);
-  return m->unit_grad[u] + (p->offset - m->unit_begin[u]);
-}
-
-/* Element i of an activation buffer of type m->at. */
-static void *at_(const td_model *m, void *base, int64_t i) {
-  return (char *)base + (size_t)i * td_dtype_size(m->at);
-}
-
 static td_status hook(td_model *m, int acquire, int u, td_phase ph) {
   td_status (*f)(void *, td_model *, int, td_phase) = acquire ? m->hooks.acquire : m->hooks.release;
   if (f) TD_CHECK(f(m->hooks.ctx, m, u, ph));
   return TD_OK;
 }
 
-/* Between large kernels: let the owner's communication progress. */
-static td_status poll(td_model *m) { return m->hooks.poll ? m->hooks.poll(m->hooks.ctx) : TD_OK; }
-
-static void layer_params(const td_model *m, int layer, layer_w *w) {
-  w->ln1w = pw(m, TD_PK_LN1_W, layer), w->ln1b = pw(m, TD_PK_LN1_B, layer);
-  w->wqkv = pw(m, TD_PK_QKV_W, layer), w->bqkv = pw(m, TD_PK_QKV_B, layer);
-  w->wproj = pw(m, TD_PK_ATTPROJ_W, layer), w->bproj = pw(m, TD_PK_ATTPROJ_B, layer);
-  w->ln2w = pw(m, TD_PK_LN2_W, layer), w->ln2b = pw(m, TD_PK_LN2_B, layer);
-  w->wfc = pw(m, TD_PK_FC_W, layer), w->bfc = pw(m, TD_PK_FC_B, layer);
-  w->wfcp = pw(m, TD_PK_FCPROJ_W, layer), w->bfcp = pw(m, TD_PK_FCPROJ_B, layer);
-}
-
-
-/* C = op(A)·op(B) (+ C): activations or gradients (type at) times
- * parameters (type m->pt), or their products for a weight gradient. */
-static td_status mm(td_model *m, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                    const void *A, td_dtype at, const void *B, td_dtype bt, float beta,
-                    float *C) {
-  return m->k->gemm(m->k, ta, tb, M, N, K, A, at, B, bt, beta, C, TD_DTYPE_F32);
-}
-
-/* The gradient g (n floats) as a matmul reads it: itself in float32, its
- * bf16 rounding (in m->dmm) under bf16. */
-static td_status mm_grad(td_model *m, const float *g, int64_t n, const void **out) {
-  *out = g;
-  if (m->at == TD_DTYPE_F32) return TD_OK;
-  TD_CHECK(m->k->cast(m->k, m->dmm, TD_DTYPE_BF16, g, TD_DTYPE_F32, n));
-  *out = m->dmm;
-  return TD_OK;
-}
-
-/* Sum a (N, C) partial result over the tensor-parallel group. */
-static td_status tp_sum(td_model *m, float *x, int64_t n) {
-  if (m->grid->tp == 1) return TD_OK;
-  if (m->dc_tp) return td_dcomm_allreduce_joined(m->dc_tp, x, n, 0, m->stats);
-  TD_CHECK(m->k->sync(m->k));
-  TD_CHECK(td_coll_allreduce_f32_staged(m->grid->tp_comm, m->k, x, m->host_stage, n, MPI_SUM,
-                                        m->stats));
-  return TD_OK;
-}
-
-/* ---- sequence parallelism ------------------------------------------------------- */
-
-/* A group the model gathers and scatters rows over: tensor parallel
- * (sequence parallelism) or context parallel (keys and values). */
-typedef struct {
-  MPI_Comm comm;
-  struct td_dcomm *dc; /* its device collectives, or NULL: MPI (staged) */
-  int size;
-  td_coll_stats *stats;
-} group;
-
-static group tp_group(const td_model *m) {
-  return (group){m->grid->tp_comm, m->dc_tp, m->grid->tp, m->stats};
-}
-
-static group cp_group(const td_model *m) {
-  return (group){m->grid->cp_comm, m->dc_cp, m->cp, m->cp_stats ? m->cp_stats : m->stats};
-}
-
-/* Equal counts n at displacements r·n of a device collective over p members. */
-static td_status equal_parts(td_model *m, int p, int64_t n, int **counts, int **displs) {
-  int all = 0;
-  TD_CHECK(td_mpi_count(n * p, &all));
-  *counts = m->counts, *displs = m->counts + p;
-  for (int r = 0; r < p; ++r) (*counts)[r] = (int)n, (*displs)[r] = (int)(r * n);
-  return TD_OK;
-}
-
-/* full (size·n elements of type t) = the n elements x of every member of
- * the group, member r's at r·n. Collective on the group. */
-static td_status group_gather(td_model *m, group g, const void *x, void *full, td_dtype t,
-                              int64_t n) {
-  if (g.dc) {
-    int *counts = NULL, *displs = NULL;
-    TD_CHECK(equal_parts(m, g.size, n, &counts, &displs));
-    uint64_t tk = 0;
-    TD_CHECK(td_dcomm_allgatherv(g.dc, x, full, counts, displs, t, g.stats, &tk));
-    return td_dcomm_join(g.dc, tk);
-  }
-  TD_CHECK(m->k->sync(m->k));
-  return td_coll_allgather_staged(g.comm, m->k, x, full, m->host_stage, n, t, g.stats);
-}
-
-/* x (n floats) = the sum over the group of part r (elements [r·n, (r+1)·n))
- * of every member's full, r this rank. Collective on the group. */
-static td_status group_scatter(td_model *m, group g, const float *full, float *x, int64_t n) {
-  if (g.dc) {
-    int *counts = NULL, *displs = NULL;
-    TD_CHECK(equal_parts(m, g.size, n, &counts, &displs));
-    uint64_t tk = 0;
-    TD_CHECK(td_dcomm_reduce_scatterv(g.dc, full, x, counts, displs, g.stats, &tk));
-    return td_dcomm_join(g.dc, tk);
-  }
-  TD_CHECK(m->k->sync(m->k));
-  return td_coll_reduce_scatter_f32_staged(g.comm, m->k, full, x, m->host_stage, n, g.stats);
-}
-
-/* full (N rows of cols, type t) = the Nl rows x of every tp rank, rank r's
- * at row r·Nl. Collective on tp_comm. */
-static td_status sp_gather(td_model *m, const void *x, void *full, td_dtype t, int64_t cols) {
-  return group_gather(m, tp_group(m), x, full, t, m->Nl * cols);
-}
-
-/* x (Nl rows of cols floats) = the sum over tp of rows [r·Nl, (r+1)·Nl) of
- * the partial full (N rows), r this rank. Collective on tp_comm. */
-static td_status sp_scatter(td_model *m, const float *full, float *x, int64_t cols) {
-  return group_scatter(m, tp_group(m), full, x, m->Nl * cols);
-}
-
-td_status td_model_tp_gather(td_model *m, float *full, int64_t part) {
-  if (m->grid->tp == 1) return TD_OK;
-  return group_gather(m, tp_group(m), full + (int64_t)m->grid->tp_rank * part, full,
-                      TD_DTYPE_F32, part);
-}
-
-/* ---- context parallelism ---------------------------------------------------------- */
-
-/* Between kvg's order (cp rank r's (B, T, w) rows at r·B·T rows) and kvf's
- * (B, Tk, w), position order: rank r's rows [0, T/2) of sequence b are
- * positions [r·T/2, (r+1)·T/2), rows [T/2, T) positions from
- * (2·cp − 1 − r)·T/2 (chunks r and 2·cp − 1 − r, as pos says for rank r). */
-static td_status cp_order(td_model *m, float *kvg, float *kvf, int64_t w, int to_positions) {
-  int64_t B = m->B, T = m->T, c = T / 2, cp = m->cp;
-  for (int64_t r = 0; r < cp; ++r)
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t run = 0; run < 2; ++run) {
-        float *g = kvg + ((r * B + b) * T + run * c) * w;
-        float *f = kvf + (b * m->Tk + (run == 0 ? r : 2 * cp - 1 - r) * c) * w;
-        TD_CHECK(to_positions ? m->k->copy2d(m->k, f, w, g, w, c, w)
-                              : m->k->copy2d(m->k, g, w, f, w, c, w));
-      }
-  return TD_OK;
-}
-
-/* The keys and values attention reads, of one layer: kk and v themselves
- * (rows of stride ldkv, *ld = ldkv), or under context parallelism every cp
- * rank's packed, gathered and put in position order in m->kvf (*K, *V into
- * it, *ld = 2·KV·HS). Collective on cp_comm (context parallel). */
-static td_status attn_keys(td_model *m, const float *kk, const float *v, int64_t ldkv,
-                           const float **K, const float **V, int64_t *ld) {
-  *K = kk, *V = v, *ld = ldkv;
-  if (m->cp == 1) return TD_OK;
-  int64_t N = m->B * m->T, wkv = m->KV * m->HS, w = 2 * wkv;
-  TD_CHECK(m->k->copy2d(m->k, m->kvl, w, kk, ldkv, N, wkv));
-  TD_CHECK(m->k->copy2d(m->k, m->kvl + wkv, w, v, ldkv, N, wkv));
-  TD_CHECK(group_gather(m, cp_group(m), m->kvl, m->kvg, TD_DTYPE_F32, N * w));
-  TD_CHECK(cp_order(m, m->kvg, m->kvf, w, 1));
-  *K = m->kvf, *V = m->kvf + wkv, *ld = w;
-  return TD_OK;
-}
-
-/* Attention of one layer: out (N, NH·HS) and the probabilities att from q
- * (rows of stride ldq) and kk, v (rows of stride ldkv) — the kernel on this
- * rank's keys, or under context parallelism on every cp rank's at this
- * rank's positions. Collective on cp_comm (context parallel). */
-static td_status attn_fwd(td_model *m, float *out, float *att, const float *q, int64_t ldq,
-                          const float *kk, const float *v, int64_t ldkv) {
-  const float *K = NULL, *V = NULL;
-  int64_t ld = 0;
-  TD_CHECK(attn_keys(m, kk, v, ldkv, &K, &V, &ld));
-  return m->k->gqa_fwd(m->k, out, att, q, K, V, ldq, ld, m->B, m->T, m->NH, m->KV, m->HS, m->pos);
-}
-
-/* Its backward: dq, dk, dv (=, the layouts of q, kk, v) from dout (N,
- * NH·HS) and the probabilities att of the forward — or, under selective
- * recomputation (att NULL), made again into m->att_re first (the output
- * they give again is not needed: into m->dln, free here). Under context
- * parallelism the keys and values are gathered again and their gradients,
- * partial sums over this rank's queries, reduce-scattered to the ranks
- * that hold them. Collective on cp_comm (context parallel). */
-static td_status attn_bwd(td_model *m, float *dq, float *dk, float *dv, const float *dout,
-                          const float *q, int64_t ldq, const float *kk, const float *v,
-                          int64_t ldkv, const float *att) {
-  td_kernels *k = m->k;
-  const float *K = NULL, *V = NULL;
-  int64_t ld = 0, N = m->B * m->T, wkv = m->KV * m->HS;
-  TD_CHECK(attn_keys(m, kk, v, ldkv, &K, &V, &ld));
-  if (!att) {
-    TD_CHECK(k->gqa_fwd(k, m->dln, m->att_re, q, K, V, ldq, ld, m->B, m->T, m->NH, m->KV, m->HS,
-                        m->pos));
-    att = m->att_re;
-  }
-  float *dK = m->cp > 1 ? m->dkvf : dk, *dV = m->cp > 1 ? m->dkvf + wkv : dv;
-  TD_CHECK(k->gqa_bwd(k, dq, dK, dV, m->datt_scratch, dout, q, K, V, att, ldq, ld, m->B, m->T,
-                      m->NH, m->KV, m->HS, m->pos));
-  if (m->cp == 1) return TD_OK;
-  TD_CHECK(cp_order(m, m->kvg, m->dkvf, ld, 0));
-  TD_CHECK(group_scatter(m, cp_group(m), m->kvg, m->kvl, N * ld));
-  TD_CHECK(k->copy2d(k, dk, ldkv, m->kvl, ld, N, wkv));
-  return k->copy2d(k, dv, ldkv, m->kvl + wkv, ld, N, wkv);
-}
-
-/* The input of a column-parallel matmul (qkv, fc; q, k, v, gate, up; the
- * head): the norm output x (type at) itself, or under sequence parallelism
- * its rows of every tp rank gathered into m->xg (valid until the next
- * gather). Collective on tp_comm (sequence parallel). */
-static td_status col_in(td_model *m, const void *x, const void **out) {
-  *out = x;
-  if (!m->sp) return TD_OK;
-  TD_CHECK(sp_gather(m, x, m->xg, m->at, m->C));
-  *out = m->xg;
-  return TD_OK;
-}
-
-/* After a row-parallel matmul (attention projection, MLP projection; o,
- * down) whose partial (N, C) is in m->dtmp: out = resid + (its sum over tp
- * + bias) (bias NULL: none) — on all N rows, or under sequence parallelism
- * on this rank's Nl rows (a reduce-scatter instead of the all-reduce).
- * Collective on tp_comm. */
-static td_status row_out(td_model *m, const void *bias, const float *resid, float *out) {
-  td_kernels *k = m->k;
-  int64_t C = m->C;
-  if (!m->sp) {
-    int64_t N = m->B * m->T;
-    TD_CHECK(tp_sum(m, m->dtmp, N * C));
-    if (bias) TD_CHECK(k->bias_fwd(k, m->dtmp, bias, m->pt, N, C));
-    return k->add(k, out, resid, m->dtmp, N * C);
-  }
-  TD_CHECK(sp_scatter(m, m->dtmp, out, C));
-  if (bias) TD_CHECK(k->bias_fwd(k, out, bias, m->pt, m->Nl, C));
-  return k->add(k, out, resid, out, m->Nl * C);
-}
-
-/* The output gradient a row-parallel matmul's backward reads: m->dres, or
- * under sequence parallelism its rows of every tp rank gathered into
- * m->dtmp (N, C). Collective on tp_comm (sequence parallel). */
-static td_status row_grad(td_model *m, const float **dy) {
-  *dy = m->dres;
-  if (!m->sp) return TD_OK;
-  TD_CHECK(sp_gather(m, m->dres, m->dtmp, TD_DTYPE_F32, m->C));
-  *dy = m->dtmp;
-  return TD_OK;
-}
-
-/* The input gradient of a column-parallel matmul, partial over tp in m->dln
- * (N, C): summed over tp in place (all rows), or under sequence
- * parallelism reduce-scattered to this rank's rows in m->dtmp. Collective
- * on tp_comm. */
-static td_status col_grad(td_model *m, const float **dx) {
-  *dx = m->dln;
-  if (!m->sp) return tp_sum(m, m->dln, m->B * m->T * m->C);
-  TD_CHECK(sp_scatter(m, m->dln, m->dtmp, m->C));
-  *dx = m->dtmp;
-  return TD_OK;
-}
-
 /* ---- forward -------------------------------------------------------------------- */
-
-/* GPT-2 block `layer` (resid: its input, out: its output) with its
- * activations at index li of the set a. */
-static td_status gpt2_block_fwd(td_model *m, td_acts *a, int64_t li, int layer,
-                                const float *resid, float *res3) {
-  td_kernels *k = m->k;
-  int64_t B = m->B, T = m->T, C = m->C, N = B * T, Nl = m->Nl;
-  td_dtype pt = m->pt, at = m->at;
-  layer_w w;
-  layer_params(m, layer, &w);
-  void *ln1 = at_(m, a->ln1, li * Nl * C), *atty = at_(m, a->atty, li * N * m->Cl);
-  void *ln2 = at_(m, a->ln2, li * Nl * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
-  float *qkv = a->qkv + li * N * m->C3, *att = att_at(m, a, li);
-  float *res2 = a->res2 + li * Nl * C, *fch = a->fch + li * N * m->F;
-  const void *x = NULL; /* a column-parallel matmul's input */
-  TD_CHECK(k->layernorm_fwd(k, ln1, at, a->ln1_mean + li * Nl, a->ln1_rstd + li * Nl, resid,
-                            w.ln1w, w.ln1b, pt, Nl, C));
-  TD_CHECK(col_in(m, ln1, &x));
-  TD_CHECK(mm(m, 0, 0, N, m->C3, C, x, at, w.wqkv, pt, 0.0f, qkv));
-  TD_CHECK(poll(m));
-  TD_CHECK(k->bias_fwd(k, qkv, w.bqkv, pt, N, m->C3));
-  /* attention in float32 (bf16: into datty, free until backward, saved rounded) */
-  float *out = at == TD_DTYPE_F32 ? (float *)atty : m->datty;
-  TD_CHECK(attn_fwd(m, out, att, qkv, m->C3, qkv + m->Cl, qkv + 2 * m->Cl, m->C3));
-  if (at != TD_DTYPE_F32) TD_CHECK(k->cast(k, atty, at, m->datty, TD_DTYPE_F32, N * m->Cl));
-  TD_CHECK(mm(m, 0, 0, N, C, m->Cl, atty, at, w.wproj, pt, 0.0f, m->dtmp));
-  TD_CHECK(poll(m));
-  TD_CHECK(row_out(m, w.bproj, resid, res2));
-  TD_CHECK(k->layernorm_fwd(k, ln2, at, a->ln2_mean + li * Nl, a->ln2_rstd + li * Nl, res2,
-                            w.ln2w, w.ln2b, pt, Nl, C));
-  TD_CHECK(col_in(m, ln2, &x));
-  TD_CHECK(mm(m, 0, 0, N, m->F, C, x, at, w.wfc, pt, 0.0f, fch));
-  TD_CHECK(poll(m));
-  TD_CHECK(k->bias_fwd(k, fch, w.bfc, pt, N, m->F));
-  TD_CHECK(k->gelu_fwd(k, fcg, at, fch, N * m->F));
-  TD_CHECK(mm(m, 0, 0, N, C, m->F, fcg, at, w.wfcp, pt, 0.0f, m->dtmp));
-  TD_CHECK(poll(m));
-  TD_CHECK(row_out(m, w.bfcp, res2, res3));
-  return TD_OK;
-}
-
-/* LLaMA block `layer` (resid: its input, out: its output) with its
- * activations at index li of the set a:
- *   res2 = x + o(attn(rope(q(n1)), rope(k(n1)), v(n1))),  n1 = rms(x)·w1
- *   res3 = res2 + down(silu(gate(n2))·up(n2)),            n2 = rms(res2)·w2
- * Weights (out, in): a matmul is act · Wᵀ. */
-static td_status llama_block_fwd(td_model *m, td_acts *a, int64_t li, int layer,
-                                 const float *resid, float *res3) {
-  td_kernels *k = m->k;
-  int64_t B = m->B, T = m->T, C = m->C, N = B * T, F = m->F, Nl = m->Nl;
-  int64_t Cq = m->Cl, Ckv = m->KV * m->HS;
-  td_dtype pt = m->pt, at = m->at;
-  void *n1 = at_(m, a->ln1, li * Nl * C), *atty = at_(m, a->atty, li * N * Cq);
-  void *n2 = at_(m, a->ln2, li * Nl * C), *h = at_(m, a->fch_gelu, li * N * F);
-  float *q = a->qkv + li * N * m->C3, *kk = q + N * Cq, *v = kk + N * Ckv;
-  float *att = att_at(m, a, li);
-  float *res2 = a->res2 + li * Nl * C, *gate = a->fch + li * N * 2 * F, *up = gate + N * F;
-  const void *x = NULL; /* a column-parallel matmul's input */
-  TD_CHECK(k->rmsnorm_fwd(k, n1, at, a->ln1_rstd + li * Nl, resid,
-                          pw(m, TD_PK_ATTN_NORM, layer), pt, m->norm_eps, Nl, C));
-  TD_CHECK(col_in(m, n1, &x));
-  TD_CHECK(mm(m, 0, 1, N, Cq, C, x, at, pw(m, TD_PK_Q_W, layer), pt, 0.0f, q));
-  TD_CHECK(mm(m, 0, 1, N, Ckv, C, x, at, pw(m, TD_PK_K_W, layer), pt, 0.0f, kk));
-  TD_CHECK(mm(m, 0, 1, N, Ckv, C, x, at, pw(m, TD_PK_V_W, layer), pt, 0.0f, v));
-  TD_CHECK(poll(m));
-  TD_CHECK(k->rope(k, q, B, T, m->NH, m->HS, Cq, m->rope_theta, 0, m->pos));
-  TD_CHECK(k->rope(k, kk, B, T, m->KV, m->HS, Ckv, m->rope_theta, 0, m->pos));
-  float *out = at == TD_DTYPE_F32 ? (float *)atty : m->datty; /* bf16: saved rounded */
-  TD_CHECK(attn_fwd(m, out, att, q, Cq, kk, v, Ckv));
-  if (at != TD_DTYPE_F32) TD_CHECK(k->cast(k, atty, at, m->datty, TD_DTYPE_F32, N * Cq));
-  TD_CHECK(mm(m, 0, 1, N, C, Cq, atty, at, pw(m, TD_PK_O_W, layer), pt, 0.0f, m->dtmp));
-  TD_CHECK(poll(m));
-  TD_CHECK(row_out(m, NULL, resid, res2));
-  TD_CHECK(k->rmsnorm_fwd(k, n2, at, a->ln2_rstd + li * Nl, res2,
-                          pw(m, TD_PK_MLP_NORM, layer), pt, m->norm_eps, Nl, C));
-  TD_CHECK(col_in(m, n2, &x));
-  TD_CHECK(mm(m, 0, 1, N, F, C, x, at, pw(m, TD_PK_GATE_W, layer), pt, 0.0f, gate));
-  TD_CHECK(mm(m, 0, 1, N, F, C, x, at, pw(m, TD_PK_UP_W, layer), pt, 0.0f, up));
-  TD_CHECK(poll(m));
-  TD_CHECK(k->swiglu_fwd(k, h, at, gate, up, N * F));
-  TD_CHECK(mm(m, 0, 1, N, C, F, h, at, pw(m, TD_PK_DOWN_W, layer), pt, 0.0f, m->dtmp));
-  TD_CHECK(poll(m));
-  TD_CHECK(row_out(m, NULL, res2, res3));
-  return TD_OK;
-}
 
 /* Block li of this stage in slot a: its activations in the slot, or in the
  * shared m->work under recomputation (the slot keeps the output only). */
@@ -767,8 +384,8 @@ static td_status block_fwd(td_model *m, td_acts *a, int64_t li, const float *res
   td_acts *w = m->recompute ? &m->work : a;
   int64_t ix = m->recompute ? 0 : li;
   float *out = a->res3 + li * m->Nl * m->C;
-  return m->llama ? llama_block_fwd(m, w, ix, layer, resid, out)
-                  : gpt2_block_fwd(m, w, ix, layer, resid, out);
+  return m->llama ? td_model_llama_block_fwd(m, w, ix, layer, resid, out)
+                  : td_model_gpt2_block_fwd(m, w, ix, layer, resid, out);
 }
 
 /* The output head's weight (Vs, C): wte when tied, else lm_head. */
@@ -793,12 +410,12 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
   int U = m->nunits - 1; /* the head unit {final norm, untied head} */
   if (uses_unit0(m)) TD_CHECK(hook(m, 1, 0, TD_PHASE_FORWARD));
   if (m->first_stage) {
-    const void *wte = pw(m, TD_PK_WTE, -1);
-    const void *wpe = m->llama || m->grid->tp_rank != 0 ? NULL : pw(m, TD_PK_WPE, -1);
+    const void *wte = td_model_pw(m, TD_PK_WTE, -1);
+    const void *wpe = m->llama || m->grid->tp_rank != 0 ? NULL : td_model_pw(m, TD_PK_WPE, -1);
     /* partial over tp (a vocabulary shard): all-reduced, or under sequence
      * parallelism reduce-scattered to the rank's rows */
     TD_CHECK(k->embed_fwd(k, m->sp ? m->dtmp : x, a->inputs, wte, m->v0, m->Vs, wpe, pt, B, T, C, m->pos));
-    TD_CHECK(m->sp ? sp_scatter(m, m->dtmp, x, C) : tp_sum(m, x, N * C));
+    TD_CHECK(m->sp ? td_model_sp_scatter(m, m->dtmp, x, C) : td_model_tp_sum(m, x, N * C));
   }
   for (int64_t li = 0; li < m->L_count; ++li) {
     int layer = (int)(m->L_first + li);
@@ -815,15 +432,17 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
 
   const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * Nl * C : x;
   if (m->llama)
-    TD_CHECK(k->rmsnorm_fwd(k, a->lnf, at, a->lnf_rstd, last, pw(m, TD_PK_LNF_W, -1), pt,
+    TD_CHECK(k->rmsnorm_fwd(k, a->lnf, at, a->lnf_rstd, last, td_model_pw(m, TD_PK_LNF_W, -1), pt,
                             m->norm_eps, Nl, C));
   else
     TD_CHECK(k->layernorm_fwd(k, a->lnf, at, a->lnf_mean, a->lnf_rstd, last,
-                              pw(m, TD_PK_LNF_W, -1), pw(m, TD_PK_LNF_B, -1), pt, Nl, C));
+                              td_model_pw(m, TD_PK_LNF_W, -1), td_model_pw(m, TD_PK_LNF_B, -1), pt,
+                              Nl, C));
   const void *xf = NULL; /* the head reads all N rows */
-  TD_CHECK(col_in(m, a->lnf, &xf));
-  TD_CHECK(mm(m, 0, 1, N, m->Vs, C, xf, at, pw(m, head_kind(m), -1), pt, 0.0f, a->logits));
-  TD_CHECK(poll(m));
+  TD_CHECK(td_model_col_in(m, a->lnf, &xf));
+  TD_CHECK(td_model_mm(m, 0, 1, N, m->Vs, C, xf, at, td_model_pw(m, head_kind(m), -1), pt, 0.0f,
+                       a->logits));
+  TD_CHECK(td_model_poll(m));
   TD_CHECK(hook(m, 0, U, TD_PHASE_FORWARD));
   if (uses_unit0(m)) TD_CHECK(hook(m, 0, 0, TD_PHASE_FORWARD));
   if (!targets) return TD_OK;
@@ -840,7 +459,7 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
   }
   TD_CHECK(k->xent_sumexp(k, a->sumexp, a->tlogit, a->logits, a->rowmax, a->targets, m->v0,
                           N, m->Vs, vvalid));
-  TD_CHECK(tp_sum(m, a->sumexp, 2 * N));
+  TD_CHECK(td_model_tp_sum(m, a->sumexp, 2 * N));
   float *hs = m->rowstat_host;
   TD_CHECK(k->to_host(k, hs, a->rowmax, (size_t)N * sizeof(float)));
   TD_CHECK(k->to_host(k, hs + N, a->sumexp, (size_t)2 * N * sizeof(float)));
@@ -869,12 +488,10 @@ int td_model_head_slot(const td_model *m) { return m->chunks[m->nchunks - 1].slo
 
 const float *td_model_input_grad(const td_model *m) { return m->dres; }
 
-/* ---- backward -------------------------------------------------------------------- */
-
-/* ---- split backward: the weight-gradient work W of a B, recorded ------------------ */
+/* ---- split backward: the size of the weight-gradient work W of a B --------------- */
 
 /* Bytes of one slot's arena: an upper bound of what a B records (mirrors
- * the recording below; a piece is rounded up to 64 bytes). */
+ * the recording in block.c; a piece is rounded up to 64 bytes). */
 static size_t wl_bytes(const td_model *m, int64_t *nops) {
   int64_t N = m->B * m->T, C = m->C, F = m->F, at = (int64_t)td_dtype_size(m->at);
   int64_t Ckv = m->KV * m->HS, bytes = 0, ops = 8;
@@ -912,239 +529,15 @@ static size_t wl_bytes(const td_model *m, int64_t *nops) {
   return (size_t)bytes;
 }
 
-/* A piece of n elements of es bytes from the current slot's arena. */
-static td_status wl_take(td_model *m, int64_t n, size_t es, void **out) {
-  struct td_wlist *w = m->wcur;
-  size_t need = ((size_t)n * es + 63) / 64 * 64;
-  if (w->used + need > w->size)
-    TD_FAIL(TD_ERR_INTERNAL, "split backward: the slot's weight-gradient stash is full (%zu + %zu "
-            "of %zu bytes)", w->used, need, w->size);
-  *out = w->arena + w->used;
-  w->used += need;
-  return TD_OK;
-}
-
-static td_status wl_push(td_model *m, const td_wop *op) {
-  struct td_wlist *w = m->wcur;
-  if (w->n == w->cap)
-    TD_FAIL(TD_ERR_INTERNAL, "split backward: too many weight-gradient operations");
-  w->ops[w->n++] = *op;
-  return TD_OK;
-}
-
-/* A copy (type at, n elements) of x that stays valid until W. */
-static td_status wl_copy(td_model *m, const void *x, int64_t n, const void **out) {
-  void *c = NULL;
-  TD_CHECK(wl_take(m, n, td_dtype_size(m->at), &c));
-  TD_CHECK(m->k->cast(m->k, c, m->at, x, m->at, n));
-  *out = c;
-  return TD_OK;
-}
-
-/* Weight gradient grad(kind, layer) (M, N) += op(A)·op(B), op(A) (M, K), A
- * and B of type at: now, or (split backward) recorded for W, with copies of
- * the operands that do not outlive this B (keep 0: scratch, or the shared
- * recomputation buffer). */
-static td_status wmm(td_model *m, int ta, int tb, int64_t M, int64_t N, int64_t K, const void *A,
-                     int keepA, const void *B, int keepB, td_param_kind kind, int layer) {
-  if (!m->defer) {
-    TD_CHECK(mm(m, ta, tb, M, N, K, A, m->at, B, m->at, 1.0f, pg(m, kind, layer)));
-    return poll(m);
-  }
-  if (!keepA) TD_CHECK(wl_copy(m, A, M * K, &A));
-  if (!keepB) TD_CHECK(wl_copy(m, B, K * N, &B));
-  td_wop op = {WOP_MM, ta, tb, layer, kind, M, N, K, A, B};
-  return wl_push(m, &op);
-}
-
-/* Where a small gradient (bias, norm weight) of this micro-batch goes: the
- * gradient itself, or (split backward) a zeroed stash W adds to it — the
- * kernels add their sums to the destination, so the result is the same. */
-static td_status wdst(td_model *m, td_param_kind kind, int layer, float **out) {
-  if (!m->defer) {
-    *out = pg(m, kind, layer);
-    return TD_OK;
-  }
-  const td_param *p = td_registry_find(m->reg, kind, layer);
-  void *st = NULL;
-  TD_CHECK(wl_take(m, p->local_numel, 4, &st));
-  TD_CHECK(m->k->zero(m->k, st, (size_t)p->local_numel * sizeof(float)));
-  td_wop op = {WOP_ADD, 0, 0, layer, kind, p->local_numel, 0, 0, st, NULL};
-  TD_CHECK(wl_push(m, &op));
-  *out = st;
-  return TD_OK;
-}
-
-/* Where the gradient of a parameter replicated over tp goes that a backward
- * computes from the rows of the residual stream (norm scales and shifts,
- * the row-parallel layers' biases): wdst, or under sequence parallelism
- * (the rank's rows give a partial sum) a zeroed piece of m->gsp that
- * rep_flush sums over tp and adds to wdst — the accumulated gradient itself
- * is never all-reduced, so earlier micro-batches are not summed twice. */
-static td_status rep_dst(td_model *m, td_param_kind kind, int layer, float **out) {
-  if (!m->sp) return wdst(m, kind, layer, out);
-  const td_param *p = td_registry_find(m->reg, kind, layer);
-  int i = m->nrep;
-  if (i == (int)(sizeof m->rep / sizeof m->rep[0]) || m->rep_used + p->local_numel > 6 * m->C)
-    TD_FAIL(TD_ERR_INTERNAL, "sequence parallel: too many replicated gradients in one block");
-  m->rep[i].kind = kind, m->rep[i].layer = layer;
-  m->rep[i].off = m->rep_used, m->rep[i].n = p->local_numel;
-  m->nrep++, m->rep_used += p->local_numel;
-  *out = m->gsp + m->rep[i].off;
-  return m->k->zero(m->k, *out, (size_t)p->local_numel * sizeof(float));
-}
-
-/* Sum the pieces rep_dst handed out over tp (one all-reduce) and add each to
- * its gradient (or the split backward's stash). Collective on tp_comm
- * (sequence parallel). */
-static td_status rep_flush(td_model *m) {
-  if (!m->sp || m->nrep == 0) return TD_OK;
-  TD_CHECK(tp_sum(m, m->gsp, m->rep_used));
-  for (int i = 0; i < m->nrep; ++i) {
-    float *g = NULL;
-    TD_CHECK(wdst(m, m->rep[i].kind, m->rep[i].layer, &g));
-    TD_CHECK(m->k->add(m->k, g, g, m->gsp + m->rep[i].off, m->rep[i].n));
-  }
-  m->nrep = 0, m->rep_used = 0;
-  return TD_OK;
-}
+/* ---- backward -------------------------------------------------------------------- */
 
 /* Unit hooks of the backward: the whole backward places a unit's parameters
  * and gradients; B only its parameters and records the unit for W. */
 static td_status bhook(td_model *m, int acquire, int u) {
   if (!m->defer) return hook(m, acquire, u, TD_PHASE_BACKWARD);
   td_wop op = {acquire ? WOP_ACQUIRE : WOP_RELEASE, 0, 0, u, 0, 0, 0, 0, NULL, NULL};
-  TD_CHECK(wl_push(m, &op));
+  TD_CHECK(td_model_wl_push(m, &op));
   return hook(m, acquire, u, TD_PHASE_BACKWARD_INPUT);
-}
-
-/* ---- backward -------------------------------------------------------------------- */
-
-/* dW (in, out) += Xᵀ · dY and dX (N, in) = dY · Wᵀ for the matmul
- * Y (N, out) = X (N, in) · W of a GPT-2 block (Conv1D layout), dY float32;
- * keepx: X outlives the backward (a slot's activations). */
-static td_status conv_bwd(td_model *m, const float *dy, int64_t out, const void *x, int keepx,
-                          int64_t in, const void *w, td_param_kind kind, int layer, float *dx) {
-  const void *d = NULL;
-  int64_t N = m->B * m->T;
-  TD_CHECK(mm_grad(m, dy, N * out, &d));
-  TD_CHECK(wmm(m, 1, 0, in, out, N, x, keepx, d, 0, kind, layer));
-  TD_CHECK(mm(m, 0, 1, N, in, out, d, m->at, w, m->pt, 0.0f, dx));
-  TD_CHECK(poll(m));
-  return TD_OK;
-}
-
-/* GPT-2 block li: m->dres holds d loss / d (block output) and leaves with
- * d loss / d (block input). */
-static td_status gpt2_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
-                                const float *resid) {
-  td_kernels *k = m->k;
-  int64_t B = m->B, T = m->T, C = m->C, N = B * T, Nl = m->Nl;
-  td_dtype pt = m->pt;
-  int keep = a != &m->work; /* a slot's activations outlive B */
-  int keepx = keep && !m->sp; /* a gathered norm output does not */
-  layer_w w;
-  layer_params(m, layer, &w);
-  float *g1 = NULL, *g2 = NULL;
-  const void *ln1 = at_(m, a->ln1, li * Nl * C), *atty = at_(m, a->atty, li * N * m->Cl);
-  const void *ln2 = at_(m, a->ln2, li * Nl * C), *fcg = at_(m, a->fch_gelu, li * N * m->F);
-  const float *qkv = a->qkv + li * N * m->C3, *att = att_at(m, a, li);
-  const float *res2 = a->res2 + li * Nl * C, *fch = a->fch + li * N * m->F;
-  const float *dy = NULL, *dx = NULL; /* a row-parallel output's / column-parallel input's */
-  const void *x = NULL;               /* a column-parallel matmul's input */
-  /* MLP: res3 = res2 + gelu(ln2·Wfc + bfc)·Wfcp + bfcp */
-  TD_CHECK(rep_dst(m, TD_PK_FCPROJ_B, layer, &g1));
-  TD_CHECK(k->bias_bwd(k, g1, m->dres, Nl, C));
-  TD_CHECK(row_grad(m, &dy));
-  TD_CHECK(conv_bwd(m, dy, C, fcg, keep, m->F, w.wfcp, TD_PK_FCPROJ_W, layer, m->dfch));
-  TD_CHECK(k->gelu_bwd(k, m->dfch, fch, m->dfch, N * m->F));
-  TD_CHECK(wdst(m, TD_PK_FC_B, layer, &g1));
-  TD_CHECK(k->bias_bwd(k, g1, m->dfch, N, m->F));
-  TD_CHECK(col_in(m, ln2, &x));
-  TD_CHECK(conv_bwd(m, m->dfch, m->F, x, keepx, C, w.wfc, TD_PK_FC_W, layer, m->dln));
-  TD_CHECK(col_grad(m, &dx));
-  TD_CHECK(rep_dst(m, TD_PK_LN2_W, layer, &g1));
-  TD_CHECK(rep_dst(m, TD_PK_LN2_B, layer, &g2));
-  TD_CHECK(k->layernorm_bwd(k, m->dres, g1, g2, dx, res2, w.ln2w, pt,
-                            a->ln2_mean + li * Nl, a->ln2_rstd + li * Nl, Nl, C));
-  /* m->dres now holds d loss / d res2. Attention: res2 = x + attn(...)·Wproj + bproj */
-  TD_CHECK(rep_dst(m, TD_PK_ATTPROJ_B, layer, &g1));
-  TD_CHECK(k->bias_bwd(k, g1, m->dres, Nl, C));
-  TD_CHECK(row_grad(m, &dy));
-  TD_CHECK(conv_bwd(m, dy, C, atty, keep, m->Cl, w.wproj, TD_PK_ATTPROJ_W, layer, m->datty));
-  TD_CHECK(attn_bwd(m, m->dqkv, m->dqkv + m->Cl, m->dqkv + 2 * m->Cl, m->datty, qkv, m->C3,
-                    qkv + m->Cl, qkv + 2 * m->Cl, m->C3, m->recompute_att ? NULL : att));
-  TD_CHECK(wdst(m, TD_PK_QKV_B, layer, &g1));
-  TD_CHECK(k->bias_bwd(k, g1, m->dqkv, N, m->C3));
-  TD_CHECK(col_in(m, ln1, &x));
-  TD_CHECK(conv_bwd(m, m->dqkv, m->C3, x, keepx, C, w.wqkv, TD_PK_QKV_W, layer, m->dln));
-  TD_CHECK(col_grad(m, &dx));
-  TD_CHECK(rep_dst(m, TD_PK_LN1_W, layer, &g1));
-  TD_CHECK(rep_dst(m, TD_PK_LN1_B, layer, &g2));
-  TD_CHECK(k->layernorm_bwd(k, m->dres, g1, g2, dx, resid, w.ln1w, pt,
-                            a->ln1_mean + li * Nl, a->ln1_rstd + li * Nl, Nl, C));
-  return rep_flush(m);
-}
-
-/* dW (rows, C) += dYᵀ · X and dX (N, C) (= or + per beta) += dY · W for the
- * matmul Y (N, rows) = X · Wᵀ of a LLaMA block, dY float32 (N, rows). */
-static td_status linear_bwd(td_model *m, const float *dy, int64_t rows, const void *x, int keepx,
-                            int64_t cols, td_param_kind kind, int layer, float beta, float *dx) {
-  const void *d = NULL;
-  int64_t N = m->B * m->T;
-  TD_CHECK(mm_grad(m, dy, N * rows, &d));
-  TD_CHECK(wmm(m, 1, 0, rows, cols, N, d, 0, x, keepx, kind, layer));
-  TD_CHECK(mm(m, 0, 0, N, cols, rows, d, m->at, pw(m, kind, layer), m->pt, beta, dx));
-  TD_CHECK(poll(m));
-  return TD_OK;
-}
-
-/* LLaMA block li: m->dres holds d loss / d (block output) and leaves with
- * d loss / d (block input). */
-static td_status llama_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
-                                 const float *resid) {
-  td_kernels *k = m->k;
-  int64_t B = m->B, T = m->T, C = m->C, N = B * T, F = m->F, Nl = m->Nl;
-  int64_t Cq = m->Cl, Ckv = m->KV * m->HS;
-  td_dtype pt = m->pt;
-  int keep = a != &m->work;
-  int keepx = keep && !m->sp; /* a gathered norm output does not outlive B */
-  float *gn = NULL;
-  const void *n1 = at_(m, a->ln1, li * Nl * C), *atty = at_(m, a->atty, li * N * Cq);
-  const void *n2 = at_(m, a->ln2, li * Nl * C), *h = at_(m, a->fch_gelu, li * N * F);
-  const float *q = a->qkv + li * N * m->C3, *kk = q + N * Cq, *v = kk + N * Ckv;
-  const float *att = att_at(m, a, li);
-  const float *res2 = a->res2 + li * Nl * C, *gate = a->fch + li * N * 2 * F, *up = gate + N * F;
-  float *dgate = m->dfch, *dup = dgate + N * F, *dh = dup + N * F;
-  float *dq = m->dqkv, *dk = dq + N * Cq, *dv = dk + N * Ckv;
-  const float *dy = NULL, *dx = NULL; /* a row-parallel output's / column-parallel input's */
-  const void *x = NULL;               /* a column-parallel matmul's input */
-  /* MLP: res3 = res2 + down(silu(gate(n2))·up(n2)) */
-  TD_CHECK(row_grad(m, &dy));
-  TD_CHECK(linear_bwd(m, dy, C, h, keep, F, TD_PK_DOWN_W, layer, 0.0f, dh));
-  TD_CHECK(k->swiglu_bwd(k, dgate, dup, dh, gate, up, N * F));
-  TD_CHECK(col_in(m, n2, &x));
-  TD_CHECK(linear_bwd(m, dgate, F, x, keepx, C, TD_PK_GATE_W, layer, 0.0f, m->dln));
-  TD_CHECK(linear_bwd(m, dup, F, x, keepx, C, TD_PK_UP_W, layer, 1.0f, m->dln));
-  TD_CHECK(col_grad(m, &dx));
-  TD_CHECK(rep_dst(m, TD_PK_MLP_NORM, layer, &gn));
-  TD_CHECK(k->rmsnorm_bwd(k, m->dres, gn, dx, res2, pw(m, TD_PK_MLP_NORM, layer), pt,
-                          a->ln2_rstd + li * Nl, Nl, C));
-  /* m->dres now holds d loss / d res2. Attention: res2 = x + o(attn(...)) */
-  TD_CHECK(row_grad(m, &dy));
-  TD_CHECK(linear_bwd(m, dy, C, atty, keep, Cq, TD_PK_O_W, layer, 0.0f, m->datty));
-  TD_CHECK(attn_bwd(m, dq, dk, dv, m->datty, q, Cq, kk, v, Ckv, m->recompute_att ? NULL : att));
-  TD_CHECK(k->rope(k, dq, B, T, m->NH, m->HS, Cq, m->rope_theta, 1, m->pos));
-  TD_CHECK(k->rope(k, dk, B, T, m->KV, m->HS, Ckv, m->rope_theta, 1, m->pos));
-  TD_CHECK(col_in(m, n1, &x));
-  TD_CHECK(linear_bwd(m, dq, Cq, x, keepx, C, TD_PK_Q_W, layer, 0.0f, m->dln));
-  TD_CHECK(linear_bwd(m, dk, Ckv, x, keepx, C, TD_PK_K_W, layer, 1.0f, m->dln));
-  TD_CHECK(linear_bwd(m, dv, Ckv, x, keepx, C, TD_PK_V_W, layer, 1.0f, m->dln));
-  TD_CHECK(col_grad(m, &dx));
-  TD_CHECK(rep_dst(m, TD_PK_ATTN_NORM, layer, &gn));
-  TD_CHECK(k->rmsnorm_bwd(k, m->dres, gn, dx, resid, pw(m, TD_PK_ATTN_NORM, layer), pt,
-                          a->ln1_rstd + li * Nl, Nl, C));
-  return rep_flush(m);
 }
 
 /* The backward of `slot`: whole (m->defer 0) or its B (m->defer 1, the
@@ -1166,28 +559,30 @@ static td_status backward_impl(td_model *m, int slot, float loss_scale, const fl
     float *gw = NULL, *gb = NULL;
     TD_CHECK(k->xent_bwd(k, dl, a->logits, a->rowmax, a->sumexp, a->targets, m->v0,
                          loss_scale, N, m->Vs, vvalid));
-    TD_CHECK(mm_grad(m, dl, N * m->Vs, &d));
+    TD_CHECK(td_model_mm_grad(m, dl, N * m->Vs, &d));
     /* d is the slot's logits in float32 (kept until W), a scratch rounding in bf16;
      * the head's input: the slot's lnf, or (sequence parallel) gathered again */
     const void *xf = NULL;
     const float *dx = NULL;
-    TD_CHECK(col_in(m, a->lnf, &xf));
-    TD_CHECK(wmm(m, 1, 0, m->Vs, C, N, d, at == TD_DTYPE_F32, xf, !m->sp, head_kind(m), -1));
-    TD_CHECK(mm(m, 0, 0, N, C, m->Vs, d, at, pw(m, head_kind(m), -1), pt, 0.0f, m->dln));
-    TD_CHECK(poll(m));
-    TD_CHECK(col_grad(m, &dx));
+    TD_CHECK(td_model_col_in(m, a->lnf, &xf));
+    TD_CHECK(td_model_wmm(m, 1, 0, m->Vs, C, N, d, at == TD_DTYPE_F32, xf, !m->sp, head_kind(m),
+                          -1));
+    TD_CHECK(td_model_mm(m, 0, 0, N, C, m->Vs, d, at, td_model_pw(m, head_kind(m), -1), pt, 0.0f,
+                         m->dln));
+    TD_CHECK(td_model_poll(m));
+    TD_CHECK(td_model_col_grad(m, &dx));
     const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * Nl * C : x;
     TD_CHECK(k->zero(k, m->dres, (size_t)Nl * C * sizeof(float)));
-    TD_CHECK(rep_dst(m, TD_PK_LNF_W, -1, &gw));
+    TD_CHECK(td_model_rep_dst(m, TD_PK_LNF_W, -1, &gw));
     if (m->llama) {
-      TD_CHECK(k->rmsnorm_bwd(k, m->dres, gw, dx, last, pw(m, TD_PK_LNF_W, -1), pt,
+      TD_CHECK(k->rmsnorm_bwd(k, m->dres, gw, dx, last, td_model_pw(m, TD_PK_LNF_W, -1), pt,
                               a->lnf_rstd, Nl, C));
     } else {
-      TD_CHECK(rep_dst(m, TD_PK_LNF_B, -1, &gb));
-      TD_CHECK(k->layernorm_bwd(k, m->dres, gw, gb, dx, last, pw(m, TD_PK_LNF_W, -1), pt,
+      TD_CHECK(td_model_rep_dst(m, TD_PK_LNF_B, -1, &gb));
+      TD_CHECK(k->layernorm_bwd(k, m->dres, gw, gb, dx, last, td_model_pw(m, TD_PK_LNF_W, -1), pt,
                                 a->lnf_mean, a->lnf_rstd, Nl, C));
     }
-    TD_CHECK(rep_flush(m));
+    TD_CHECK(td_model_rep_flush(m));
     TD_CHECK(bhook(m, 0, U));
   } else {
     /* gradient of this stage's output, from the next stage: dres = dout */
@@ -1202,24 +597,25 @@ static td_status backward_impl(td_model *m, int slot, float loss_scale, const fl
     int64_t ix = li;
     if (m->recompute) { /* the block's activations again, from its kept input */
       w = &m->work, ix = 0;
-      TD_CHECK(m->llama ? llama_block_fwd(m, w, 0, layer, resid, w->res3)
-                        : gpt2_block_fwd(m, w, 0, layer, resid, w->res3));
+      TD_CHECK(m->llama ? td_model_llama_block_fwd(m, w, 0, layer, resid, w->res3)
+                        : td_model_gpt2_block_fwd(m, w, 0, layer, resid, w->res3));
     }
-    TD_CHECK(m->llama ? llama_block_bwd(m, w, ix, layer, resid)
-                      : gpt2_block_bwd(m, w, ix, layer, resid));
+    TD_CHECK(m->llama ? td_model_llama_block_bwd(m, w, ix, layer, resid)
+                      : td_model_gpt2_block_bwd(m, w, ix, layer, resid));
     TD_CHECK(bhook(m, 0, 1 + layer));
   }
   const float *de = m->dres; /* the embedding output's gradient, all N rows */
-  if (m->first_stage) TD_CHECK(row_grad(m, &de));
+  if (m->first_stage) TD_CHECK(td_model_row_grad(m, &de));
   if (m->first_stage && !m->defer) {
-    TD_CHECK(k->embed_bwd(k, pg(m, TD_PK_WTE, -1), m->llama ? NULL : pg(m, TD_PK_WPE, -1),
-                          de, a->inputs, m->v0, m->Vs, B, T, C, m->pos));
+    TD_CHECK(k->embed_bwd(k, td_model_pg(m, TD_PK_WTE, -1),
+                          m->llama ? NULL : td_model_pg(m, TD_PK_WPE, -1), de, a->inputs, m->v0,
+                          m->Vs, B, T, C, m->pos));
   } else if (m->first_stage) { /* W scatters a copy of the gradient into the embedding */
     void *c = NULL;
-    TD_CHECK(wl_take(m, N * C, 4, &c));
+    TD_CHECK(td_model_wl_take(m, N * C, 4, &c));
     TD_CHECK(k->cast(k, c, TD_DTYPE_F32, de, TD_DTYPE_F32, N * C));
     td_wop op = {WOP_EMBED, 0, 0, -1, TD_PK_WTE, 0, 0, 0, c, a->inputs};
-    TD_CHECK(wl_push(m, &op));
+    TD_CHECK(td_model_wl_push(m, &op));
   }
   if (uses_unit0(m)) TD_CHECK(bhook(m, 0, 0));
   return TD_OK;
@@ -1249,18 +645,19 @@ td_status td_model_backward_weight(td_model *m, int slot) {
       case WOP_ACQUIRE: TD_CHECK(hook(m, 1, op->layer, TD_PHASE_BACKWARD_WEIGHT)); break;
       case WOP_RELEASE: TD_CHECK(hook(m, 0, op->layer, TD_PHASE_BACKWARD_WEIGHT)); break;
       case WOP_MM:
-        TD_CHECK(mm(m, op->ta, op->tb, op->M, op->N, op->K, op->a, m->at, op->b, m->at, 1.0f,
-                    pg(m, op->pk, op->layer)));
-        TD_CHECK(poll(m));
+        TD_CHECK(td_model_mm(m, op->ta, op->tb, op->M, op->N, op->K, op->a, m->at, op->b, m->at,
+                             1.0f, td_model_pg(m, op->pk, op->layer)));
+        TD_CHECK(td_model_poll(m));
         break;
       case WOP_ADD: {
-        float *g = pg(m, op->pk, op->layer);
+        float *g = td_model_pg(m, op->pk, op->layer);
         TD_CHECK(k->add(k, g, g, op->a, op->M));
         break;
       }
       case WOP_EMBED:
-        TD_CHECK(k->embed_bwd(k, pg(m, TD_PK_WTE, -1), m->llama ? NULL : pg(m, TD_PK_WPE, -1),
-                              op->a, op->b, m->v0, m->Vs, m->B, m->T, m->C, m->pos));
+        TD_CHECK(k->embed_bwd(k, td_model_pg(m, TD_PK_WTE, -1),
+                              m->llama ? NULL : td_model_pg(m, TD_PK_WPE, -1), op->a, op->b, m->v0,
+                              m->Vs, m->B, m->T, m->C, m->pos));
         break;
       default: TD_FAIL(TD_ERR_INTERNAL, "split backward: unknown operation %d", op->kind);
     }

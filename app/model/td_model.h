@@ -143,7 +143,8 @@ struct td_model {
   float *att_re;
   /* split backward (parallel.pp_schedule: zb-h1): per slot the list of
    * weight-gradient work its B recorded for W, with copies of the gradients
-   * it reads (model.c); wcur the list B fills now, defer set during a B */
+   * it reads (block.c, model_internal.h); wcur the list B fills now, defer
+   * set during a B */
   int split, defer;
   struct td_wlist *wl, *wcur;
   /* parallel.sequence_parallel (Megatron, Korthikanti et al. 2022): the

@@ -195,20 +195,20 @@ td_status td_plan_comm_bytes(const td_config *c, int stage, td_plan_comm *o) {
   }
   int first_stage = stage == 0, last_stage = stage == pp - 1;
 
-  /* tensor parallel (app/model/model.c tp_sum; sequence parallel: the same bytes as
-   * a reduce-scatter and an all-gather): per layer two sums in forward
+  /* tensor parallel (app/model/block.c td_model_tp_sum; sequence parallel: the same bytes
+   * as a reduce-scatter and an all-gather): per layer two sums in forward
    * (attention and MLP outputs), two in backward (their inputs' gradients),
    * two more when blocks are recomputed; the embedding's output (first
    * stage), the head's input gradient and the vocabulary-parallel
    * cross-entropy's 3 statistics per row (last stage); per step the gradient
    * norm's per-tensor sums (trainer.c grad_sumsq) */
   if (tp > 1 && c->parallel_sequence_parallel) {
-    /* sequence parallel (model.c sp_gather/sp_scatter; ring volume (p − 1)/p
+    /* sequence parallel (block.c sp_gather/td_model_sp_scatter; ring volume (p − 1)/p
      * of the whole): per layer forward 2 all-gathers of a norm output (the
      * activation type) and 2 reduce-scatters (float32); backward 2 gathers of
      * the residual gradient, 2 re-gathers of the norm outputs for the weight
      * gradients, 2 reduce-scatters, and the replicated gradients summed once
-     * (rep_flush: 6C floats GPT-2, 2C LLaMA); blocks recomputation repeats
+     * (td_model_rep_flush: 6C floats GPT-2, 2C LLaMA); blocks recomputation repeats
      * the forward's. First stage: the embedding's reduce-scatter and its
      * gradient's gather; last stage: the final norm gathered (forward and
      * again in backward), the input gradient reduce-scattered, its norm's
@@ -237,7 +237,7 @@ td_status td_plan_comm_bytes(const td_config *c, int stage, td_plan_comm *o) {
         (double)m * (double)L * (4 + 2 * blocks));
     add(o, TD_GROUP_TP, TD_COLL_ALLREDUCE, ar(tp, reg->n, 8.0), 1);
   }
-  /* context parallel (model.c group_gather/group_scatter over cp_comm): per
+  /* context parallel (block.c group_gather/group_scatter over cp_comm): per
    * layer the keys and values (2·KV·head size per row) all-gathered in
    * forward and again in backward, their gradients reduce-scattered */
   if (cp > 1) {

@@ -7,7 +7,8 @@
  *
  * --dtype bf16: the products as training.precision: bf16 issues them, bf16
  * operands (activations, weights, output gradients) and fp32 outputs.
- * The products are the ones app/model/model.c issues, with the same transposes:
+ * The products are the ones app/model/gpt2.c (the layers) and app/model/model.c
+ * (the head) issue, with the same transposes:
  * per layer the four linear layers (C→3C, C→C, C→4C, 4C→C), each as
  *   forward  Y (M,out)  = X (M,in) · W (in,out)
  *   dW       (in,out)  += Xᵀ · dY
