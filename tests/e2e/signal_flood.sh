@@ -11,11 +11,17 @@
 #
 #   threads  during training, every thread but trident's signal thread blocks
 #            SIGTERM, SIGUSR1 and SIGUSR2 (/proc/PID/task/*/status SigBlk)
-#   flood    3 rounds: a 1-rank run (12 steps) is sent SIGUSR1 as fast as
-#            bash can from its third logged step until it exits: it must
-#            exit 75 with a committed checkpoint that verifies, every time,
-#            and the run resumed after the last round must equal the
-#            uninterrupted one bit for bit
+#   flood    3 rounds: a 1-rank run (40 steps) is sent SIGUSR1 as fast as
+#            bash can from its second step after the round's start until it
+#            exits: it must exit 75 with a committed checkpoint that
+#            verifies, every time, and the run resumed after the last round
+#            must equal the uninterrupted one bit for bit. Margin: a round
+#            stops within about 2 steps of the flood's start, so the three
+#            rounds use about 12 of the 40 steps; the steps of a round take
+#            at least 50 ms (TD_TEST_STEP_SLEEP_MS), so the flood, which
+#            starts within one 20 ms poll of the second step, always lands
+#            before the run could end (a run that ended first fails the
+#            round, named as such: that would be a test defect).
 # Prints PASS/FAIL lines and "N passed, M failed".
 set -uo pipefail
 [ $# -eq 2 ] || { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
@@ -25,7 +31,8 @@ ck_init "$1" "$2"
 dir=$work/signal_flood
 rm -rf "$dir"
 mkdir -p "$dir"
-args=(train "$deck" --set "data.train=$corpus" --set training.steps=12 --set checkpoint.every=0
+steps=40
+args=(train "$deck" --set "data.train=$corpus" --set training.steps=$steps --set checkpoint.every=0
       --set logging.every=1)
 
 # the uninterrupted reference
@@ -68,15 +75,21 @@ fi
 # ---- flood: SIGUSR1 as fast as possible from the third step ----
 r=$dir/flood
 for round in 1 2 3; do
-  "$trident" "${args[@]}" --set checkpoint.resume=auto --set "run.out_dir=$r" \
-    >"$r.$round.log" 2>&1 </dev/null &
-  pid=$!
   before=$(nsteps "$r")
+  TD_TEST_STEP_SLEEP_MS=50 "$trident" "${args[@]}" --set checkpoint.resume=auto \
+    --set "run.out_dir=$r" >"$r.$round.log" 2>&1 </dev/null &
+  pid=$!
   t0=$SECONDS
   while kill -0 "$pid" 2>/dev/null && [ $((SECONDS - t0)) -lt 60 ]; do
     [ "$(nsteps "$r")" -ge $((before + 2)) ] && break
     sleep 0.02
   done
+  at=$(nsteps "$r")
+  if ! kill -0 "$pid" 2>/dev/null || [ "$at" -ge $((steps - 2)) ]; then
+    wait "$pid"
+    fail "flood round $round: the run was at step $at of $steps before the flood began (no margin left: a defect of this test)"
+    continue
+  fi
   sent=0
   while kill -USR1 "$pid" 2>/dev/null && [ $((SECONDS - t0)) -lt 60 ]; do sent=$((sent + 1)); done
   rc=0
