@@ -52,7 +52,13 @@ only=${*:-$all}
 for x in $only; do
   case " $all " in *" $x "*) ;; *) echo "unknown test '$x' (have: $all)" >&2; exit 2 ;; esac
 done
-want() { case " $only " in *" $1 "*) return 0 ;; esac; return 1; }
+want() { # want PART: whether PART runs; prints the time of the part before
+  case " $only " in *" $1 "*) ;; *) return 1 ;; esac
+  part_time
+  part_name=$1 part_t0=$SECONDS
+}
+part_name="" part_t0=0
+part_time() { [ -z "$part_name" ] || echo "cluster: $part_name took $((SECONDS - part_t0)) s"; }
 mkdir -p "$work_arg"
 work_abs=$(cd "$work_arg" && pwd)
 
@@ -380,5 +386,6 @@ if want nodeloss; then
   fi
 fi
 
+part_time
 echo "cluster: $((SECONDS - t_start)) s in all ($only)"
 ck_finish
