@@ -4,7 +4,8 @@
 # reason where the namespaces cannot be made (not root) or Slurm cannot run.
 # Label: cluster. Its jobs run for about three minutes, much of it waiting
 # (a rate-limited link, requeues, the watchdog), so the test takes one
-# processor slot and other tests run beside it; its checks wait for states and
+# processor slot and other tests run beside it (COST: it starts first, so its
+# waiting overlaps the most); its checks wait for states and
 # compare runs with each other, not with clocks (label timing). MPICH builds
 # only: the Open MPI build launches through PMIx (tests/cmake/slurm.cmake).
 if(NOT TD_MPI_FLAVOR STREQUAL "openmpi")
@@ -12,5 +13,5 @@ if(NOT TD_MPI_FLAVOR STREQUAL "openmpi")
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cluster/run.sh $<TARGET_FILE:trident>
             ${CMAKE_CURRENT_BINARY_DIR}/cluster)
   set_tests_properties(cluster_nodes PROPERTIES TIMEOUT 420 SKIP_RETURN_CODE 77
-    PROCESSORS 1 LABELS "cluster;e2e" ENVIRONMENT "${TD_GRID_ENV}")
+    PROCESSORS 1 COST 1000 LABELS "cluster;e2e" ENVIRONMENT "${TD_GRID_ENV}")
 endif()
