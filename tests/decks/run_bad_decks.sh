@@ -44,9 +44,17 @@ fi
 # header VALUE-NAME FILE: the values of "# NAME: value" lines, one a line
 header() { sed -n "s/^# $1: \{0,1\}//p" "$2"; }
 
-for deck in "${decks[@]}"; do
+# one_deck DECK: its cases, one line each (and the output of a failure);
+# the counts go to $TMP/NAME.count, the failed cases to $TMP/NAME.failed.
+one_deck() {
+  local deck=$1 name rel code ranks target np case_name out start rc secs why frag n
+  local pass=0 fail=0 failed=() args=() expects=() rejects=()
+  counts() {
+    echo "$pass $fail" >"$TMP/$name.count"
+    printf '%s\n' ${failed[@]+"${failed[@]}"} >"$TMP/$name.failed"
+  }
   name=$(basename "$deck" .yaml)
-  if [ -n "$FILTER" ] && ! [[ $name =~ $FILTER ]]; then continue; fi
+  if [ -n "$FILTER" ] && ! [[ $name =~ $FILTER ]]; then return 0; fi
   rel=${deck#"$PWD"/}
   code=$(header expect-code "$deck" | head -1)
   ranks=$(header ranks "$deck" | head -1)
@@ -57,14 +65,16 @@ for deck in "${decks[@]}"; do
   mapfile -t rejects < <(header reject "$deck")
   if [ -z "$code" ] || [ ${#expects[@]} -eq 0 ]; then
     echo "FAIL $name: header lacks '# expect-code:' or '# expect:'"
-    fail=$((fail + 1)); failed+=("$name"); continue
+    fail=$((fail + 1)); failed+=("$name")
+    counts
+    return 0
   fi
   for np in ${ranks:-1 3}; do
     # TD_DECK_RANKS: only these rank counts (Open MPI's mpiexec spends ~2 s
     # on every 1-rank job that exits non-zero; its CI subset runs 3 ranks)
     case " ${TD_DECK_RANKS:-$np} " in *" $np "*) ;; *) continue ;; esac
     case_name="$name (np $np)"
-    out=$TMP/out
+    out=$TMP/$name.$np.out
     start=$(date +%s.%N)
     timeout -k 3 10 "$MPIEXEC" -n "$np" "$TRIDENT" check "$target" ${args[@]+"${args[@]}"} \
       >"$out" 2>&1 </dev/null
@@ -109,6 +119,26 @@ for deck in "${decks[@]}"; do
       failed+=("$case_name")
     fi
   done
+  counts
+}
+
+# The decks run side by side, one per core (each case still has its 10 s);
+# their lines are printed in the decks' order.
+PAR=${TD_DECK_JOBS:-$(nproc)}
+running=0
+for deck in "${decks[@]}"; do
+  one_deck "$deck" >"$TMP/$(basename "$deck" .yaml).log" 2>&1 &
+  running=$((running + 1))
+  if [ "$running" -ge "$PAR" ]; then wait -n; running=$((running - 1)); fi
+done
+wait
+for deck in "${decks[@]}"; do
+  name=$(basename "$deck" .yaml)
+  [ -f "$TMP/$name.count" ] || continue
+  cat "$TMP/$name.log"
+  read -r p f <"$TMP/$name.count"
+  pass=$((pass + p)) fail=$((fail + f))
+  while IFS= read -r c; do [ -n "$c" ] && failed+=("$c"); done <"$TMP/$name.failed"
 done
 
 echo "$pass passed, $fail failed"
