@@ -12,8 +12,9 @@
  * messages, in the same order — only who runs while a rank waits.
  *
  * The tests of an MPICH build run with it (tests/CMakeLists.txt sets
- * LD_PRELOAD for every test; in an AddressSanitizer build after the
- * sanitizer's runtime, which must be loaded first). A process that never calls
+ * LD_PRELOAD for every test; not in sanitizer builds, where a preloaded
+ * library must follow the sanitizer's runtime, and that runtime preloaded
+ * into a test's bash and Python would report their leaks). A process that never calls
  * ucp_worker_progress (mpiexec, bash, Python, Open MPI's ranks) is not
  * affected. It is not part of trident: a cluster's ranks have their cores. */
 #define _GNU_SOURCE
