@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/stress_timing.sh [--repeat N] [--repeat-cluster M] [BUILD...] — the
+# tests/stress_timing.sh [--repeat N] [--repeat-cluster M] [--together] [BUILD...] — the
 # timing-sensitive tests (CTest label `timing`: signals, the watchdog,
 # injected faults, a crash in a save, a file changed under a run, the Slurm
 # and multi-host clusters) run again and again while `stress` keeps every
@@ -8,7 +8,7 @@
 # and Slurm tests M times, default 5); the first failure stops that test's
 # repetitions (ctest --repeat until-fail). The tests of a build run side by
 # side (one CTest slot per core and one more, as tests/run.sh), the builds one
-# after another. Run it before a change to any of these tests, or to what
+# after another (--together: at the same time, a heavier load). Run it before a change to any of these tests, or to what
 # they time, lands (docs/development.md, "Timing-sensitive tests").
 #
 # The load: `stress --cpu <cores>` (Debian's stress, installed when missing),
@@ -16,12 +16,13 @@
 # Prints each test's passes and time, and exits 1 when any test failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-N=20 M=5
+N=20 M=5 together=0
 builds=()
 while [ $# -gt 0 ]; do
   case $1 in
     --repeat) N=$2; shift 2 ;;
     --repeat-cluster) M=$2; shift 2 ;;
+    --together) together=1; shift ;;
     -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) builds+=("$1"); shift ;;
   esac
@@ -44,8 +45,11 @@ load=$!
 trap 'kill "$load" 2>/dev/null; pkill -P "$load" 2>/dev/null; wait "$load" 2>/dev/null' EXIT
 echo "stress_timing: stress --cpu $cores (pid $load) keeps every core busy; $N in a row each, cluster and Slurm $M"
 status=0 log=$(mktemp)
-for b in "${builds[@]}"; do
-  [ -f "$b/CTestTestfile.cmake" ] || { echo "stress_timing: $b is not a build folder"; status=1; continue; }
+# one_build B: its timing tests under the load; 0 when all passed
+one_build() {
+  local b=$1 st=0 tag start fastpid="" rc_fast=0 rc_slow=0 mine slow fast
+  tag=${b//\//_}
+  [ -f "$b/CTestTestfile.cmake" ] || { echo "stress_timing: $b is not a build folder"; return 1; }
   start=$SECONDS
   # names of the timing tests (an Open MPI build builds and runs its subset
   # only: those that also carry the label openmpi)
@@ -59,28 +63,38 @@ for b in "${builds[@]}"; do
   re() { echo "^($(echo "$1" | paste -sd'|'))\$"; }
   echo "stress_timing: $b: $(echo "$fast" | wc -w) tests $N times, $(echo "$slow" | wc -w) $M times"
   # the cluster and Slurm tests M times, beside the others N times
-  rc_fast=0 rc_slow=0
   if [ -n "$fast" ]; then
     ctest --test-dir "$b" -R "$(re "$fast")" --repeat until-fail:"$N" \
-      -j"$((cores + 1))" --output-on-failure --timeout 1200 >"$log.$b.fast" 2>&1 &
+      -j"$((cores + 1))" --output-on-failure --timeout 1200 >"$log.$tag.fast" 2>&1 &
+    fastpid=$!
   fi
-  fastpid=$!
   if [ -n "$slow" ]; then
     ctest --test-dir "$b" -R "$(re "$slow")" --repeat until-fail:"$M" -j"$cores" \
-      --output-on-failure --timeout 1200 >"$log.$b.slow" 2>&1 || rc_slow=$?
+      --output-on-failure --timeout 1200 >"$log.$tag.slow" 2>&1 || rc_slow=$?
   fi
-  : >>"$log.$b.fast"; : >>"$log.$b.slow"
+  : >>"$log.$tag.fast"; : >>"$log.$tag.slow"
   [ -n "$fast" ] && { wait "$fastpid" || rc_fast=$?; }
   for part in fast slow; do
-    grep -E "Test +#[0-9]+:" "$log.$b.$part" | sed "s|^ *[0-9]*/[0-9]* *|   $b: |"
+    grep -E "Test +#[0-9]+:" "$log.$tag.$part" | sed "s|^ *[0-9]*/[0-9]* *|   $b: |"
   done
   if [ $rc_fast != 0 ] || [ $rc_slow != 0 ]; then
-    status=1
+    st=1
     echo "stress_timing: $b: FAILED; the failing output:"
-    grep -h -B2 -A40 "\*\*\*Failed\|\*\*\*Timeout" "$log.$b.fast" "$log.$b.slow" | head -120
+    grep -h -B2 -A40 "\*\*\*Failed\|\*\*\*Timeout" "$log.$tag.fast" "$log.$tag.slow" | head -120
   fi
   echo "stress_timing: $b: $((SECONDS - start)) s"
-done
+  return $st
+}
+if [ "$together" = 1 ]; then
+  pids=()
+  for b in "${builds[@]}"; do one_build "$b" >"$log.out.${b//\//_}" 2>&1 & pids+=($!); done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || status=1
+    cat "$log.out.${builds[$i]//\//_}"
+  done
+else
+  for b in "${builds[@]}"; do one_build "$b" || status=1; done
+fi
 rm -f "$log"*
 [ $status = 0 ] && echo "stress_timing: every timing test passed its repetitions under load" ||
   echo "stress_timing: FAILED"
