@@ -5,8 +5,12 @@
 # a signal after a checkpoint was committed — the same command resumes"), on
 # GRID (default 2,1,1,0), SIGNAL USR1 (default) or TERM:
 #   1. the uninterrupted run: 40 steps, checkpoint.every=0 (saves at the end);
-#   2. the same deck in the background under mpiexec; once metrics.jsonl has
-#      3 records, SIGNAL is sent to mpiexec (MPICH's hydra forwards SIGUSR1
+#   2. the same deck in the background under mpiexec, each step made at
+#      least 150 ms long (TD_TEST_STEP_SLEEP_MS): once metrics.jsonl has 3
+#      records, SIGNAL is sent to mpiexec. Margin: the signal then has at
+#      least 37 steps (5.5 s) to land before the run could end; a signal
+#      sent later than step 36 (the poll starved by load) fails as a defect
+#      of this test, not of trident. SIGNAL goes to mpiexec (MPICH's hydra forwards SIGUSR1
 #      and SIGTERM to the ranks); every rank and mpiexec must exit 75, with
 #      a committed checkpoint of the last logged step S < 40 named in
 #      `latest` that verifies (mpiexec exiting 0 while every rank exited 75
@@ -48,7 +52,8 @@ while :; do wait $c; rc=$?; kill -0 $c 2>/dev/null || break; done
 echo $rc >"$TD_RCDIR/rank.${PMI_RANK:-$OMPI_COMM_WORLD_RANK}"; exit $rc'
 echo "+ ${cmd[*]}" >"$r.log"
 # mpiexec itself in the background (not under timeout: the signal goes to it)
-TD_RCDIR=$rcdir "$mpiexec" -n "$g_np" bash -c "$wrap" bash "${tcmd[@]}" >>"$r.log" 2>&1 </dev/null &
+TD_TEST_STEP_SLEEP_MS=150 TD_RCDIR=$rcdir "$mpiexec" -n "$g_np" bash -c "$wrap" bash "${tcmd[@]}" \
+  >>"$r.log" 2>&1 </dev/null &
 pid=$!
 t0=$SECONDS
 sent=0 hung=0
@@ -63,6 +68,8 @@ while kill -0 "$pid" 2>/dev/null; do
     if [ "${n:-0}" -ge 3 ]; then
       kill -"$sig" "$pid" && sent=1
       info "SIG$sig sent to mpiexec (pid $pid) after $n logged steps ($((SECONDS - t0)) s)"
+      [ "$n" -le 36 ] ||
+        fail "the signal was sent after $n of 40 steps: no margin left (a defect of this test)"
     fi
   fi
   sleep 0.2

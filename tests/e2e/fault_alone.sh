@@ -12,7 +12,8 @@
 #   ckpt_save     in the middle of the second checkpoint save (the other rank
 #                 is writing tensors: collective metadata)
 #   ckpt_load     while resuming, before the tensors are read
-# Each job must end within 15 s, the failing rank with its message and
+# Each job must end within 50 s (a few seconds on an idle machine; up to 36 s
+# was measured with 8 tests and stress on 2 cores; a hang is killed at 60 s), the failing rank with its message and
 # MPI_Abort(3), instead of waiting in a collective teardown (MPI_Wait,
 # H5Fclose, MPI_Barrier) for a rank that never joins — before the fix the two
 # checkpoint cases hung. (The launcher's exit code is 3 as a rule; MPICH's
@@ -46,8 +47,8 @@ expect() {
   local msg="[rank $rank] trident: error: injected failure on rank $rank at $site"
   if [ "$rc" = 137 ]; then
     why="did not end within 60 s (hang)"
-  elif awk -v s="$secs" 'BEGIN { exit !(s > 15) }'; then
-    why="took $secs s (> 15 s)"
+  elif awk -v s="$secs" 'BEGIN { exit !(s > 50) }'; then
+    why="took $secs s (> 50 s)"
   elif [ "$rc" = 0 ]; then
     why="exit 0"
   elif ! grep -qF -- "$msg" "$work/$name.log"; then
