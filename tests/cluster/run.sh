@@ -331,13 +331,17 @@ if want nodeloss; then
     "$src/jobs/train.sbatch" --auto-dp "$deck" "${common[@]}" --set checkpoint.every=4 \
     --set run.watchdog_s=5 --set "run.out_dir=$d"
   wait_steps "$d" 6 || fail "nodeloss: the job did not log 6 steps"
-  ck_before=$(ck_latest "$d")
   t_kill=$SECONDS
   cl_kill_host 2
-  info "nodeloss: node2's processes killed after $(ck_steps "$d/metrics.jsonl" | wc -w) steps (latest $ck_before)"
+  info "nodeloss: node2's processes killed after $(ck_steps "$d/metrics.jsonl" | wc -w) steps"
   # the ranks on node1 must end within the watchdog bound (5 s), not hang
   while [ $((SECONDS - t_kill)) -lt 60 ] && [ "$(ranks_left)" -gt 0 ]; do sleep 0.5; done
   t_end=$((SECONDS - t_kill)) left=$(ranks_left)
+  # the last committed checkpoint, read once no rank is left: a save that was
+  # committing when node2 died (under load the job can be a save further
+  # than at the kill) is the one that must stay latest and load
+  ck_before=$(ck_latest "$d")
+  info "nodeloss: latest after the ranks ended: $ck_before"
   # Slurm marks node2 DOWN (SlurmdTimeout 10 s) and requeues the job
   t0=$SECONDS
   while [ $((SECONDS - t0)) -lt 60 ] && [ "$(field "${jid[nodeloss]}" Restarts)" = 0 ]; do sleep 1; done
