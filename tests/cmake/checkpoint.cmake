@@ -66,7 +66,7 @@ td_add_ckpt_test(NAME checkpoint_signal_in_save SCRIPT ckpt_signal_in_save.sh AR
 #    and a flood of SIGUSR1 during the steps: the stop signals are taken by
 #    trident's own thread, never by a compute thread (a handler frame pushed
 #    into oneDNN's JIT kernels corrupted the heap)
-td_add_ckpt_test(NAME checkpoint_signal_flood SCRIPT signal_flood.sh TIMEOUT 200)
+td_add_ckpt_test(NAME checkpoint_signal_flood SCRIPT signal_flood.sh TIMEOUT 600)
 #    and jobs/mpirun.sh (the lab-machine launcher) with RESTART=1: SIGUSR1 to
 #    its mpiexec, it relaunches, the run resumes bit for bit
 td_add_ckpt_test(NAME checkpoint_mpirun_script SCRIPT mpirun_script.sh)
