@@ -17,6 +17,7 @@
 #include "app/cli/td_cli.h"
 #include "app/deck/td_config.h"
 #include "app/model/td_registry.h"
+#include "io/td_ckpt.h"
 #include "io/td_h5.h"
 #include "io/td_safetensors.h"
 #include "common/td_bf16.h"
@@ -98,6 +99,34 @@ static td_status write_config(const char *dir, const td_config *c, int bf16) {
   return TD_OK;
 }
 
+/* The tensor's stored checksum (td_ckpt.h) against its values: a damaged
+ * checkpoint is refused as train, eval and generate refuse it. */
+static td_status verify(hid_t f, const char *file, const char *path, const float *x, int64_t n) {
+  td_status st = TD_OK;
+  uint64_t stored = 0;
+  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+  if (d < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    TD_FAIL(TD_ERR_CKPT, "%s: tensor %s is missing", file, path);
+  }
+  htri_t has = H5Aexists(d, "checksum");
+  H5Eclear2(H5E_DEFAULT);
+  if (has <= 0) {
+    H5Dclose(d);
+    TD_FAIL(TD_ERR_CKPT, "%s: tensor %s has no checksum attribute (see trident ckpt info %s)",
+            file, path, file);
+  }
+  st = td_h5_attr_read_u64(d, file, "checksum", &stored);
+  H5Dclose(d);
+  TD_CHECK(st);
+  uint64_t computed = td_ckpt_checksum(x, n, 0);
+  if (computed != stored)
+    TD_FAIL(TD_ERR_CKPT, "%s: tensor %s: CHECKSUM MISMATCH (stored 0x%016llx, computed 0x%016llx); "
+            "nothing exported (trident ckpt info %s lists every tensor)", file, path,
+            (unsigned long long)stored, (unsigned long long)computed, file);
+  return TD_OK;
+}
+
 static td_status export_main(const export_args *a) {
   td_status st = TD_OK;
   hid_t f = -1;
@@ -132,6 +161,7 @@ static td_status export_main(const export_args *a) {
     snprintf(names[i], sizeof names[i], "%s%s", prefix, p->name);
     TD_CHECK_GOTO(td_alloc(&data[i], (size_t)n * sizeof(float), "exported tensor"));
     TD_CHECK_GOTO(td_h5_read(f, a->ckpt, h5path, H5T_NATIVE_FLOAT, p->ndim, p->shape, data[i]));
+    TD_CHECK_GOTO(verify(f, a->ckpt, h5path, data[i], n));
     if (a->bf16) { /* in place: the bf16 values fill the first half */
       float *x = data[i];
       td_bf16 *h = data[i];

@@ -113,6 +113,12 @@ static td_status gen_config(td_app *app, const gen_args *g, td_config *cfg) {
         for (int i = 0; i < g->nset; ++i) sets[n++] = g->sets[i];
         td_config probe;
         st = td_config_load(name, n, sets, 0, &probe);
+        if (st == TD_OK && probe.parallel_cp > 1)
+          st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
+                            "trident generate: parallel.cp=%lld: generation runs without context "
+                            "parallelism (its window of model.seq_len tokens fits one rank); "
+                            "spread the model with parallel.tp and parallel.pp",
+                            (long long)probe.parallel_cp);
         if (st == TD_OK) {
           int64_t rest = probe.parallel_cp * probe.parallel_tp * probe.parallel_pp;
           int64_t dp = app->size % rest == 0 ? app->size / rest : 1;

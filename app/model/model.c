@@ -674,7 +674,8 @@ td_status td_model_logits_at(td_model *m, int slot, int64_t pos, float *out) {
   float *shard = NULL;
   td_status st = TD_OK;
   TD_CHECK(td_alloc((void **)&shard, (size_t)Vs * m->grid->tp * sizeof(float), "logits"));
-  TD_CHECK_GOTO(k->to_host(k, shard, a->logits + pos * Vs, (size_t)Vs * sizeof(float)));
+  /* The in-place all-gather expects each rank's block at its own offset. */
+  TD_CHECK_GOTO(k->to_host(k, shard + m->v0, a->logits + pos * Vs, (size_t)Vs * sizeof(float)));
   if (m->grid->tp > 1) {
     int n = 0;
     TD_CHECK_GOTO(td_mpi_count(Vs, &n));

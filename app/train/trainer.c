@@ -428,7 +428,7 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   st = td_agree(app->world, st);
   if (st != TD_OK) free(nslots);
   TD_CHECK_GOTO(st);
-  if (t->grid->pp > 1 && t->accum < t->grid->pp)
+  if (need_train && t->grid->pp > 1 && t->accum < t->grid->pp) /* eval, generate: no steps */
     td_warn("%lld micro-batch%s per pipeline for %d stages: the pipeline bubble is at least %.0f%% "
             "(raise training.global_batch or lower parallel.micro_batch)",
             (long long)t->accum, t->accum == 1 ? "" : "es", t->grid->pp,

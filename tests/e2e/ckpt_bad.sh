@@ -15,9 +15,12 @@
 # deleted; /model/wpe.weight of the wrong shape; one element of
 # /model/h.1.attn.c_attn.weight changed (checksum mismatch); a deck whose
 # model differs (model.layers=2); `latest` naming a missing file.
+# Then eval, generate, export and ckpt info on the checksum-damaged copy and
+# on one with a single flipped bit in /model/wte.weight: each exits 2 naming
+# the file, the tensor and the checksum (export writes nothing).
 # Prints PASS/FAIL lines and "N passed, M failed"; exits 0 only if all passed.
 set -uo pipefail
-[ $# -ge 2 ] || { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 # shellcheck source=tests/e2e/ckpt_lib.sh
 source "$(dirname "$0")/ckpt_lib.sh"
 ck_init "$1" "$2"
@@ -59,6 +62,11 @@ with h5py.File(path, "r+") as f:
     elif mode == "checksum":
         d = f["model/h.1.attn.c_attn.weight"]
         d[3, 5] = d[3, 5] + np.float32(0.25)
+    elif mode == "bitflip":  # one bit of one element of the embedding
+        d = f["model/wte.weight"]
+        x = d[()]
+        x.view(np.uint32)[7, 3] ^= np.uint32(1 << 9)
+        d[...] = x
     else:
         sys.exit(f"unknown mode {mode}")
 EOF
@@ -68,7 +76,8 @@ damage format "$files/wrong_format.h5" &&
 damage version "$files/wrong_version.h5" &&
 damage missing "$files/missing_tensor.h5" &&
 damage shape "$files/wrong_shape.h5" &&
-damage checksum "$files/bad_checksum.h5" || ck_abort "cannot damage copies of $good with h5py"
+damage checksum "$files/bad_checksum.h5" &&
+damage bitflip "$files/bitflip.h5" || ck_abort "cannot damage copies of $good with h5py"
 size=$(stat -c %s "$good")
 head -c $((size / 2)) "$good" >"$files/truncated.h5"
 printf 'this is not an HDF5 file\n' >"$files/not_hdf5.h5"
@@ -135,4 +144,37 @@ case_run bad_checksum "$F/bad_checksum.h5" 'bad_checksum\.h5;h\.1\.attn\.c_attn\
 case_run model_differs "$good" 'step_00000002\.h5;layers' --set model.layers=2
 case_run dangling_latest auto 'latest;step_00000009\.h5;(not exist|missing|no such).*step_00000002\.h5' \
   --set "checkpoint.dir=$F/dangling"
+
+# Every other command that reads a checkpoint verifies it: eval, generate,
+# export and ckpt info refuse both damaged copies with exit 2 and one line
+# naming the file, the tensor and the checksum (at 1 and 2 ranks; ckpt info
+# is a one-process tool). export writes nothing.
+# reader NAME FILE TENSOR NP CMD... — one reader of a damaged file.
+reader() {
+  local name=$1 file=$2 tensor=$3 np=$4
+  shift 4
+  local log=$bad/reader_${name}_np$np.log rc=0 why=()
+  rm -rf "$bad/export_out"
+  timeout -k 5 60 "$mpiexec" -n "$np" "$trident" "$@" >"$log" 2>&1 </dev/null || rc=$?
+  [ $rc = 2 ] || why+=("exit $rc, expected 2")
+  local line
+  line=$(grep -m1 -iE "error:|CHECKSUM MISMATCH" "$log")
+  grep -qF "$(basename "$file")" <<<"$line$(cat "$log")" || why+=("no mention of $(basename "$file")")
+  grep -qF "$tensor" "$log" || why+=("no mention of $tensor")
+  grep -qi "checksum" "$log" || why+=("no mention of the checksum")
+  [ "$(grep -c 'trident: error:' "$log")" -le 1 ] || why+=("more than one error line")
+  [ -e "$bad/export_out/model.safetensors" ] && why+=("export wrote $bad/export_out/model.safetensors")
+  if [ ${#why[@]} = 0 ]; then pass "$name refuses $(basename "$file") at $np rank(s): exit 2"
+  else fail "$name on $(basename "$file") at $np rank(s): $(printf '%s; ' "${why[@]}")"; sed 's/^/     | /' "$log" | tail -n 6; fi
+}
+for dmg in "$F/bad_checksum.h5 h.1.attn.c_attn.weight" "$F/bitflip.h5 wte.weight"; do
+  set -- $dmg
+  for np in 1 2; do
+    reader eval "$1" "$2" $np eval "$deck" --checkpoint "$1" --set "data.train=$corpus" \
+      --set "parallel.dp=$np"
+    reader generate "$1" "$2" $np generate --checkpoint "$1" --tokens 4
+    reader export "$1" "$2" $np export --checkpoint "$1" --out "$bad/export_out"
+  done
+  reader "ckpt info" "$1" "$2" 1 ckpt info "$1"
+done
 ck_finish

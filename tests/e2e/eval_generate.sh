@@ -4,8 +4,10 @@
 #  - `trident eval --json` of a trained tiny model equals what the PyTorch
 #    reference (tests/reference/eval_ref.py, float64) computes with the
 #    protocol of docs/architecture.md, on 1 rank and on a (dp 2) and a (tp 2) grid;
-#  - `trident generate` with a fixed seed prints the same text twice, on a
-#    tensor-parallel and a pipelined grid too, and another seed changes it.
+#  - `trident generate` with a fixed seed prints the same text twice, and the
+#    same text on every grid (tp 2, pp 2, tp 2 x pp 2) as on 1 rank, for
+#    GPT-2 and LLaMA, sampled and greedy; another seed changes it; cp 2 is
+#    refused with exit 2.
 set -uo pipefail
 trident=$1 mpiexec=$2 work=$3
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -45,10 +47,36 @@ gen() { "$mpiexec" -n "$1" "$trident" generate --checkpoint "$ckpt" --prompt "Th
 a=$(gen 1 5) b=$(gen 1 5) c=$(gen 1 6)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok "generate: same seed, same text" || bad "generate: same seed gave different text"
 [ "$a" != "$c" ] && ok "generate: another seed, other text" || bad "generate: seeds 5 and 6 gave the same text"
-d=$(gen 2 5 --set parallel.tp=2)
-[ "$a" = "$d" ] && ok "generate: tp 2 prints the same text as 1 rank" || bad "generate: tp 2 differs: '$d' vs '$a' ($(tail -1 gen.err))"
-e=$(gen 2 5 --set parallel.pp=2)
-[ "$a" = "$e" ] && ok "generate: pp 2 prints the same text as 1 rank" || bad "generate: pp 2 differs: '$e' vs '$a' ($(tail -1 gen.err))"
+# The same text on every grid generate accepts, both families, sampled
+# (temperature 1.5 over the whole vocabulary: every logit of every tensor-
+# parallel shard weighs on each draw) and greedy. This caught tp > 1
+# gathering the logits of one shard only.
+"$trident" train "$src/inputs/llama-tiny.yaml" "${common[@]}" --set run.out_dir=lrun \
+  --set checkpoint.resume=never >ltrain.log 2>&1 || { cat ltrain.log; bad "llama-tiny training"; }
+lckpt=lrun/ckpt/$(cat lrun/ckpt/latest 2>/dev/null)
+for fam in "gpt2 $ckpt" "llama $lckpt"; do
+  set -- $fam
+  name=$1 file=$2
+  for temp in 1.5 0; do
+    sample() { "$mpiexec" -n "$1" "$trident" generate --checkpoint "$file" --prompt "The " --tokens 40 \
+               --temperature $temp --top-k 0 --seed 5 "${@:2}" 2>gen.err; }
+    one=$(sample 1)
+    [ -n "$one" ] || { bad "$name generate (temperature $temp) on 1 rank printed nothing: $(tail -1 gen.err)"; continue; }
+    for grid in "2 tp=2 pp=1 cp=1" "2 tp=1 pp=2 cp=1" "4 tp=2 pp=2 cp=1"; do
+      set -- $grid
+      other=$(sample "$1" --set parallel.$2 --set parallel.$3 --set parallel.$4)
+      if [ "$one" = "$other" ]; then ok "$name generate (temperature $temp): $2 $3 $4 prints what 1 rank prints"
+      else bad "$name generate (temperature $temp): $2 $3 $4 printed '$other', 1 rank '$one' ($(tail -1 gen.err))"; fi
+    done
+  done
+done
+# context parallelism is refused (exit 2, one line), not sampled from another position
+"$mpiexec" -n 2 "$trident" generate --checkpoint "$ckpt" --tokens 4 --set parallel.cp=2 >/dev/null 2>gen.err
+rc=$?
+[ $rc = 2 ] && [ "$(grep -c 'trident: error:.*parallel.cp=2' gen.err)" = 1 ] &&
+  ok "generate: cp 2 refused (exit 2): $(grep -m1 'error:' gen.err | cut -c1-100)" ||
+  bad "generate: cp 2 gave exit $rc: $(cat gen.err)"
+grep -q "bubble" gen.err && bad "generate prints the training bubble warning" || true
 g=$(gen 1 5 --temperature 0)
 h=$(gen 1 9 --temperature 0)
 [ "$g" = "$h" ] && ok "generate: temperature 0 is greedy (seed-independent)" || bad "generate: greedy output depends on the seed"
