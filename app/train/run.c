@@ -540,6 +540,7 @@ td_status td_trainer_run(td_trainer *t) {
                         "stopped by %s at step %lld after committing its checkpoint in %s; run "
                         "the same command to resume",
                         sig == SIGTERM   ? "SIGTERM"
+                        : sig == SIGINT  ? "SIGINT"
                         : sig == SIGUSR1 ? "SIGUSR1"
                         : sig == SIGUSR2 ? "SIGUSR2"
                                          : "a signal",

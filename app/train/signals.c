@@ -1,4 +1,4 @@
-/* signals.c — the training job's SIGTERM/SIGUSR1/SIGUSR2 flag (see td_signals.h).
+/* signals.c — the training job's SIGINT/SIGTERM/SIGUSR1/SIGUSR2 flag (see td_signals.h).
  *
  * The signals are blocked in every thread and taken by one thread of ours
  * with sigwait: a handler that runs on a compute thread pushes its frame onto
@@ -14,6 +14,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static atomic_int g_signal;
 
@@ -21,6 +23,7 @@ static void on_signal(int sig) { atomic_store(&g_signal, sig); }
 
 static void stop_set(sigset_t *set) {
   sigemptyset(set);
+  sigaddset(set, SIGINT);
   sigaddset(set, SIGTERM);
   sigaddset(set, SIGUSR1);
   sigaddset(set, SIGUSR2);
@@ -38,9 +41,25 @@ static void *signal_thread(void *arg) {
   (void)arg;
   sigset_t set;
   stop_set(&set);
+  double first_int = 0.0; /* when the first SIGINT came (CLOCK_MONOTONIC, s) */
   for (;;) {
     int sig = 0;
-    if (sigwait(&set, &sig) == 0) atomic_store(&g_signal, sig);
+    if (sigwait(&set, &sig) != 0) continue;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double t = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+    if (sig == SIGINT && atomic_load(&g_signal) == SIGINT && t - first_int > 1.0) {
+      /* a second Ctrl-C: the user does not want to wait for the save (one
+       * Ctrl-C can arrive twice within milliseconds: from the launcher and
+       * to the process group; those count once) */
+      static const char msg[] = "trident: second SIGINT: ending now without saving; the "
+                                "checkpoints already committed stay\n";
+      ssize_t w = write(2, msg, sizeof msg - 1);
+      (void)w;
+      _exit(130);
+    }
+    if (sig == SIGINT && atomic_load(&g_signal) != SIGINT) first_int = t;
+    atomic_store(&g_signal, sig);
   }
   return NULL;
 }
@@ -51,6 +70,7 @@ void td_signals_install(int catch_them) {
   sa.sa_handler = catch_them ? on_signal : SIG_DFL;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGUSR1, &sa, NULL);
   sigaction(SIGUSR2, &sa, NULL);

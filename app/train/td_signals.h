@@ -1,13 +1,14 @@
-/* td_signals.h — SIGTERM, SIGUSR1 and SIGUSR2 during training (what Slurm
- * sends before a time limit or preemption; Open MPI's mpirun forwards USR1
- * and USR2 to the ranks, MPICH's hydra USR1 and TERM): they only set a flag;
- * the training loop agrees on it at a step boundary, saves a checkpoint and
- * exits 75. */
+/* td_signals.h — SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 during training (what
+ * Slurm sends before a time limit or preemption, and Ctrl-C: MPICH's hydra
+ * forwards one SIGINT per Ctrl-C, USR1 and TERM to the ranks; Open MPI's
+ * mpirun forwards USR1 and USR2): they only set a flag; the training loop
+ * agrees on it at a step boundary, saves a checkpoint and exits 75. A second
+ * SIGINT ends the process at once (exit 130), keeping what was committed. */
 #ifndef TD_SIGNALS_H
 #define TD_SIGNALS_H
 
 /* First thing in main, before any thread is started (MPI's, OpenMP's, the
- * watchdog's: they inherit the mask): block SIGTERM, SIGUSR1 and SIGUSR2, so
+ * watchdog's: they inherit the mask): block SIGINT, SIGTERM, SIGUSR1 and SIGUSR2, so
  * that one arriving during start-up waits, and none ever interrupts a
  * compute thread. */
 void td_signals_block(void);

@@ -60,6 +60,10 @@ td_add_ckpt_test(NAME checkpoint_crash_during_save SCRIPT ckpt_crash.sh ARGS 2,1
 # 4. SIGUSR1 to mpiexec: exit 75 with a committed checkpoint; the same
 #    command resumes bit for bit
 td_add_ckpt_test(NAME checkpoint_signal_usr1 SCRIPT ckpt_signal.sh ARGS 2,1,1,0 USR1)
+#    and Ctrl-C (SIGINT to mpiexec, which hydra forwards once) does the same,
+#    at 1 and 2 ranks
+td_add_ckpt_test(NAME checkpoint_signal_int_1 SCRIPT ckpt_signal.sh ARGS 1,1,1,0 INT)
+td_add_ckpt_test(NAME checkpoint_signal_int_2 SCRIPT ckpt_signal.sh ARGS 2,1,1,0 INT)
 #    and signals inside the saves themselves (a second one during the stop's
 #    save): every save commits, exit 75, bitwise resume
 td_add_ckpt_test(NAME checkpoint_signal_in_save SCRIPT ckpt_signal_in_save.sh ARGS 2,1,1,0 TERM)

@@ -3,14 +3,14 @@
 #
 # Stop on a signal, resume exactly (docs/architecture.md: exit code 75 "stopped early by
 # a signal after a checkpoint was committed — the same command resumes"), on
-# GRID (default 2,1,1,0), SIGNAL USR1 (default) or TERM:
+# GRID (default 2,1,1,0), SIGNAL USR1 (default), TERM or INT (Ctrl-C):
 #   1. the uninterrupted run: 40 steps, checkpoint.every=0 (saves at the end);
 #   2. the same deck in the background under mpiexec, each step made at
 #      least 150 ms long (TD_TEST_STEP_SLEEP_MS): once metrics.jsonl has 3
 #      records, SIGNAL is sent to mpiexec. Margin: the signal then has at
 #      least 37 steps (5.5 s) to land before the run could end; a signal
 #      sent later than step 36 (the poll starved by load) fails as a defect
-#      of this test, not of trident. SIGNAL goes to mpiexec (MPICH's hydra forwards SIGUSR1
+#      of this test, not of trident. SIGNAL goes to mpiexec (MPICH's hydra forwards SIGUSR1, SIGINT
 #      and SIGTERM to the ranks); every rank and mpiexec must exit 75, with
 #      a committed checkpoint of the last logged step S < 40 named in
 #      `latest` that verifies (mpiexec exiting 0 while every rank exited 75
