@@ -3,6 +3,7 @@
 
 #include "app/cli/td_cli.h"
 #include "app/train/td_checkpoint.h"
+#include "app/train/td_runlock.h"
 #include "app/train/td_trainer.h"
 #include "parallel/td_mpi.h"
 
@@ -23,11 +24,16 @@ td_status td_cmd_train(td_app *app, int argc, char **argv) {
   TD_CHECK(td_agree(app->world, st));
   td_config cfg;
   TD_CHECK(td_app_load_config(app, &a, &cfg));
+  td_runlock *lock = NULL; /* one run per checkpoint folder (td_runlock.h) */
+  TD_CHECK(td_runlock_claim(app, &cfg, &lock));
   td_trainer *t = NULL;
-  TD_CHECK(td_trainer_create(app, &cfg, 1, 1, &t));
-  t->dump_path = dump;
-  st = td_trainer_resume(t);
+  st = td_trainer_create(app, &cfg, 1, 1, &t);
+  if (st == TD_OK) {
+    t->dump_path = dump;
+    st = td_trainer_resume(t);
+  }
   if (st == TD_OK) st = td_trainer_run(t);
   td_trainer_destroy(&t);
+  td_runlock_release(&lock);
   return st;
 }

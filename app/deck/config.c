@@ -731,6 +731,9 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
     TD_FAIL(TD_ERR_DECK, "%s: schedule.warmup = %lld is longer than training.steps = %lld",
             WHERE(schedule, warmup), (long long)cfg->schedule_warmup,
             (long long)cfg->training_steps);
+  if (cfg->run_name[0] == '\0')
+    TD_FAIL(TD_ERR_DECK, "%s: run.name is empty (it names the run's folder, runs/<name>)",
+            WHERE(run, name));
   if (cfg->data_train[0] == '\0')
     TD_FAIL(TD_ERR_DECK, "%s: data.train is empty", WHERE(data, train));
   if (strcmp(cfg->optimizer_offload, "cpu") == 0 && strcmp(cfg->run_device, "cuda") != 0)

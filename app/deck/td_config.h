@@ -100,8 +100,11 @@
   X(checkpoint, dir, STR, "", 0, 0, NULL, 0, "checkpoint folder (default <out_dir>/ckpt)")    \
   X(checkpoint, every, INT, "0", 0, TD_BIG, NULL, 0, "save every N steps (0: only at the end)") \
   X(checkpoint, keep, INT, "3", 0, TD_BIG, NULL, 0, "committed checkpoints kept (0: all)")     \
-  X(checkpoint, resume, STR, "auto", 0, 0, NULL, 0, "auto (latest if present) | never | PATH") \
+  X(checkpoint, resume, STR, "auto", 0, 0, NULL, 0, "auto (latest if present), never (start afresh), or a PATH to a checkpoint file or folder") \
   X(checkpoint, verify, BOOL, "true", 0, 0, NULL, 0, "verify checksums on load")              \
+  X(checkpoint, overwrite, BOOL, "false", 0, 0, NULL, 0,                                       \
+    "with resume: never, delete an earlier run's checkpoints in checkpoint.dir and start afresh " \
+    "(false: such a folder is refused)")                                                     \
   X(logging, every, INT, "1", 1, TD_BIG, NULL, 0, "log every N steps")                        \
   X(logging, metrics, STR, "", 0, 0, NULL, 0, "JSON Lines metrics file (default <out_dir>/metrics.jsonl)") \
   X(logging, tensorboard, STR, "", 0, 0, NULL, 0,                                           \

@@ -12,3 +12,11 @@ add_test(NAME train_errors
           ${MPIEXEC_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR}/train_errors)
 set_tests_properties(train_errors PROPERTIES TIMEOUT 300 PROCESSORS 2 LABELS "e2e"
   ENVIRONMENT "HWLOC_PLUGINS_BLACKLIST=hwloc_pci")
+
+# One run per checkpoint folder: a rerun with resume: never refused (or
+# overwritten on request), a second live run refused at start, stale locks.
+add_test(NAME run_folder
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_folder.sh $<TARGET_FILE:trident>
+          ${MPIEXEC_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR}/run_folder)
+set_tests_properties(run_folder PROPERTIES TIMEOUT 300 PROCESSORS 2 LABELS "e2e"
+  ENVIRONMENT "HWLOC_PLUGINS_BLACKLIST=hwloc_pci")
