@@ -138,7 +138,7 @@ static void event_head(pb *b, int64_t step) {
   pb_varint(b, (uint64_t)step);
 }
 
-td_status td_tb_open(const char *dir, int64_t resume_step, td_tb **out) {
+td_status td_tb_open(const char *dir, int64_t resumed_from, td_tb **out) {
   td_status st = TD_OK;
   td_tb *tb = NULL;
   pb b = {0};
@@ -170,13 +170,13 @@ td_status td_tb_open(const char *dir, int64_t resume_step, td_tb **out) {
   event_head(&b, 0);
   pb_len(&b, 3, "brain.Event:2", 13);
   TD_CHECK_GOTO(write_record(tb, &b));
-  if (resume_step > 0) {
+  if (resumed_from > 0) {
     pb s = {0};
     b.n = 0;
     pb_key(&s, 1, 0);
     pb_varint(&s, 1); /* SessionLog.status = START */
-    event_head(&b, resume_step);
-    pb_len(&b, 6, s.p, s.n);
+    event_head(&b, resumed_from + 1); /* the first step this run logs */
+    pb_len(&b, 7, s.p, s.n);          /* Event.session_log (6: the deprecated log_message) */
     st = s.oom ? td_error_set(TD_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory")
                : write_record(tb, &b);
     free(s.p);

@@ -7,7 +7,8 @@
  * (tensorflow/core/util/event.proto): wall_time 1 (double), step 2 (int64),
  * file_version 3 (string, the first record: "brain.Event:2"), summary 5
  * (Summary: value 1, repeated; Value: tag 1, simple_value 2 (float)),
- * session_log 6 (SessionLog: status 1, START = 1). Hand-encoded: trident
+ * session_log 7 (SessionLog: status 1, START = 1; field 6 is the deprecated
+ * log_message). Hand-encoded: trident
  * writes nothing else of protobuf.
  *
  * A writer is not collective: one rank opens, writes and closes it. */
@@ -23,11 +24,13 @@ typedef struct td_tb td_tb;
 /* Create `dir` (and its parents) if needed and open a new event file in it
  * whose first record is the file-version event. A folder that already holds
  * event files keeps them: TensorBoard reads every file of a folder as one
- * run. When `resume_step` > 0 a SessionLog START event at that step follows,
- * which tells TensorBoard to drop the points of earlier files at steps >=
- * resume_step (a run that died after its last checkpoint logged steps it
- * will train again). On failure *out is NULL and the status names the file. */
-td_status td_tb_open(const char *dir, int64_t resume_step, td_tb **out);
+ * run. When `resumed_from` (the checkpoint's step) > 0 a SessionLog START
+ * event at step resumed_from + 1 — the first step this run trains and logs —
+ * follows, which tells TensorBoard to drop the points of earlier files at
+ * steps >= that step (a run that died after its last checkpoint logged steps
+ * it will train again) and keep the checkpoint's own step. On failure *out
+ * is NULL and the status names the file. */
+td_status td_tb_open(const char *dir, int64_t resumed_from, td_tb **out);
 
 /* One event at `step` holding n scalars (tags[i], values[i]); wall time now.
  * The record is flushed to the file before returning. */
