@@ -32,8 +32,10 @@ td_status td_cmd_eval(td_app *app, int argc, char **argv) {
   TD_CHECK(td_app_load_config(app, &a, &cfg));
   char path[TD_STR_MAX + 64] = "";
   int found = 0;
-  if (app->rank == 0) {
-    st = td_ckpt_resolve(cfg.checkpoint_dir, ckpt ? ckpt : "auto", &found, path, sizeof path);
+  if (ckpt) /* a file, a checkpoint folder or a run folder */
+    TD_CHECK(td_cli_checkpoint(app, "trident eval: --checkpoint", ckpt, path, sizeof path));
+  if (app->rank == 0 && !ckpt) {
+    st = td_ckpt_resolve(cfg.checkpoint_dir, "auto", &found, path, sizeof path);
     if (st == TD_OK && !found)
       st = td_error_set(TD_ERR_CKPT, __FILE__, __LINE__, __func__,
                         "trident eval: no checkpoint in %s (train first, or give --checkpoint FILE)",

@@ -48,7 +48,11 @@ static td_status parse(int argc, char **argv, export_args *a) {
     }
   }
   if (!a->ckpt || !a->out)
-    TD_FAIL(TD_ERR_USAGE, "trident export: --checkpoint FILE and --out DIR are required");
+    TD_FAIL(TD_ERR_USAGE, "trident export: --checkpoint PATH and --out DIR are required");
+  static char out[4096]; /* --out hf/ names hf/model.safetensors, not hf//... */
+  snprintf(out, sizeof out, "%s", a->out);
+  for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; --n) out[n - 1] = '\0';
+  a->out = out;
   return TD_OK;
 }
 
@@ -194,7 +198,12 @@ done:
 td_status td_cmd_export(td_app *app, int argc, char **argv) {
   export_args a;
   td_status st = parse(argc, argv, &a);
-  if (st == TD_OK && app->rank == 0) st = export_main(&a);
+  TD_CHECK(td_agree(app->world, st));
+  char ckpt_path[4300];
+  TD_CHECK(td_cli_checkpoint(app, "trident export: --checkpoint", a.ckpt, ckpt_path,
+                             sizeof ckpt_path));
+  a.ckpt = ckpt_path;
+  if (app->rank == 0) st = export_main(&a);
   TD_CHECK(td_agree(app->world, st));
   return TD_OK;
 }

@@ -182,6 +182,10 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
   gen_args g;
   td_status st = parse(argc, argv, &g);
   TD_CHECK(td_agree(app->world, st));
+  char ckpt_path[4300];
+  TD_CHECK(td_cli_checkpoint(app, "trident generate: --checkpoint", g.ckpt, ckpt_path,
+                             sizeof ckpt_path));
+  g.ckpt = ckpt_path;
   td_config cfg;
   TD_CHECK(gen_config(app, &g, &cfg));
   td_trainer *t = NULL;

@@ -5,7 +5,10 @@
  * byte-level tokenizer is a copy at disk speed and runs on rank 0 (the
  * others wait and share its status). */
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "app/cli/td_cli.h"
 #include "io/td_h5.h"
@@ -65,6 +68,33 @@ static td_status parse(int argc, char **argv, const char **out, double *frac, si
   return TD_OK;
 }
 
+/* The inputs exist and can be read, --out's folder exists and can be
+ * written: bad paths are the user's (exit 2), named, before any work. */
+static td_status check_paths(const char *out, int nin, char **inputs) {
+  for (int i = 0; i < nin; ++i) {
+    if (!strcmp(inputs[i], "-")) continue;
+    if (access(inputs[i], R_OK) != 0)
+      TD_FAIL(TD_ERR_USAGE, "trident prepare: input %s: %s", inputs[i], strerror(errno));
+  }
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", out);
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) dir[1] = '\0';
+  else *slash = '\0';
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    TD_FAIL(TD_ERR_USAGE, "trident prepare: --out %s: the folder %s does not exist (make it "
+            "first: mkdir -p %s)", out, dir, dir);
+  if (access(dir, W_OK | X_OK) != 0)
+    TD_FAIL(TD_ERR_USAGE, "trident prepare: --out %s: the folder %s cannot be written: %s", out,
+            dir, strerror(errno));
+  if (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode))
+    TD_FAIL(TD_ERR_USAGE, "trident prepare: --out %s is a folder; give a file name "
+            "(e.g. %s/corpus.h5)", out, out);
+  return TD_OK;
+}
+
 td_status td_cmd_prepare(td_app *app, int argc, char **argv) {
   const char *out = NULL;
   double frac = 0.1;
@@ -74,6 +104,8 @@ td_status td_cmd_prepare(td_app *app, int argc, char **argv) {
   tok_args t;
   td_bpe *bpe = NULL;
   td_status st = parse(argc, argv, &out, &frac, &buf, &t, &nin, &inputs);
+  if (st == TD_OK && app->rank == 0) st = check_paths(out, nin, inputs);
+  st = td_agree(app->world, st); /* rank 0 decides for all */
   td_h5_init();
   if (st == TD_OK && strcmp(t.tokenizer, "gpt2") == 0) { /* every rank: same argv */
     st = td_agree(app->world, td_bpe_load(t.vocab, t.merges, &bpe));

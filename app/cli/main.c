@@ -28,31 +28,43 @@ typedef struct {
 
 static const command k_commands[] = {
     {"train", td_cmd_train, "trident train DECK [--set key.path=value]...",
-     "Train the model of DECK on dp×tp×pp MPI ranks; resumes per checkpoint.resume.\n"
+     "Train the model of DECK on dp×cp×tp×pp MPI ranks; resumes per checkpoint.resume.\n"
      "  --set key.path=value   override a deck value (repeatable), e.g. --set training.steps=10\n"
      "  --dump FILE            (testing) write initial weights, batches, losses and step-0\n"
      "                         gradients to FILE for tests/reference/check_train.py\n"},
     {"check", td_cmd_check,
      "trident check DECK [--set key.path=value]... [--json] | trident check --schema",
-     "Validate DECK without training: print the resolved deck, the grid map (rank → dp, tp,\n"
-     "pp), the parameter count, the memory each rank will allocate (parameters, gradients,\n"
+     "Validate DECK without training: print the resolved deck, the grid map (rank → dp, cp,\n"
+     "tp, pp), the parameter count, the memory each rank will allocate (parameters, gradients,\n"
      "optimizer state, ZeRO working buffers, activations) and FLOPs per token and step.\n"
      "  --schema               print every deck key with type, default, range and meaning\n"
-     "  --ranks                print only the number of ranks the deck needs (dp·tp·pp)\n"
+     "  --ranks                print only the number of ranks the deck needs (dp·cp·tp·pp)\n"
      "  --json                 print each rank's memory (bytes, as training allocates it) as\n"
      "                         one JSON object instead of the report\n"},
-    {"eval", td_cmd_eval, "trident eval DECK [--checkpoint FILE] [--json] [--set ...]",
+    {"eval", td_cmd_eval, "trident eval DECK [--checkpoint PATH] [--json] [--set ...]",
      "Validation loss of a checkpoint (default: the latest of checkpoint.dir) over the first\n"
      "eval.batches × training.global_batch windows of the validation tokens.\n"
-     "  --checkpoint FILE      the checkpoint to evaluate\n"
+     "  --checkpoint PATH      the checkpoint to evaluate: a file, a checkpoint folder or a\n"
+     "                         run folder (their latest)\n"
      "  --json                 print one JSON object with step, val_loss, val_tokens\n"},
     {"generate", td_cmd_generate,
-     "trident generate --checkpoint FILE [--prompt TEXT] [--tokens N] [--temperature T] "
+     "trident generate --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature T] "
      "[--top-k K] [--seed S] [--raw]",
      "Sample text from a checkpoint: bytes, or the GPT-2 tokenizer the checkpoint\n"
      "carries (trained on data prepared with --tokenizer gpt2). The text is valid UTF-8: a\n"
      "character split over tokens is held until complete, what stays invalid prints U+FFFD.\n"
-     "  --raw                  print the sampled tokens' bytes as they are\n"},
+     "Runs on tensor- and pipeline-parallel grids (--set parallel.tp=2 --set parallel.pp=2)\n"
+     "and prints the same text on each; deterministic for a seed.\n"
+     "  --checkpoint PATH      a checkpoint file, a checkpoint folder or a run folder (latest)\n"
+     "  --prompt TEXT          the text to continue (default: a newline; an empty prompt\n"
+     "                         starts from <|endoftext|> with the GPT-2 tokenizer, else a\n"
+     "                         newline)\n"
+     "  --tokens N             tokens to sample (default 200)\n"
+     "  --temperature T        softmax temperature; 0 is greedy (default 1.0)\n"
+     "  --top-k K              sample among the K most likely tokens; 0: all (default 0)\n"
+     "  --seed S               the sampling seed (default 1234)\n"
+     "  --raw                  print the sampled tokens' bytes as they are\n"
+     "  --set key.path=value   e.g. parallel.tp=2 (parallel.cp > 1 is refused)\n"},
     {"prepare", td_cmd_prepare,
      "trident prepare --out FILE [--val-fraction F] [--tokenizer bytes|gpt2 --vocab encoder.json "
      "--merges vocab.bpe] INPUT...",
@@ -61,9 +73,12 @@ static const command k_commands[] = {
      "256, the default) or GPT-2's BPE from its published encoder.json and vocab.bpe\n"
      "(vocabulary 50257; each file one document after <|endoftext|>; the files are kept\n"
      "in /tokenizer and travel on into checkpoints).\n"},
-    {"export", td_cmd_export, "trident export --checkpoint FILE --out DIR [--dtype fp32|bf16]",
-     "Write a checkpoint's model as Hugging Face GPT-2 files: DIR/model.safetensors (names\n"
-     "transformer.*, the tied lm_head left out) and DIR/config.json (GPT2LMHeadModel).\n"},
+    {"export", td_cmd_export, "trident export --checkpoint PATH --out DIR [--dtype fp32|bf16]",
+     "Write a checkpoint's model as Hugging Face files, after verifying its checksums:\n"
+     "DIR/model.safetensors and DIR/config.json — GPT-2 (names transformer.*, the tied\n"
+     "lm_head left out, GPT2LMHeadModel) or LLaMA (LlamaForCausalLM). PATH: a checkpoint\n"
+     "file, a checkpoint folder or a run folder (their latest).\n"
+     "  --dtype fp32|bf16      the stored precision (default fp32)\n"},
     {"plan", td_cmd_plan,
      "trident plan DECK --cluster FILE [--ranks N] [--top K] [--json] [--emit] [--set ...]",
      "Which grid to run: every configuration of N ranks (dp, cp, tp, pp, ZeRO stage, sequence\n"
@@ -79,15 +94,18 @@ static const command k_commands[] = {
      "  --calibrate            measure this machine (gemm rates, memory bandwidth, MPI\n"
      "                         latency/bandwidth, the process baseline) and print a\n"
      "                         cluster file: mpiexec -n 2 trident plan --calibrate\n"},
-    {"ckpt", td_cmd_ckpt, "trident ckpt info FILE",
-     "Show a checkpoint: step, tokens seen, saved grid, model config, every tensor with its\n"
-     "shape and checksum status.\n"},
+    {"ckpt", td_cmd_ckpt, "trident ckpt info PATH [--full]",
+     "Show a checkpoint (a file, a checkpoint folder or a run folder: their latest) after\n"
+     "verifying every checksum: its step, model, the grid it was saved on (dp × cp × tp × pp,\n"
+     "ZeRO) and its tensors.\n"
+     "  --full                 also the whole deck and every tensor with its shape and\n"
+     "                         checksum status\n"},
 };
 #define NCOMMANDS ((int)(sizeof k_commands / sizeof k_commands[0]))
 
 static void print_usage(FILE *out) {
   fprintf(out,
-          "trident %s — train GPT-family models on a data × tensor × pipeline parallel grid\n\n"
+          "trident %s — train GPT-2 and LLaMA models on a data × context × tensor × pipeline parallel grid\n\n"
           "usage: mpiexec -n K trident COMMAND [options]\n\ncommands:\n",
           TD_VERSION);
   for (int i = 0; i < NCOMMANDS; ++i) fprintf(out, "  %s\n", k_commands[i].usage);

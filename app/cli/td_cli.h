@@ -19,4 +19,12 @@ td_status td_cmd_ckpt(td_app *app, int argc, char **argv);
 td_status td_cmd_export(td_app *app, int argc, char **argv);
 td_status td_cmd_plan(td_app *app, int argc, char **argv);
 
+/* The checkpoint file a command line names with `what` ("trident generate:
+ * --checkpoint"): a file, a checkpoint folder (its `latest`) or a run folder
+ * (its ckpt/latest). A path that does not exist, cannot be read, is not
+ * HDF5 or not a trident checkpoint, or a folder without `latest`, is
+ * TD_ERR_USAGE (exit 2) in one line naming the argument. Rank 0 decides;
+ * path (cap bytes, the same on every rank) receives the file. Collective. */
+td_status td_cli_checkpoint(td_app *app, const char *what, const char *arg, char *path, size_t cap);
+
 #endif

@@ -204,6 +204,7 @@ static td_status save_impl(td_trainer *t, char *path_out, size_t cap) {
   TD_CHECK_GOTO(st);
   TD_CHECK_GOTO(td_ckpt_save_commit(&w, (int)c->checkpoint_keep, path_out, cap));
   t->last_save_s = td_now() - t0;
+  snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", path_out);
   td_log("checkpoint: step %lld saved to %s in %.2f s\n", (long long)t->step, path_out,
          t->last_save_s);
 done:
@@ -409,5 +410,10 @@ td_status td_trainer_resume(td_trainer *t) {
   TD_MPI_CHECK(MPI_Bcast(path, (int)sizeof path, MPI_CHAR, 0, t->app->world));
   if (!found) return TD_OK;
   TD_CHECK(td_trainer_load(t, path, 1));
+  snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", path);
+  if (t->step >= c->training_steps)
+    td_warn("training.steps = %lld, and the checkpoint %s is at step %lld: nothing is left to "
+            "train (raise training.steps to continue the run)", (long long)c->training_steps,
+            path, (long long)t->step);
   return TD_OK;
 }

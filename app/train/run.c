@@ -502,6 +502,8 @@ td_status td_trainer_run(td_trainer *t) {
   /* test only: every step made slower by a pause (the scheduler tests) */
   const char *pause_env = getenv("TD_TEST_STEP_SLEEP_MS");
   long pause_ms = pause_env ? strtol(pause_env, NULL, 10) : 0;
+  double last_loss = 0.0, last_val = 0.0;
+  int64_t val_step = -1;
   while (t->step < c->training_steps) {
     double t0 = td_now();
     double loss = 0, norm = 0, lr = 0;
@@ -526,6 +528,8 @@ td_status td_trainer_run(td_trainer *t) {
       TD_CHECK_GOTO(td_trainer_eval(t, &val, &n));
       has_val = 1;
     }
+    last_loss = loss;
+    if (has_val) last_val = val, val_step = t->step;
     if (t->step % c->logging_every == 0 || last || has_val)
       TD_CHECK_GOTO(log_step(t, loss, norm, lr, step_s, td_now() - t_start, t->step - first_step,
                              has_val, val));
@@ -550,8 +554,22 @@ td_status td_trainer_run(td_trainer *t) {
     }
   }
   if (d.file >= 0) TD_CHECK_GOTO(dump_end(t, &d));
-  td_log("trident: done, %lld steps in %.1f s\n", (long long)(t->step - first_step),
-         td_now() - t_start);
+  double took = td_now() - t_start;
+  int64_t ran = t->step - first_step;
+  td_log("trident: done, %lld steps in %.1f s\n", (long long)ran, took);
+  /* the summary: what a user looks for at the end of a log */
+  if (ran > 0) {
+    td_log("summary: steps %lld-%lld of %lld in %.1f s, %.0f tokens/s\n", (long long)first_step + 1,
+           (long long)t->step, (long long)c->training_steps, took,
+           took > 0 ? (double)ran * (double)(c->training_global_batch * c->model_seq_len) / took : 0.0);
+    td_log("  train loss   %.4f at step %lld\n", last_loss, (long long)t->step);
+    if (val_step >= 0)
+      td_log("  val loss     %.4f at step %lld\n", last_val, (long long)val_step);
+    else
+      td_log("  val loss     not measured (eval.every: -1)\n");
+  }
+  if (t->last_ckpt[0]) td_log("  checkpoint   %s\n", t->last_ckpt);
+  td_log("  metrics      %s\n", c->logging_metrics);
 done:
   dump_free(t, &d);
   return st;

@@ -78,6 +78,7 @@ typedef struct td_trainer {
   int threads;
   float *ckpt_stage;    /* host staging for checkpoints (device back-ends), kept */
   int quiet;           /* no progress lines on stdout (generate prints text there) */
+  char last_ckpt[TD_STR_MAX + 64]; /* the checkpoint saved last (or loaded), for the summary */
   const char *dump_path; /* --dump FILE (testing) */
   float *grad_snapshot;  /* when set: host copy of the unclipped gradients of the last step */
   double last_save_s;    /* wall seconds of the last checkpoint save (0: none yet) */

@@ -20,3 +20,11 @@ add_test(NAME run_folder
           ${MPIEXEC_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR}/run_folder)
 set_tests_properties(run_folder PROPERTIES TIMEOUT 300 PROCESSORS 2 LABELS "e2e"
   ENVIRONMENT "HWLOC_PLUGINS_BLACKLIST=hwloc_pci")
+
+# The paths users give: bad ones exit 2 in one line; run and ckpt folders
+# mean their latest; ckpt info short and full; help and warnings.
+add_test(NAME cli_paths
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/cli_paths.sh $<TARGET_FILE:trident>
+          ${MPIEXEC_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR}/cli_paths)
+set_tests_properties(cli_paths PROPERTIES TIMEOUT 300 PROCESSORS 2 LABELS "e2e"
+  ENVIRONMENT "HWLOC_PLUGINS_BLACKLIST=hwloc_pci")

@@ -19,7 +19,7 @@ OMP_NUM_THREADS=1 "$mpiexec" -n 2 "$trident" train "$src/inputs/llama-tiny.yaml"
   --set data.train=corpus.h5 --set parallel.tp=2 --set training.steps=2 \
   --set schedule.warmup=1 --set run.out_dir=run > train.log 2>&1 || { tail -5 train.log; fail "train"; }
 ck=run/ckpt/step_00000002.h5
-"$trident" ckpt info "$ck" > info.txt 2>&1 || { cat info.txt; fail "ckpt info $ck"; }
+"$trident" ckpt info --full "$ck" > info.txt 2>&1 || { cat info.txt; fail "ckpt info $ck"; }
 want=(model.embed_tokens.weight "256, 128" model.norm.weight "128" lm_head.weight "256, 128")
 for l in 0 1 2 3; do
   p=model.layers.$l

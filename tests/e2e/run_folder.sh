@@ -13,8 +13,10 @@
 #  4. stale locks are taken over with a warning: this host's dead PID, a
 #     lock not refreshed for 120 s (another host), this Slurm job's own (a
 #     requeue); a fresh lock of another host is refused;
-#  5. a checkpoint folder that cannot be written, and an empty run.name, are
-#     exit 2 naming the key, before anything is trained.
+#  5. a checkpoint folder that cannot be made or written, and an empty
+#     run.name, are exit 2 naming the key, before anything is trained;
+#  6. (with 3) the end-of-run summary holds the steps, the final train and
+#     validation loss of metrics.jsonl, tokens/s and the last checkpoint.
 set -uo pipefail
 trident=$1 mpiexec=$2 work=$3
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -86,6 +88,24 @@ if [ $rc = 0 ] && [ "$(grep -c '"loss"' run/metrics.jsonl)" = 25 ] && [ ! -e run
   ok "the first run finished its 25 steps and removed its lock"
 else
   bad "the first run: exit $rc, $(grep -c '"loss"' run/metrics.jsonl) steps, lock: $(cat run/ckpt/trident.lock 2>&1)"
+fi
+
+# the end-of-run summary of that run: its numbers are the metrics file's
+want=$(/usr/bin/python3 - run/metrics.jsonl <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+tr = [r for r in rows if "loss" in r][-1]
+va = [r for r in rows if "val_loss" in r][-1]
+print(f"summary: steps 1-25 of 25 in|  train loss   {tr['loss']:.4f} at step {tr['step']}|"
+      f"  val loss     {va['val_loss']:.4f} at step {va['step']}|"
+      f"  checkpoint   run/ckpt/step_00000025.h5|  metrics      run/metrics.jsonl")
+PY
+)
+got=$(grep -A4 "^summary:" live.log | sed 's/ [0-9.]* s, [0-9]* tokens\/s$//' | sed 's/^\(summary: steps 1-25 of 25 in\).*/\1/' | paste -sd'|')
+if [ -n "$want" ] && [ "$got" = "$want" ]; then
+  ok "the end-of-run summary: steps, final train and validation loss (= metrics.jsonl), tokens/s, the checkpoint"
+else
+  bad "the end-of-run summary: '$got', want '$want'"
 fi
 
 # 4. stale locks
