@@ -5,11 +5,13 @@
 # MPI one the binary was built with). Stop it for a later resume with
 # SIGUSR1 to this script's mpiexec (MPICH and Open MPI forward it).
 #   bash jobs/mpirun.sh inputs/DECK.yaml [--set k=v]...
+# From any folder: the deck and the paths in it are relative to where it is
+# run, as with trident itself; the binary is the checkout's build/trident
+# (TRIDENT overrides it).
 set -uo pipefail
-cd "$(dirname "$0")/.."
 DECK=${1:?usage: jobs/mpirun.sh DECK [--set k=v]...}
 shift
-TRIDENT=${TRIDENT:-build/trident}
+TRIDENT=${TRIDENT:-$(cd "$(dirname "$0")/.." && pwd)/build/trident}
 # the launcher of the MPI the binary was built with (Debian's `mpiexec` is
 # whichever MPI has the higher priority, Open MPI's when both are installed)
 if [ -z "${MPIEXEC:-}" ]; then

@@ -19,10 +19,6 @@ echo "== quickstart: build"
 td_build build
 ./build/trident --version
 
-echo "== quickstart: check the deck on $RANKS ranks"
-"$TD_MPIEXEC" -n "$RANKS" ./build/trident check inputs/quickstart.yaml --set parallel.dp="$RANKS" \
-  | sed -n '/^# grid/,$p'
-
 echo "== quickstart: prepare the corpus"
 mkdir -p data
 if [ ! -f data/quickstart.h5 ]; then
@@ -30,6 +26,10 @@ if [ ! -f data/quickstart.h5 ]; then
 else
   echo "data/quickstart.h5 exists"
 fi
+
+echo "== quickstart: check the deck on $RANKS ranks"
+"$TD_MPIEXEC" -n "$RANKS" ./build/trident check inputs/quickstart.yaml --set parallel.dp="$RANKS" \
+  | sed -n '/^# grid/,$p'
 
 echo "== quickstart: train on $RANKS ranks"
 rm -rf runs/quickstart

@@ -124,80 +124,30 @@ static void print_nodes(const td_grid *g, const rank_info *all, int cuda) {
             td_grid_group_nodes(g, 't', example), all[example].host, g->tp);
 }
 
-static td_status check_main(td_app *app, const td_config *cfg, int json) {
-  td_status st = TD_OK;
-  td_grid *g = NULL;
-  td_registry *reg = NULL;
-  rank_info *all = NULL;
-  TD_CHECK_GOTO(td_grid_create(app->world, (int)cfg->parallel_dp, (int)cfg->parallel_cp,
-                               (int)cfg->parallel_tp, (int)cfg->parallel_pp, &g));
-  /* Test-only: TD_TEST_FAIL_RANK=r makes rank r fail alone, here, while every
-   * other rank waits in a collective: the job must end, not hang. */
-  TD_CHECK_GOTO(td_test_fail_point("check"));
-
-  /* what this build cannot compute is refused here, not in the middle of a run */
-  char why[256];
-  if (!td_kernels_precision_ok(cfg->run_device, cfg->training_precision, why, sizeof why))
-    st = td_error_set(TD_ERR_DECK, __FILE__, __LINE__, __func__, "%s: training.precision: %s",
-                      cfg->deck_path, why);
-  TD_CHECK_GOTO(td_agree(app->world, st));
-  st = td_registry_create(cfg, g->tp, g->tp_rank, g->pp, g->pp_rank, &reg);
-  rank_info me;
-  memset(&me, 0, sizeof me);
-  /* what training would allocate here: the model's and the ZeRO engine's own
-   * size queries, not a second formula */
-  int local_rank = 0, local_size = 1;
-  td_dcomm_kind dcomm = TD_DCOMM_OFF;
-  TD_CHECK_GOTO(td_trainer_node_place(app, &local_rank, &local_size));
-  TD_CHECK_GOTO(td_trainer_dcomm_kind(app, cfg, local_size, &dcomm, why, sizeof why));
-  if (st == TD_OK) st = td_trainer_plan(cfg, g, dcomm, &me.mem);
-  int offload = strcmp(cfg->optimizer_offload, "cpu") == 0;
-  if (st == TD_OK && offload) { /* the same rank without offload: what moves */
-    td_config plain = *cfg;
-    td_mem_plan pm;
-    snprintf(plain.optimizer_offload, sizeof plain.optimizer_offload, "none");
-    st = td_trainer_plan(&plain, g, dcomm, &pm);
-    me.dev_plain = mem_total(&pm);
-  }
-  TD_CHECK_GOTO(td_agree(app->world, st));
-  me.rank = g->rank, me.dp = g->dp_rank, me.cp = g->cp_rank, me.tp = g->tp_rank;
-  me.pp = g->pp_rank;
-  int len = 0;
-  char host[MPI_MAX_PROCESSOR_NAME];
-  MPI_Get_processor_name(host, &len);
-  snprintf(me.host, sizeof me.host, "%s", host);
-  me.gpu = td_trainer_gpu_of(cfg, local_rank, &me.gpus);
-  TD_MPI_CHECK(MPI_Comm_size(g->tp_comm, &me.tp_size));
-  TD_MPI_CHECK(MPI_Comm_size(g->cp_comm, &me.cp_size));
-  TD_MPI_CHECK(MPI_Comm_size(g->dp_comm, &me.dp_size));
-  TD_MPI_CHECK(MPI_Comm_size(g->pp_comm, &me.pp_size));
-  me.embed_size = 0;
-  if (g->embed_comm != MPI_COMM_NULL) TD_MPI_CHECK(MPI_Comm_size(g->embed_comm, &me.embed_size));
-  if (app->rank == 0) {
-    all = calloc((size_t)app->size, sizeof *all);
-    if (!all) st = td_error_set(TD_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory");
-  }
-  TD_CHECK_GOTO(td_agree(app->world, st));
-  TD_MPI_CHECK(MPI_Gather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, 0,
-                          app->world));
-  if (app->rank != 0) goto done;
+/* The report (rank 0): the resolved deck, the grid map of the n ranks in
+ * all[], nodes, model, memory, pipeline, FLOPs. virt: NULL, or what the
+ * virtual grid is (check on fewer ranks than the deck needs). */
+static td_status report(const td_config *cfg, const td_grid *g, const rank_info *all, int n,
+                        const td_registry *reg, td_dcomm_kind dcomm, const char *why, int json,
+                        const char *virt) {
   if (json) {
-    print_json(all, app->size);
-    goto done;
+    print_json(all, n);
+    return TD_OK;
   }
-
   printf("# resolved deck (%s)\n", cfg->deck_path);
   td_config_print(cfg, stdout);
   char a[32], b[32], c[32], d[32], w[32], f[32], h[32], t[32];
   int64_t cp = cfg->parallel_cp;
+  if (virt) printf("\n# virtual grid: %s\n", virt);
+  int offload = strcmp(cfg->optimizer_offload, "cpu") == 0;
   if (cp > 1)
     printf("\n# grid: dp %lld × cp %lld × tp %lld × pp %lld = %d ranks (rank = tp + tp·(cp + "
            "cp·(dp + dp·pp)))\n", (long long)cfg->parallel_dp, (long long)cp,
-           (long long)cfg->parallel_tp, (long long)cfg->parallel_pp, app->size);
+           (long long)cfg->parallel_tp, (long long)cfg->parallel_pp, n);
   else
     printf("\n# grid: dp %lld × tp %lld × pp %lld = %d ranks (rank = tp + tp·(dp + dp·pp))\n",
            (long long)cfg->parallel_dp, (long long)cfg->parallel_tp, (long long)cfg->parallel_pp,
-           app->size);
+           n);
   if (cfg->parallel_sequence_parallel)
     printf("sequence parallel: each tp rank holds 1/tp of its tokens of the residual stream and "
            "norms\n");
@@ -215,8 +165,8 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
          cuda ? "  gpu" : "", "params", "param mem", "grad mem", "optim mem", "work mem",
          "activ mem", "total");
   int64_t worst = 0;
-  for (int i = 0; i < app->size; ++i) {
-    rank_info *x = &all[i];
+  for (int i = 0; i < n; ++i) {
+    const rank_info *x = &all[i];
     int64_t tot = mem_total(&x->mem);
     if (tot > worst) worst = tot;
     human_count((double)x->mem.params_local, a, sizeof a);
@@ -286,7 +236,7 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
          (long long)all[0].mem.live_micro, cfg->parallel_virtual_stages > 1 ? "chunk " : "",
          all[0].mem.live_micro == 1 ? "" : "es");
   int64_t start_max = 0;
-  for (int i = 0; i < app->size; ++i)
+  for (int i = 0; i < n; ++i)
     if (all[i].mem.startup > start_max) start_max = all[i].mem.startup;
   human_bytes((double)start_max, h, sizeof h);
   printf("start-up: while the parameters are set, a host copy of them (%s on the largest rank, "
@@ -295,7 +245,7 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   if (offload) {
     /* the rank whose device memory is largest: its host state and what moved */
     const rank_info *x = &all[0];
-    for (int i = 1; i < app->size; ++i)
+    for (int i = 1; i < n; ++i)
       if (mem_total(&all[i].mem) > mem_total(&x->mem)) x = &all[i];
     int64_t dev = mem_total(&x->mem), moved = x->dev_plain - dev;
     int64_t dpcp = cfg->parallel_dp * cp; /* ZeRO shards over dp × cp */
@@ -316,7 +266,7 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   }
   if (cfg->parallel_pp > 1) {
     td_sched_sim sim;
-    TD_CHECK_GOTO(td_pipe_predict(cfg, &sim));
+    TD_CHECK(td_pipe_predict(cfg, &sim));
     printf("pipeline: %s schedule over %lld stages", cfg->parallel_pp_schedule,
            (long long)cfg->parallel_pp);
     if (cfg->parallel_virtual_stages > 1)
@@ -330,7 +280,68 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   human_count(fpt, t, sizeof t);
   human_count(fpt * (double)cfg->training_global_batch * (double)cfg->model_seq_len, a, sizeof a);
   printf("FLOPs: %s per token (6·N + 12·L·C·T, training), %s per optimizer step\n", t, a);
-  printf("check: OK\n");
+  return TD_OK;
+}
+
+
+static td_status check_main(td_app *app, const td_config *cfg, int json) {
+  td_status st = TD_OK;
+  td_grid *g = NULL;
+  td_registry *reg = NULL;
+  rank_info *all = NULL;
+  TD_CHECK_GOTO(td_grid_create(app->world, (int)cfg->parallel_dp, (int)cfg->parallel_cp,
+                               (int)cfg->parallel_tp, (int)cfg->parallel_pp, &g));
+  /* Test-only: TD_TEST_FAIL_RANK=r makes rank r fail alone, here, while every
+   * other rank waits in a collective: the job must end, not hang. */
+  TD_CHECK_GOTO(td_test_fail_point("check"));
+
+  /* what this build cannot compute is refused here, not in the middle of a run */
+  char why[256];
+  if (!td_kernels_precision_ok(cfg->run_device, cfg->training_precision, why, sizeof why))
+    st = td_error_set(TD_ERR_DECK, __FILE__, __LINE__, __func__, "%s: training.precision: %s",
+                      cfg->deck_path, why);
+  TD_CHECK_GOTO(td_agree(app->world, st));
+  st = td_registry_create(cfg, g->tp, g->tp_rank, g->pp, g->pp_rank, &reg);
+  rank_info me;
+  memset(&me, 0, sizeof me);
+  /* what training would allocate here: the model's and the ZeRO engine's own
+   * size queries, not a second formula */
+  int local_rank = 0, local_size = 1;
+  td_dcomm_kind dcomm = TD_DCOMM_OFF;
+  TD_CHECK_GOTO(td_trainer_node_place(app, &local_rank, &local_size));
+  TD_CHECK_GOTO(td_trainer_dcomm_kind(app, cfg, local_size, &dcomm, why, sizeof why));
+  if (st == TD_OK) st = td_trainer_plan(cfg, g, dcomm, &me.mem);
+  int offload = strcmp(cfg->optimizer_offload, "cpu") == 0;
+  if (st == TD_OK && offload) { /* the same rank without offload: what moves */
+    td_config plain = *cfg;
+    td_mem_plan pm;
+    snprintf(plain.optimizer_offload, sizeof plain.optimizer_offload, "none");
+    st = td_trainer_plan(&plain, g, dcomm, &pm);
+    me.dev_plain = mem_total(&pm);
+  }
+  TD_CHECK_GOTO(td_agree(app->world, st));
+  me.rank = g->rank, me.dp = g->dp_rank, me.cp = g->cp_rank, me.tp = g->tp_rank;
+  me.pp = g->pp_rank;
+  int len = 0;
+  char host[MPI_MAX_PROCESSOR_NAME];
+  MPI_Get_processor_name(host, &len);
+  snprintf(me.host, sizeof me.host, "%s", host);
+  me.gpu = td_trainer_gpu_of(cfg, local_rank, &me.gpus);
+  TD_MPI_CHECK(MPI_Comm_size(g->tp_comm, &me.tp_size));
+  TD_MPI_CHECK(MPI_Comm_size(g->cp_comm, &me.cp_size));
+  TD_MPI_CHECK(MPI_Comm_size(g->dp_comm, &me.dp_size));
+  TD_MPI_CHECK(MPI_Comm_size(g->pp_comm, &me.pp_size));
+  me.embed_size = 0;
+  if (g->embed_comm != MPI_COMM_NULL) TD_MPI_CHECK(MPI_Comm_size(g->embed_comm, &me.embed_size));
+  if (app->rank == 0) {
+    all = calloc((size_t)app->size, sizeof *all);
+    if (!all) st = td_error_set(TD_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory");
+  }
+  TD_CHECK_GOTO(td_agree(app->world, st));
+  TD_MPI_CHECK(MPI_Gather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, 0,
+                          app->world));
+  if (app->rank == 0) st = report(cfg, g, all, app->size, reg, dcomm, why, json, NULL);
+  st = td_agree(app->world, st);
 done:
   free(all);
   td_registry_destroy(&reg);
@@ -338,10 +349,71 @@ done:
   return st;
 }
 
+/* check on fewer processes than the deck's ranks (a login node, a laptop):
+ * rank 0 computes every rank of the deck's grid on a virtual grid — the
+ * same size queries (td_trainer_plan) — with rpn ranks per node for the
+ * node map (hosts node0, node1, ...; GPU = local rank). */
+static td_status check_virtual(td_app *app, const td_config *cfg, int json, int rpn) {
+  td_status st = TD_OK;
+  int dp = (int)cfg->parallel_dp, cp = (int)cfg->parallel_cp, tp = (int)cfg->parallel_tp,
+      pp = (int)cfg->parallel_pp, n = dp * cp * tp * pp;
+  char why[256] = "";
+  if (!td_kernels_precision_ok(cfg->run_device, cfg->training_precision, why, sizeof why))
+    st = td_error_set(TD_ERR_DECK, __FILE__, __LINE__, __func__, "%s: training.precision: %s",
+                      cfg->deck_path, why);
+  TD_CHECK(td_agree(app->world, st));
+  /* the collectives a GPU job of this build would use (as trident plan assumes) */
+  int cuda = strcmp(cfg->run_device, "cuda") == 0;
+  td_dcomm_kind dcomm = cuda ? TD_DCOMM_NCCL : TD_DCOMM_OFF;
+  why[0] = '\0';
+  if (app->rank != 0) return td_agree(app->world, TD_OK);
+  rank_info *all = calloc((size_t)n, sizeof *all);
+  int *node_of = calloc((size_t)n, sizeof *node_of);
+  td_registry *reg = NULL;
+  if (!all || !node_of) st = td_error_set(TD_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory");
+  int offload = strcmp(cfg->optimizer_offload, "cpu") == 0;
+  for (int r = 0; st == TD_OK && r < n; ++r) {
+    rank_info *x = &all[r];
+    x->rank = r, x->tp = r % tp, x->cp = (r / tp) % cp, x->dp = (r / (tp * cp)) % dp;
+    x->pp = r / (tp * cp * dp);
+    td_grid vg;
+    td_grid_virtual(dp, cp, tp, pp, x->dp, x->cp, x->tp, x->pp, &vg);
+    st = td_trainer_plan(cfg, &vg, dcomm, &x->mem);
+    if (st == TD_OK && offload) {
+      td_config plain = *cfg;
+      td_mem_plan pm;
+      snprintf(plain.optimizer_offload, sizeof plain.optimizer_offload, "none");
+      st = td_trainer_plan(&plain, &vg, dcomm, &pm);
+      x->dev_plain = mem_total(&pm);
+    }
+    node_of[r] = r / rpn;
+    snprintf(x->host, sizeof x->host, "node%d", r / rpn);
+    x->gpu = cuda ? r % rpn : -1, x->gpus = cuda ? rpn : 0;
+    x->tp_size = tp, x->cp_size = cp, x->dp_size = dp, x->pp_size = pp;
+    x->embed_size = pp > 1 ? 2 : 1;
+  }
+  if (st == TD_OK) st = td_registry_create(cfg, tp, 0, pp, 0, &reg);
+  if (st == TD_OK) {
+    td_grid g;
+    td_grid_virtual(dp, cp, tp, pp, 0, 0, 0, 0, &g);
+    g.size = n, g.node_of = node_of, g.nodes = (n + rpn - 1) / rpn;
+    char virt[512];
+    snprintf(virt, sizeof virt, "this job has %d process%s, the deck %d ranks: each rank below "
+             "is computed as on the deck's grid (the same size queries as training), placed "
+             "%d rank%s per node (--ranks-per-node N) on %d nodes named node0, node1, ...",
+             app->size, app->size == 1 ? "" : "es", n, rpn, rpn == 1 ? "" : "s", g.nodes);
+    st = report(cfg, &g, all, n, reg, dcomm, why, json, virt);
+  }
+  td_registry_destroy(&reg);
+  free(node_of);
+  free(all);
+  return td_agree(app->world, st);
+}
+
 td_status td_cmd_check(td_app *app, int argc, char **argv) {
   td_deck_args a;
   td_status st = td_app_deck_args("check", argc, argv, &a);
-  int schema = 0, ranks = 0, json = 0;
+  int schema = 0, ranks = 0, json = 0, rpn = 0;
   for (int i = 0; st == TD_OK && i < a.nrest; ++i) {
     if (strcmp(a.rest[i], "--schema") == 0)
       schema = 1;
@@ -349,7 +421,13 @@ td_status td_cmd_check(td_app *app, int argc, char **argv) {
       json = 1;
     else if (strcmp(a.rest[i], "--ranks") == 0)
       ranks = 1;
-    else
+    else if (strcmp(a.rest[i], "--ranks-per-node") == 0 && i + 1 < a.nrest) {
+      char *end = NULL;
+      rpn = (int)strtol(a.rest[++i], &end, 10);
+      if (*end || rpn < 1 || rpn > 65536)
+        st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
+                          "trident check: --ranks-per-node %s: expected a count >= 1", a.rest[i]);
+    } else
       st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
                         "trident check: unknown option '%s' (see trident check --help)", a.rest[i]);
   }
@@ -371,7 +449,24 @@ td_status td_cmd_check(td_app *app, int argc, char **argv) {
                                    cfg.parallel_pp));
     return TD_OK;
   }
-  TD_CHECK(td_app_load_config(app, &a, &cfg));
-  TD_CHECK(check_main(app, &cfg, json));
+  /* the deck's rank count: more than the one process this job has -> a
+   * virtual grid (several processes must be the deck's count, as in train) */
+  int64_t need = 0;
+  if (app->rank == 0) st = td_config_load(a.deck, a.nset, a.sets, 0, &cfg);
+  if (st == TD_OK)
+    need = cfg.parallel_dp * cfg.parallel_cp * cfg.parallel_tp * cfg.parallel_pp;
+  TD_CHECK(td_agree(app->world, st));
+  TD_MPI_CHECK(MPI_Bcast(&need, 1, MPI_INT64_T, 0, app->world));
+  if (need > 1 && app->size == 1) { /* one process: a login node, a laptop */
+    TD_MPI_CHECK(MPI_Bcast(&cfg, (int)sizeof cfg, MPI_BYTE, 0, app->world));
+    if (rpn == 0) rpn = need < 8 ? (int)need : 8;
+    TD_CHECK(check_virtual(app, &cfg, json, rpn));
+  } else {
+    TD_CHECK(td_app_load_config(app, &a, &cfg)); /* the job's size must be the deck's */
+    TD_CHECK(check_main(app, &cfg, json));
+  }
+  /* the files the run will need: after the report, which holds without them */
+  TD_CHECK(td_app_check_paths(app, &cfg, 1, 1, 1));
+  if (app->rank == 0 && !json) printf("check: OK\n");
   return TD_OK;
 }

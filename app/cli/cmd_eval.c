@@ -30,6 +30,7 @@ td_status td_cmd_eval(td_app *app, int argc, char **argv) {
   TD_CHECK(td_agree(app->world, st));
   td_config cfg;
   TD_CHECK(td_app_load_config(app, &a, &cfg));
+  TD_CHECK(td_app_check_paths(app, &cfg, 0, 1, 0));
   char path[TD_STR_MAX + 64] = "";
   int found = 0;
   if (ckpt) /* a file, a checkpoint folder or a run folder */

@@ -124,8 +124,9 @@ static void print_table(const results *rs, int top, const td_cluster *cl, int wo
   }
   printf("memory: the largest rank (first or last stage), as training allocates it "
          "(trident check's size query); TFLOP/s and MFU: model FLOPs (6·N + 12·L·C·T per "
-         "token, no recomputation) per device; bubble: the schedule simulated with these "
-         "costs; comm: seconds per step not hidden behind compute / in all\n");
+         "token, no recomputation) per device; bubble: the slowest stage's idle time over its "
+         "compute time in one step, a fraction (0.105 = idle 10.5%% as long as it computes), "
+         "from the schedule simulated with these costs; comm: seconds per step not hidden behind compute / in all\n");
 }
 
 static int divides(int64_t a, int64_t b) { return b > 0 && a % b == 0; }
@@ -247,8 +248,18 @@ td_status td_cmd_plan(td_app *app, int argc, char **argv) {
   for (int i = 0; st == TD_OK && i < a.nrest; ++i) {
     const char *o = a.rest[i];
     if (strcmp(o, "--cluster") == 0 && i + 1 < a.nrest) cluster = a.rest[++i];
-    else if (strcmp(o, "--ranks") == 0 && i + 1 < a.nrest) ranks = atoi(a.rest[++i]);
-    else if (strcmp(o, "--top") == 0 && i + 1 < a.nrest) top = atoi(a.rest[++i]);
+    else if ((strcmp(o, "--ranks") == 0 || strcmp(o, "--top") == 0) && i + 1 < a.nrest) {
+      const char *v = a.rest[++i];
+      char *end = NULL;
+      long n = strtol(v, &end, 10);
+      if (end == v || *end || n < 1 || n > (1L << 24))
+        st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
+                          "trident plan: %s %s: expected a whole number from 1 to 16777216", o, v);
+      else if (o[2] == 'r')
+        ranks = (int)n;
+      else
+        top = (int)n;
+    }
     else if (strcmp(o, "--json") == 0) json = 1;
     else if (strcmp(o, "--emit") == 0) emit = 1;
     else if (strcmp(o, "--calibrate") == 0) calibrate = 1;

@@ -24,6 +24,7 @@ td_status td_cmd_train(td_app *app, int argc, char **argv) {
   TD_CHECK(td_agree(app->world, st));
   td_config cfg;
   TD_CHECK(td_app_load_config(app, &a, &cfg));
+  TD_CHECK(td_app_check_paths(app, &cfg, 1, 1, 1));
   td_runlock *lock = NULL; /* one run per checkpoint folder (td_runlock.h) */
   TD_CHECK(td_runlock_claim(app, &cfg, &lock));
   td_trainer *t = NULL;

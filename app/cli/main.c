@@ -33,12 +33,15 @@ static const command k_commands[] = {
      "  --dump FILE            (testing) write initial weights, batches, losses and step-0\n"
      "                         gradients to FILE for tests/reference/check_train.py\n"},
     {"check", td_cmd_check,
-     "trident check DECK [--set key.path=value]... [--json] | trident check --schema",
+     "trident check DECK [--set key.path=value]... [--json] [--ranks-per-node N] | trident check --schema",
      "Validate DECK without training: print the resolved deck, the grid map (rank → dp, cp,\n"
      "tp, pp), the parameter count, the memory each rank will allocate (parameters, gradients,\n"
      "optimizer state, ZeRO working buffers, activations) and FLOPs per token and step.\n"
      "  --schema               print every deck key with type, default, range and meaning\n"
      "  --ranks                print only the number of ranks the deck needs (dp·cp·tp·pp)\n"
+     "  --ranks-per-node N     on one process, a deck needing more ranks is reported on a\n"
+     "                         virtual grid of its ranks: N ranks per node in the node map\n"
+     "                         (default 8)\n"
      "  --json                 print each rank's memory (bytes, as training allocates it) as\n"
      "                         one JSON object instead of the report\n"},
     {"eval", td_cmd_eval, "trident eval DECK [--checkpoint PATH] [--json] [--set ...]",

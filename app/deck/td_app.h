@@ -33,5 +33,10 @@ td_status td_app_deck_args(const char *cmd, int argc, char **argv, td_deck_args 
 /* Read and check the deck on rank 0, agree on errors, broadcast the config.
  * Collective on app->world. */
 td_status td_app_load_config(td_app *app, const td_deck_args *a, td_config *cfg);
+/* The files the deck names, before any work: data.train (train) and data.val
+ * (val) readable, checkpoint.dir's nearest existing folder writable (ckpt).
+ * Each failure is TD_ERR_DECK (exit 2) naming the deck, the key, the path,
+ * and how to make the data. Rank 0 looks; collective. */
+td_status td_app_check_paths(td_app *app, const td_config *c, int train, int val, int ckpt);
 
 #endif

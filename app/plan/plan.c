@@ -4,9 +4,11 @@
  * file's links and rates. */
 #include "app/plan/td_plan.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "app/model/td_estimate.h"
 #include "app/model/td_model.h"
@@ -127,6 +129,10 @@ td_status td_cluster_load(const char *path, td_cluster *out) {
   out->nodes = 1;
   out->overlap = 1.0, out->rs_ratio = 1.0, out->ag_ratio = 1.0;
   out->small_ar = out->small_rs = out->small_ag = 1.0;
+  if (access(path, R_OK) != 0) /* before the YAML reader, which speaks of job decks */
+    TD_FAIL_GOTO(TD_ERR_USAGE, "--cluster %s: cannot open the cluster file: %s (see "
+                 "inputs/clusters/, or make one: mpiexec -n 2 trident plan --calibrate > "
+                 "cluster.yaml)", path, strerror(errno));
   TD_CHECK_GOTO(td_yaml_load(path, NULL, &root));
   TD_CHECK_GOTO(cluster_walk(out, root, "", seen));
   for (int j = 0; j < NCKEYS; ++j)

@@ -21,6 +21,7 @@ above MAE, the correlation below SPEARMAN or a memory error above MEM
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -98,6 +99,7 @@ def main():
             args = sets(over + BASE + ["data.train=" + data, "training.steps=%d" % steps,
                                        "run.out_dir=" + os.path.join(work, name.replace(" ", "").replace(",", "_"))])
             out = [x for x in args if x.startswith("run.out_dir=")][0].split("=", 1)[1]
+            shutil.rmtree(out, ignore_errors=True)  # a fresh run each round (resume: never)
             subprocess.run([mpiexec, "-n", "2", trident, "train", DECK] + args, check=True,
                            capture_output=True, env=env)
             m = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]

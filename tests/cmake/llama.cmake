@@ -40,10 +40,12 @@ set_tests_properties(llama_ckpt_info PROPERTIES TIMEOUT 120 PROCESSORS 2
 
 # llama_1b_check: inputs/llama-1b-3d.yaml (a 1.24B LLaMA for 16 GPUs, tp 2 ×
 # pp 2 × dp 4) passes `trident check` at its 16 ranks (oversubscribed), with
-# Llama 3.2 1B's parameter count.
+# Llama 3.2 1B's parameter count. (check also looks for data.train: any
+# readable file stands in for the deck's dataset.)
 add_test(NAME llama_1b_check
   COMMAND ${MPIEXEC_EXECUTABLE} -n 16 $<TARGET_FILE:trident> check
-          ${PROJECT_SOURCE_DIR}/inputs/llama-1b-3d.yaml)
+          ${PROJECT_SOURCE_DIR}/inputs/llama-1b-3d.yaml
+          --set data.train=${PROJECT_SOURCE_DIR}/inputs/llama-1b-3d.yaml)
 set_tests_properties(llama_1b_check PROPERTIES TIMEOUT 120 PROCESSORS 2
   LABELS "e2e;mpi;llama" ENVIRONMENT "${TD_GRID_ENV}"
   PASS_REGULAR_EXPRESSION "parameters: 1235814400 .*check: OK")

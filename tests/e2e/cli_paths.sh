@@ -96,5 +96,25 @@ w=$("$trident" train "$deck" --set data.train=corpus.h5 --set run.out_dir=run --
   --set schedule.warmup=1 --set checkpoint.resume=auto 2>&1)
 grep -q "warning: training.steps = 2, and the checkpoint .*step_00000003.h5 is at step 3: nothing is left to train" <<<"$w" &&
   ok "resuming with training.steps 2 <= the checkpoint's 3 warns" || bad "no warning: $w"
+
+# plan: the cluster file and the counts
+cl=$src/inputs/clusters/$(ls "$src/inputs/clusters" | head -1)
+refuse "plan with a missing cluster file" "--cluster nope.yaml: cannot open the cluster file" 1 \
+  plan "$deck" --cluster nope.yaml
+refuse "plan --ranks 0" "--ranks 0: expected a whole number" 1 plan "$deck" --cluster "$cl" --ranks 0
+refuse "plan --ranks abc" "--ranks abc: expected a whole number" 1 plan "$deck" --cluster "$cl" --ranks abc
+"$trident" plan "$deck" --cluster "$cl" --ranks 2 --top 2 2>&1 | grep -q "bubble: the slowest stage's idle time over its compute time in one step, a fraction" &&
+  ok "plan states the bubble column's unit" || bad "plan does not state the bubble's unit"
+
+# jobs/mpirun.sh from another folder: the deck and its paths relative to there
+rm -rf elsewhere && mkdir -p elsewhere/sub && cp corpus.h5 elsewhere/ && cp "$deck" elsewhere/deck.yaml
+rc=0
+(cd elsewhere/sub && env -u MPIEXEC TRIDENT="$trident" bash "$src/jobs/mpirun.sh" ../deck.yaml \
+   --set data.train=../corpus.h5 --set run.out_dir=../run --set training.steps=2 \
+   --set schedule.warmup=1 >../mpirun.log 2>&1) || rc=$?
+[ $rc = 0 ] && [ -f elsewhere/run/ckpt/step_00000002.h5 ] &&
+  ok "jobs/mpirun.sh ../deck.yaml from another folder: paths relative to it, trained 2 steps" ||
+  { bad "jobs/mpirun.sh from another folder: exit $rc"; tail -3 elsewhere/mpirun.log; }
+
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
