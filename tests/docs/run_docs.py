@@ -165,9 +165,51 @@ def static_checks(root, files, parsed):
                     errors.append(f"{rel(p)}:{b.line + 1 + k}: issue number in user "
                                   f"documentation: '{m.group(0)}'")
     errors += parts_check(root)
+    errors += quoted_decks(root, files)
+    errors += tables(root, files)
     for p in files:
         if p != readme and p not in linked:
             errors.append(f"README.md:1: README.md does not link the chapter {rel(p)}")
+    return errors
+
+
+def quoted_decks(root, files):
+    """A deck a document shows "in full" (`inputs/X.yaml` in full: then a
+    yaml block) is the file, byte for byte."""
+    errors = []
+    pat = re.compile(r"`(inputs/[^`]+\.ya?ml)` in full:\s*\n\s*\n```yaml\n(.*?)```", re.S)
+    for p in files:
+        text = open(p, encoding="utf-8").read()
+        for m in pat.finditer(text):
+            n = text.count("\n", 0, m.start()) + 1
+            f = os.path.join(root, m.group(1))
+            want = open(f, encoding="utf-8").read() if os.path.exists(f) else None
+            if want != m.group(2):
+                errors.append(f"{os.path.relpath(p, root)}:{n}: the block shown as "
+                              f"`{m.group(1)}` in full differs from the file")
+    return errors
+
+
+def tables(root, files):
+    """Every row of a Markdown table has the header's number of cells (an
+    unescaped | inside a cell, even in a code span, splits it)."""
+    errors = []
+    cells = lambda line: len(re.findall(r"(?<!\\)\|", line))
+    for p in files:
+        head = None
+        fence = False
+        for n, line in enumerate(open(p, encoding="utf-8"), 1):
+            if line.startswith("```"):
+                fence = not fence
+            if fence or not line.startswith("|"):
+                head = None
+                continue
+            if head is None:
+                head = cells(line)
+            elif cells(line) != head:
+                errors.append(f"{os.path.relpath(p, root)}:{n}: a table row with "
+                              f"{cells(line) - 1} cells under a header of {head - 1} (escape a "
+                              f"| inside a cell as \\|)")
     return errors
 
 
