@@ -19,8 +19,10 @@
 # autocast run: on a CPU without bf16 hardware its bf16 matmuls are 20-40x
 # slower than its fp32 (26 s per small-model step measured on AVX2). Both run under the same environment, PyTorch's best:
 #   OMP_WAIT_POLICY=PASSIVE, MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_=16 GiB.
-# OPENBLAS_CORETYPE is left as the machine has it (the torch script picks
-# the CPU's kernel family if unset).
+# PyTorch runs without the machine's OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE
+# (a machine may set Haswell for other programs; an AVX-512 CPU then ran
+# PyTorch on AVX2 kernels): the torch script names the CPU's kernel family
+# (SkylakeX with AVX-512) and reports the one OpenBLAS uses (openblas_core).
 #
 # Each round runs, per model, trident, then PyTorch, then the matmul rate
 # probe (gemm_rate), so that the host's load (shared machines) hits all of
@@ -141,6 +143,10 @@ run_torch() {
   [ "${10}" = bf16 ] && ac=(--autocast)
   if [ "${10}" = bf16 ] && [ -n "$TORCH_BF16_STEPS" ]; then steps=$TORCH_BF16_STEPS warm=1; fi
   load=$(load1)
+  # the reference at its best: the machine's OPENBLAS_CORETYPE/L2_SIZE (set
+  # here to Haswell, for other programs) would hold PyTorch's OpenBLAS to
+  # AVX2 kernels; without them torch_gpt2_bench.py names the CPU's family
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
   "$PY" "$ROOT/tests/bench/torch_gpt2_bench.py" --layers "$2" --dim "$3" --heads "$4" \
     --vocab "$5" --seq-len "$6" --batch "$7" --steps "$steps" --warmup-steps "$warm" \
     --threads "$THREADS" ${ac[@]+"${ac[@]}"} > "$out.json" 2> "$out.log" ||
@@ -215,6 +221,9 @@ for m in sys.argv[2].split():
             max(r["peak_rss_bytes"] for r in tr) / 2**20,
             max(r["peak_rss_bytes"] for r in to) / 2**20, tflops, gf, 100 * tflops / gf,
             min(loads), max(loads)))
+print()
+cores = sorted({str(x.get("openblas_core")) for x in rows if x["who"] == "torch"})
+print("PyTorch's OpenBLAS kernel family (openblas_get_corename): " + ", ".join(cores))
 print()
 print("per round (tok/s trident / torch, gemm GFLOP/s):")
 for m in sys.argv[2].split():

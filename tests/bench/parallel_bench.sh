@@ -139,7 +139,7 @@ if ! skip scaling; then
   if [ "$TORCH" = 1 ]; then
     l=$(load)
     printf '  %-22s 2 processes (gloo), global batch 4, load %5s ... ' torch_ddp "$l"
-    if $PY "$ROOT/tests/bench/torch_ddp_bench.py" --ranks 2 --global-batch 4 --steps "$((STEPS - 1))" \
+    if env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $PY "$ROOT/tests/bench/torch_ddp_bench.py" --ranks 2 --global-batch 4 --steps "$((STEPS - 1))" \
       --warmup-steps 1 --threads 1 > "$WORK/torch_ddp.json" 2> "$WORK/torch_ddp.err"; then
       echo ok
     else
