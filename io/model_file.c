@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/td_bf16.h"
 
@@ -44,6 +45,10 @@ static td_status add(td_model_file *m, const char *path, const char *name, int n
     if (!e) TD_FAIL(TD_ERR_NOMEM, "%s: out of memory", path);
     m->e = e, m->cap = cap;
   }
+  for (int i = 0; i < m->n; ++i)
+    if (!strcmp(m->e[i].name, name))
+      TD_FAIL(TD_ERR_DATA, "%s: tensor %s is stored twice (in this file and an earlier one)",
+              path, name);
   entry *e = &m->e[m->n];
   memset(e, 0, sizeof *e);
   if (snprintf(e->name, sizeof e->name, "%s", name) >= (int)sizeof e->name)
@@ -71,6 +76,9 @@ static void widen(float *dst, const unsigned char *p, int64_t n, int bf16) {
 }
 
 static td_status read_file(const char *path, unsigned char **out, size_t *n) {
+  struct stat sb;
+  if (stat(path, &sb) != 0) TD_FAIL(TD_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));
+  if (!S_ISREG(sb.st_mode)) TD_FAIL(TD_ERR_DATA, "%s: not a regular file", path);
   FILE *f = fopen(path, "rb");
   if (!f) TD_FAIL(TD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   td_status st = TD_OK;
@@ -215,14 +223,12 @@ done:
   return st;
 }
 
-td_status td_model_file_open(const char *path, td_model_file **out) {
+/* One file, by its content: llm.c's model file or safetensors. */
+static td_status open_one(td_model_file *m, const char *path) {
   td_status st = TD_OK;
   unsigned char *raw = NULL;
   size_t len = 0;
-  *out = NULL;
-  td_model_file *m = calloc(1, sizeof *m);
-  if (!m) TD_FAIL(TD_ERR_NOMEM, "out of memory");
-  TD_CHECK_GOTO(read_file(path, &raw, &len));
+  TD_CHECK(read_file(path, &raw, &len));
   int32_t magic = 0;
   if (len >= 1024) memcpy(&magic, raw, 4);
   if (len >= 1024 && magic == 20240326)
@@ -232,14 +238,122 @@ td_status td_model_file_open(const char *path, td_model_file **out) {
   else
     st = td_error_set(TD_ERR_DATA, __FILE__, __LINE__, __func__,
                       "%s: neither safetensors nor an llm.c model file (magic 20240326)", path);
+  free(raw);
+  return st;
+}
+
+/* Hugging Face's sharded layout: index.json's weight_map names, for every
+ * tensor, the shard (a file of dir) that holds it; every shard is read and
+ * every tensor the map names must be in its shard. */
+static td_status open_index(td_model_file *m, const char *dir, const char *index) {
+  td_status st = TD_OK;
+  unsigned char *raw = NULL;
+  size_t len = 0;
+  cJSON *j = NULL;
+  char (*files)[256] = NULL;
+  int nf = 0;
+  TD_CHECK(read_file(index, &raw, &len));
+  j = cJSON_ParseWithLength((const char *)raw, len);
+  cJSON *map = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
+  if (!cJSON_IsObject(map))
+    TD_FAIL_GOTO(TD_ERR_DATA, "%s: not a JSON object with a \"weight_map\" object", index);
+  int n = cJSON_GetArraySize(map);
+  files = calloc((size_t)(n ? n : 1), sizeof *files);
+  if (!files) TD_FAIL_GOTO(TD_ERR_NOMEM, "%s: out of memory", index);
+  for (cJSON *t = map->child; t; t = t->next) {
+    if (!cJSON_IsString(t) || !t->valuestring[0] || strchr(t->valuestring, '/') ||
+        strlen(t->valuestring) >= sizeof files[0])
+      TD_FAIL_GOTO(TD_ERR_DATA, "%s: weight_map[\"%.80s\"]: expected the name of a shard file in "
+                   "the same folder", index, t->string);
+    int k = 0;
+    while (k < nf && strcmp(files[k], t->valuestring)) ++k;
+    if (k == nf) snprintf(files[nf++], sizeof files[0], "%s", t->valuestring);
+  }
+  if (nf == 0) TD_FAIL_GOTO(TD_ERR_DATA, "%s: the weight_map names no tensor", index);
+  for (int k = 0; k < nf; ++k) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, files[k]);
+    int before = m->n;
+    TD_CHECK_GOTO(open_one(m, path));
+    for (cJSON *t = map->child; t; t = t->next) { /* the map's tensors of this shard */
+      if (strcmp(t->valuestring, files[k])) continue;
+      const char *name = strncmp(t->string, "transformer.", 12) == 0 ? t->string + 12 : t->string;
+      int found = mask_buffer(name);
+      for (int i = before; i < m->n && !found; ++i) found = !strcmp(m->e[i].name, name);
+      if (!found)
+        TD_FAIL_GOTO(TD_ERR_DATA, "%s: names %s in %s, which does not hold it", index, t->string,
+                     path);
+    }
+  }
+  m->format = "sharded safetensors";
+done:
+  free(files);
+  cJSON_Delete(j);
+  free(raw);
+  return st;
+}
+
+td_status td_model_file_open(const char *path, td_model_file **out) {
+  td_status st = TD_OK;
+  *out = NULL;
+  td_model_file *m = calloc(1, sizeof *m);
+  if (!m) TD_FAIL(TD_ERR_NOMEM, "out of memory");
+  struct stat sb;
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) { /* a Hugging Face model folder */
+    char one[4096], index[4096];
+    snprintf(one, sizeof one, "%s/model.safetensors", path);
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", path);
+    if (stat(one, &sb) == 0)
+      st = open_one(m, one);
+    else if (stat(index, &sb) == 0)
+      st = open_index(m, path, index);
+    else
+      st = td_error_set(TD_ERR_DATA, __FILE__, __LINE__, __func__,
+                        "%s: a folder without model weights: neither %s nor %s (Hugging "
+                        "Face's single-file and sharded layouts) exists", path, one, index);
+  } else {
+    st = open_one(m, path);
+  }
   TD_CHECK_GOTO(st);
   *out = m;
   m = NULL;
 done:
-  free(raw);
   td_model_file_close(&m);
   return st;
 }
+
+td_status td_model_file_hf_config(const char *path, td_hf_config *c, int *found) {
+  td_status st = TD_OK;
+  *found = 0;
+  memset(c, 0, sizeof *c);
+  char p[4096];
+  struct stat sb;
+  if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) return TD_OK;
+  snprintf(p, sizeof p, "%s/config.json", path);
+  if (stat(p, &sb) != 0) return TD_OK;
+  unsigned char *raw = NULL;
+  size_t len = 0;
+  TD_CHECK(read_file(p, &raw, &len));
+  cJSON *j = cJSON_ParseWithLength((const char *)raw, len);
+  if (!cJSON_IsObject(j)) TD_FAIL_GOTO(TD_ERR_DATA, "%s: not a JSON object", p);
+  snprintf(c->path, sizeof c->path, "%s", p);
+  cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+  if (cJSON_IsString(mt)) snprintf(c->model_type, sizeof c->model_type, "%s", mt->valuestring);
+  for (int i = 0; i < TD_HF_NKEYS; ++i) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(j, td_hf_keys[i]);
+    c->v[i] = cJSON_IsNumber(v) ? v->valuedouble : -1.0;
+  }
+  *found = 1;
+done:
+  cJSON_Delete(j);
+  free(raw);
+  return st;
+}
+
+const char *const td_hf_keys[TD_HF_NKEYS] = {
+    "vocab_size", "n_embd", "n_layer", "n_head", "n_positions",
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "intermediate_size", "max_position_embeddings"};
 
 const float *td_model_file_tensor(const td_model_file *m, const char *name, int *ndim,
                                   int64_t shape[2]) {

@@ -53,8 +53,8 @@
   X(model, tie_embeddings, STR, "auto", 0, 0, "auto|true|false", 0,                          \
     "the output head is the token embedding (auto: gpt2 true, llama false)")                 \
   X(model, init_from, STR, "", 0, 0, NULL, 0,                                                \
-    "start from these weights: safetensors (Hugging Face GPT-2, trident export) or llm.c "   \
-    ".bin; empty: random")                                                                   \
+    "start from these weights: safetensors (Hugging Face, trident export), a model folder "  \
+    "(model.safetensors or a sharded index, config.json checked) or llm.c .bin; empty: random") \
   X(parallel, dp, INT, "1", 1, 1048576, NULL, 0, "data-parallel size")                        \
   X(parallel, cp, INT, "1", 1, 4096, NULL, 0,                                                \
     "context-parallel size: ranks that split every sequence into 2·cp chunks (model.seq_len "  \

@@ -298,10 +298,43 @@ done:
  * name and shape (wpe may hold more positions than model.seq_len: the first
  * are taken); a tensor missing, misshapen or left over is exit 2 naming it.
  * Each rank reads the file and keeps its shard. */
+/* A model folder's config.json against the deck: the other model's weights
+ * might fit by shape alone (a wider vocabulary, more positions). */
+static td_status check_hf_config(const td_config *c) {
+  td_hf_config h;
+  int found = 0;
+  TD_CHECK(td_model_file_hf_config(c->model_init_from, &h, &found));
+  if (!found) return TD_OK;
+  td_model_dims d;
+  td_config_dims(c, &d);
+  if (h.model_type[0] && strcmp(h.model_type, c->model_arch) != 0)
+    TD_FAIL(TD_ERR_DATA, "%s (model.init_from): model_type is \"%s\", the deck's model.arch %s",
+            h.path, h.model_type, c->model_arch);
+  /* config.json key -> the deck's value, key and kind (0 equal, 1 at least) */
+  struct { int i; int64_t deck; const char *key; int atleast; } want[] = {
+      {0, d.V, "model.vocab_size", 0},  {1, d.C, "model.dim", 0},
+      {2, d.L, "model.layers", 0},      {3, d.H, "model.heads", 0},
+      {4, d.T, "model.seq_len", 1},     {5, d.C, "model.dim", 0},
+      {6, d.L, "model.layers", 0},      {7, d.H, "model.heads", 0},
+      {8, d.KV, "model.kv_heads", 0},   {9, d.F, "model.ffn_dim", 0},
+      {10, d.T, "model.seq_len", 1}};
+  for (size_t k = 0; k < sizeof want / sizeof want[0]; ++k) {
+    double v = h.v[want[k].i];
+    if (v < 0) continue; /* not in this config.json */
+    int ok = want[k].atleast ? v >= (double)want[k].deck : v == (double)want[k].deck;
+    if (!ok)
+      TD_FAIL(TD_ERR_DATA, "%s (model.init_from): %s = %.0f, but the deck's %s = %lld%s", h.path,
+              td_hf_keys[want[k].i], v, want[k].key, (long long)want[k].deck,
+              want[k].atleast ? " (more positions than the weights have)" : "");
+  }
+  return TD_OK;
+}
+
 static td_status init_from(const td_config *c, const td_registry *r, float *host) {
   td_status st = TD_OK;
   td_model_file *mf = NULL;
   const char *path = c->model_init_from;
+  TD_CHECK_GOTO(check_hf_config(c));
   TD_CHECK_GOTO(td_model_file_open(path, &mf));
   for (int t = 0; t < r->n; ++t) {
     const td_param *p = &r->p[t];

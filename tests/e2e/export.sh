@@ -10,7 +10,8 @@
 #     `trident eval`'s validation loss within 1e-5;
 #  4. bad use: no --out, a missing checkpoint, an unknown --dtype: exit 2
 #     naming what is wrong;
-#  5. model.init_from: the fp32 export and an llm.c model file written from
+#  5. model.init_from: the fp32 export (file and folder, and a sharded copy
+#     with model.safetensors.index.json) and an llm.c model file written from
 #     the same checkpoint (nn.Linear layouts, padded vocabulary) start a tp 2
 #     run with lr 0 whose checkpoint equals the source bit for bit and whose
 #     step-0 validation loss equals trident eval's (1e-7: tp 2 against 1); a tensor missing, extra
@@ -74,8 +75,8 @@ expect2() { # NAME FRAGMENT ARGS...
   [ $rc = 2 ] && grep -q -- "$frag" <<<"$out" || fail "$name: exit $rc (want 2 with '$frag'): $out"
 }
 expect2 no_out "--out DIR are required" --checkpoint "$ck"
-expect2 missing "nosuch.h5: cannot read the checkpoint" --checkpoint nosuch.h5 --out x
-expect2 not_hdf5 "not a trident checkpoint" --checkpoint train.log --out x
+expect2 missing "--checkpoint nosuch.h5: No such file" --checkpoint nosuch.h5 --out x
+expect2 not_hdf5 "train.log: not an HDF5 file" --checkpoint train.log --out x
 expect2 dtype "--dtype must be fp32 or bf16" --checkpoint "$ck" --out x --dtype fp16
 
 # model.init_from: the export, an llm.c file made from the same checkpoint,
@@ -152,4 +153,66 @@ for bad in missing:"no tensor h.2.mlp.c_fc.bias" extra:"tensor h.9.ln_1.weight i
     fail "init_from $name: exit $rc (want 2 naming '$frag'): $(echo "$out" | tail -2)"
 done
 echo "export.sh: model.init_from refuses missing, extra and misshapen tensors (exit 2)"
+
+# model.init_from of a folder: the export's folder (model.safetensors and
+# config.json) and a sharded copy (model.safetensors.index.json naming two
+# shards, as Hugging Face stores large models) load what the file does; a
+# config.json that disagrees with the deck and a folder without weights are
+# exit 2 naming what is wrong
+rm -rf sharded badcfg noweights && mkdir -p sharded badcfg noweights
+/usr/bin/python3 - <<'EOF' || fail "cannot make the sharded and bad-config folders"
+import json, shutil
+raw = open("out32/model.safetensors", "rb").read()
+n = int.from_bytes(raw[:8], "little")
+hdr = json.loads(raw[8:8 + n])
+data = raw[8 + n:]
+names = sorted(k for k in hdr if k != "__metadata__")
+shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+wmap = {}
+for fname, keys in shards.items():
+    h, blobs, off = {}, [], 0
+    for k in keys:
+        b, e = hdr[k]["data_offsets"]
+        h[k] = dict(hdr[k], data_offsets=[off, off + e - b])
+        blobs.append(data[b:e])
+        off += e - b
+        wmap[k] = fname
+    j = json.dumps(h).encode()
+    j += b" " * (-len(j) % 8)
+    open("sharded/" + fname, "wb").write(len(j).to_bytes(8, "little") + j + b"".join(blobs))
+json.dump({"metadata": {"total_size": len(data)}, "weight_map": wmap}, open("sharded/model.safetensors.index.json", "w"))
+shutil.copy("out32/config.json", "sharded/config.json")
+shutil.copy("out32/model.safetensors", "badcfg/model.safetensors")
+cfg = json.load(open("out32/config.json"))
+cfg["n_layer"] = 6
+json.dump(cfg, open("badcfg/config.json", "w"))
+EOF
+for dir in out32 sharded; do
+  rm -rf "init_$dir"
+  OMP_NUM_THREADS=1 "$mpiexec" -n 1 "$trident" train "$src/inputs/tiny.yaml" --set data.train=corpus.h5 \
+    --set run.out_dir="init_$dir" --set checkpoint.resume=never --set model.init_from="$dir" \
+    --set optimizer.lr=0 --set schedule.min_lr=0 --set training.steps=1 --set schedule.warmup=1 \
+    > "init_$dir.log" 2>&1 || { tail -3 "init_$dir.log"; fail "train with model.init_from=$dir (a folder)"; }
+  PYTHONPATH=$src/tests/reference /usr/bin/python3 - "$ck" "init_$dir/ckpt/step_00000001.h5" <<'EOF' ||
+import sys
+import numpy as np
+import gpt2_ref as G
+a, b = G.load_model_h5(sys.argv[1], "model"), G.load_model_h5(sys.argv[2], "model")
+bad = [n for n in a if not np.array_equal(np.asarray(a[n]), np.asarray(b[n]))]
+sys.exit("tensors differ: %s" % bad[:3] if bad else 0)
+EOF
+    fail "model.init_from=$dir/ (lr 0): the checkpoint differs from the source"
+done
+echo "export.sh: model.init_from of the export's folder and of a 2-shard copy: weights bit-identical"
+for bad in "badcfg:badcfg/config.json.*n_layer = 6, but the deck's model.layers = 4" \
+           "noweights:noweights: a folder without model weights: neither .*model.safetensors nor .*model.safetensors.index.json"; do
+  dir=${bad%%:*} frag=${bad#*:}
+  out=$(OMP_NUM_THREADS=1 "$mpiexec" -n 1 "$trident" train "$src/inputs/tiny.yaml" --set data.train=corpus.h5 \
+    --set run.out_dir=badf --set checkpoint.resume=never --set model.init_from=$dir 2>&1)
+  rc=$?
+  [ $rc = 2 ] && grep -qE "$frag" <<<"$out" && [ "$(grep -c 'trident: error:' <<<"$out")" = 1 ] &&
+    ! grep -q "^  at " <<<"$out" ||
+    fail "init_from=$dir: exit $rc (want 2 and one line matching '$frag'): $(echo "$out" | tail -2)"
+done
+echo "export.sh: model.init_from refuses a config.json that disagrees with the deck and a folder without weights (exit 2)"
 echo "export.sh: OK"
