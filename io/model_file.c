@@ -138,6 +138,9 @@ static td_status open_safetensors(td_model_file *m, const char *path, const unsi
       TD_FAIL_GOTO(TD_ERR_DATA, "%s: tensor %s has %d dimensions (1 or 2 expected)", path, key, nd);
     double d0 = cJSON_GetArrayItem(sh, 0)->valuedouble;
     double d1 = nd == 2 ? cJSON_GetArrayItem(sh, 1)->valuedouble : 1.0;
+    if (!(d0 >= 0 && d1 >= 0 && d0 <= 9.0e15 && d1 <= 9.0e15 && d0 == (double)(int64_t)d0 &&
+          d1 == (double)(int64_t)d1))
+      TD_FAIL_GOTO(TD_ERR_DATA, "%s: tensor %s: its shape is not a list of counts", path, key);
     double b = cJSON_GetArrayItem(of, 0)->valuedouble, e = cJSON_GetArrayItem(of, 1)->valuedouble;
     double want = d0 * d1 * (bf16 ? 2.0 : 4.0);
     if (d0 < 0 || d1 < 0 || b < 0 || e < b || e > (double)dlen || e - b != want)
@@ -171,6 +174,14 @@ static td_status open_llmc(td_model_file *m, const char *path, const unsigned ch
     TD_FAIL(TD_ERR_DATA, "%s: llm.c header: max_seq_len %lld, vocab %lld, layers %lld, heads %d, "
             "channels %lld, padded vocab %lld do not describe a model", path, (long long)T,
             (long long)V, (long long)L, h[5], (long long)C, (long long)Vp);
+  /* the sizes the header claims, first in floating point: int32 fields
+   * multiplied (C·C·L·4) overflow 64-bit integers */
+  double dT = (double)T, dV = (double)Vp, dL = (double)L, dC = (double)C;
+  double dneed = (dV * dC + dT * dC + dL * dC * 13.0 + dL * 12.0 * dC * dC + 2.0 * dC) *
+                 (bf16 ? 2.0 : 4.0);
+  if (dneed != (double)(len - 1024))
+    TD_FAIL(TD_ERR_DATA, "%s: %zu bytes of tensors after the header, the header's model needs "
+            "%.0f", path, len - 1024, dneed);
   /* llm.c's tensors, in its order: count of elements and (out, in) when a matrix */
   const int64_t n[16] = {Vp * C, T * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
                          L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};

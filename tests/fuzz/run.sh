@@ -11,7 +11,8 @@
 #   tests/fuzz/run.sh --regress [--only ...] [--build DIR]
 #       run every harness once over its corpus and regressions (-runs=0)
 #
-# Harnesses: deck, dataset, ckpt, prepare. The build folder (default
+# Harnesses: deck, dataset, ckpt, prepare, modelfile (safetensors, llm.c files,
+# model folders), tokenizer (encoder.json, vocab.bpe). The build folder (default
 # build-fuzz) is configured with clang, -DTD_FUZZ=ON, no CUDA, no oneDNN,
 # when it has no harnesses yet, and brought up to date every time.
 #
@@ -30,7 +31,7 @@ SECONDS_EACH=600
 REGRESS=0
 STRICT=0
 SEED=""
-ONLY="deck,dataset,ckpt,prepare"
+ONLY="deck,dataset,ckpt,prepare,modelfile,tokenizer"
 BUILD=$ROOT/build-fuzz
 while [ $# -gt 0 ]; do
   case $1 in
