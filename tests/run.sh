@@ -48,6 +48,19 @@ run_ctest() {
   ctest "$@" 2>&1 | tee "$tests_log.$stage" || rc=1 # pipefail: ctest's status
   sed -n "s/^ *[0-9]*\/[0-9]* *Test *#[0-9]*: \([^ ]*\) [ .*]*\([A-Za-z*][A-Za-z* ]*[a-z*]\) *\([0-9.]*\) sec.*/\3 $stage \1 \2/p" \
     "$tests_log.$stage" >>"$tests_log"
+  # under CI=true a skip is a failure, except the GPU-only tests (one list)
+  local skipped name
+  skipped=$(sed -n 's/^ *[0-9]*\/[0-9]* *Test *#[0-9]*: \([^ ]*\) .*Skipped.*/\1/p' "$tests_log.$stage")
+  for name in $skipped; do
+    if grep -qx "$name" tests/gpu_only_tests.txt; then
+      echo "== tests/run.sh: $name skipped (GPU-only: tests/gpu_only_tests.txt)"
+    elif [ "${CI:-}" = true ]; then
+      echo "== tests/run.sh: FAILED: $name was skipped, and under CI=true a skip is a failure (only the tests of tests/gpu_only_tests.txt may skip)"
+      rc=1
+    else
+      echo "== tests/run.sh: $name skipped (a failure under CI=true)"
+    fi
+  done
   rm -f "$tests_log.$stage"
   return $rc
 }
