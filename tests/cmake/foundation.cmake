@@ -34,3 +34,9 @@ add_test(NAME layering
   COMMAND ${TD_PY} ${CMAKE_CURRENT_SOURCE_DIR}/unit/layering.py ${PROJECT_SOURCE_DIR}
           ${CMAKE_BINARY_DIR}/CMakeFiles/tdcore.dir)
 set_tests_properties(layering PROPERTIES TIMEOUT 60 LABELS "foundation;build")
+
+# broken_build: a compile error fails td_build (incremental too), the
+# quickstart and the test script, with the compiler's error shown.
+add_test(NAME broken_build
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/broken_build.sh ${CMAKE_CURRENT_BINARY_DIR}/broken_build)
+set_tests_properties(broken_build PROPERTIES TIMEOUT 900 PROCESSORS 2 LABELS "e2e")
