@@ -96,6 +96,20 @@ if(TD_CUDA_EMULATE)
   td_cudaemu_grid(llama_cp2 ${_cu} ${_llama}
     ${TD_GRID_BIN} ${_cu_work} llama_cp2 1,1,1,0 1,1,1,0,0,2 ${_small})
   set_property(TEST ${_cu_tests} APPEND PROPERTY ENVIRONMENT ${TD_CUDAEMU_TEST_ENV})
+  # Seeded random delays: before each queued operation a stream's worker
+  # sleeps a delay drawn in [0, 500] us for that (stream, operation), so an
+  # operation that should have waited for another stream's work runs while
+  # that work is still pending, differently in each test; the seed also
+  # sets the order the emulated threads and blocks run in. Two seeds, one
+  # for every other grid (both seeds in every CI run, no extra time); one
+  # test under another seed: TD_CUDAEMU_SEED=7 ctest -R cudaemu_tp2 after
+  # editing, or any test with the variables below.
+  set(_seed 1)
+  foreach(t ${_cu_tests})
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT
+      TD_CUDAEMU_DELAY_US=500 TD_CUDAEMU_DELAY_RANDOM=1 TD_CUDAEMU_SEED=${_seed})
+    math(EXPR _seed "3 - ${_seed}")
+  endforeach()
   # the parameters cross devices bit for bit (train --dump of the resumed run)
   add_test(NAME cudaemu_ckpt_readback
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/ckpt_device_readback.sh $<TARGET_FILE:trident>

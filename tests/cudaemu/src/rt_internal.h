@@ -41,6 +41,8 @@ namespace cudaemu {
 struct Config {
   uint64_t seed;        /* TD_CUDAEMU_SEED: scheduling of threads and blocks */
   unsigned delay_us;    /* TD_CUDAEMU_DELAY_US: sleep before every queued operation */
+  bool delay_random;    /* TD_CUDAEMU_DELAY_RANDOM=1: a delay drawn in [0, delay_us] per
+                           (stream, operation) from TD_CUDAEMU_SEED, not delay_us each */
   size_t mem_bytes;     /* TD_CUDAEMU_MEM_MB: each device's memory */
   int devices;          /* TD_CUDAEMU_DEVICES, else the launcher's ranks on this node */
   bool profile;         /* TD_CUDAEMU_PROFILE=1: per-kernel times on stderr at exit */

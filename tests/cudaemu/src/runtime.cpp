@@ -64,6 +64,11 @@ struct Op {
 };
 } // namespace cudaemu
 
+static uint64_t next_stream_serial() {
+  static std::atomic<uint64_t> n{0};
+  return ++n;
+}
+
 struct CUstream_st {
   int device;
   unsigned flags;
@@ -72,6 +77,7 @@ struct CUstream_st {
   uint64_t done = 0;     /* epoch of the last operation completed */
   std::deque<cudaemu::Op> queue;
   std::thread worker;
+  uint64_t serial = next_stream_serial(); /* creation order: the random delays' stream key */
   bool started = false, stopping = false, finished = false;
 };
 
@@ -190,6 +196,7 @@ Config make_config() {
   Config c;
   c.seed = env_u64("TD_CUDAEMU_SEED", 1);
   c.delay_us = (unsigned)env_u64("TD_CUDAEMU_DELAY_US", 0);
+  c.delay_random = env_u64("TD_CUDAEMU_DELAY_RANDOM", 0) != 0;
   c.mem_bytes = (size_t)env_u64("TD_CUDAEMU_MEM_MB", 8192) << 20;
   if (c.mem_bytes == 0) c.mem_bytes = (size_t)8192 << 20;
   uint64_t d = env_u64("TD_CUDAEMU_DEVICES", 0);
@@ -276,7 +283,15 @@ void worker_main(std::shared_ptr<CUstream_st> s) {
     lk.unlock();
     cudaError_t e = cudaSuccess;
     if (op.fn && sticky == cudaSuccess) { /* after a fault, queued work does not run */
-      if (config().delay_us) usleep(config().delay_us);
+      if (config().delay_us && !config().delay_random) {
+        usleep(config().delay_us);
+      } else if (config().delay_us) { /* seeded: each (stream, operation) its own delay */
+        uint64_t r = config().seed ^ (s->serial * 0x9E3779B97F4A7C15ull) ^ (op.epoch << 20);
+        r += 0x9E3779B97F4A7C15ull; /* splitmix64's finaliser */
+        r = (r ^ (r >> 30)) * 0xBF58476D1CE4E5B9ull;
+        r = (r ^ (r >> 27)) * 0x94D049BB133111EBull;
+        usleep((unsigned)((r ^ (r >> 31)) % (config().delay_us + 1u)));
+      }
       if (op.access) {
         access_acquire();
         set_in_device_op(true);
