@@ -97,6 +97,12 @@ w=$("$trident" train "$deck" --set data.train=corpus.h5 --set run.out_dir=run --
 grep -q "warning: training.steps = 2, and the checkpoint .*step_00000003.h5 is at step 3: nothing is left to train" <<<"$w" &&
   ok "resuming with training.steps 2 <= the checkpoint's 3 warns" || bad "no warning: $w"
 
+# eval on a pipeline trains nothing: no training bubble warning
+out=$("$mpiexec" -n 2 "$trident" eval "$deck" --set data.train=corpus.h5 --set parallel.pp=2 \
+  --checkpoint run --json 2>&1)
+grep -q '"val_loss"' <<<"$out" && ! grep -qi "bubble" <<<"$out" &&
+  ok "eval at pp 2: no pipeline bubble warning" || bad "eval at pp 2: $(grep -i -m1 'bubble\|error' <<<"$out")"
+
 # plan: the cluster file and the counts
 cl=$src/inputs/clusters/$(ls "$src/inputs/clusters" | head -1)
 refuse "plan with a missing cluster file" "--cluster nope.yaml: cannot open the cluster file" 1 \
