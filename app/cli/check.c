@@ -124,6 +124,22 @@ static void print_nodes(const td_grid *g, const rank_info *all, int cuda) {
             td_grid_group_nodes(g, 't', example), all[example].host, g->tp);
 }
 
+/* What training would allocate on this rank of g: the model's and the ZeRO
+ * engine's own size queries, not a second formula; with optimizer.offload,
+ * also the device bytes of the same rank without it (what moves). */
+static td_status plan_rank(const td_config *cfg, const td_grid *g, td_dcomm_kind dcomm,
+                           rank_info *x) {
+  TD_CHECK(td_trainer_plan(cfg, g, dcomm, &x->mem));
+  if (strcmp(cfg->optimizer_offload, "cpu") == 0) {
+    td_config plain = *cfg;
+    td_mem_plan pm;
+    snprintf(plain.optimizer_offload, sizeof plain.optimizer_offload, "none");
+    TD_CHECK(td_trainer_plan(&plain, g, dcomm, &pm));
+    x->dev_plain = mem_total(&pm);
+  }
+  return TD_OK;
+}
+
 /* The report (rank 0): the resolved deck, the grid map of the n ranks in
  * all[], nodes, model, memory, pipeline, FLOPs. virt: NULL, or what the
  * virtual grid is (check on fewer ranks than the deck needs). */
@@ -310,15 +326,7 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   td_dcomm_kind dcomm = TD_DCOMM_OFF;
   TD_CHECK_GOTO(td_trainer_node_place(app, &local_rank, &local_size));
   TD_CHECK_GOTO(td_trainer_dcomm_kind(app, cfg, local_size, &dcomm, why, sizeof why));
-  if (st == TD_OK) st = td_trainer_plan(cfg, g, dcomm, &me.mem);
-  int offload = strcmp(cfg->optimizer_offload, "cpu") == 0;
-  if (st == TD_OK && offload) { /* the same rank without offload: what moves */
-    td_config plain = *cfg;
-    td_mem_plan pm;
-    snprintf(plain.optimizer_offload, sizeof plain.optimizer_offload, "none");
-    st = td_trainer_plan(&plain, g, dcomm, &pm);
-    me.dev_plain = mem_total(&pm);
-  }
+  if (st == TD_OK) st = plan_rank(cfg, g, dcomm, &me);
   TD_CHECK_GOTO(td_agree(app->world, st));
   me.rank = g->rank, me.dp = g->dp_rank, me.cp = g->cp_rank, me.tp = g->tp_rank;
   me.pp = g->pp_rank;
@@ -371,21 +379,13 @@ static td_status check_virtual(td_app *app, const td_config *cfg, int json, int 
   int *node_of = calloc((size_t)n, sizeof *node_of);
   td_registry *reg = NULL;
   if (!all || !node_of) st = td_error_set(TD_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory");
-  int offload = strcmp(cfg->optimizer_offload, "cpu") == 0;
   for (int r = 0; st == TD_OK && r < n; ++r) {
     rank_info *x = &all[r];
     x->rank = r, x->tp = r % tp, x->cp = (r / tp) % cp, x->dp = (r / (tp * cp)) % dp;
     x->pp = r / (tp * cp * dp);
     td_grid vg;
     td_grid_virtual(dp, cp, tp, pp, x->dp, x->cp, x->tp, x->pp, &vg);
-    st = td_trainer_plan(cfg, &vg, dcomm, &x->mem);
-    if (st == TD_OK && offload) {
-      td_config plain = *cfg;
-      td_mem_plan pm;
-      snprintf(plain.optimizer_offload, sizeof plain.optimizer_offload, "none");
-      st = td_trainer_plan(&plain, &vg, dcomm, &pm);
-      x->dev_plain = mem_total(&pm);
-    }
+    st = plan_rank(cfg, &vg, dcomm, x);
     node_of[r] = r / rpn;
     snprintf(x->host, sizeof x->host, "node%d", r / rpn);
     x->gpu = cuda ? r % rpn : -1, x->gpus = cuda ? rpn : 0;

@@ -118,6 +118,17 @@ h = dict(hdr32); del h["transformer.h.2.mlp.c_fc.bias"]; write("missing.safetens
 h = dict(hdr32); h["transformer.h.9.ln_1.weight"] = h["transformer.ln_f.weight"]; write("extra.safetensors", h)
 h = json.loads(json.dumps(hdr32)); h["transformer.ln_f.bias"]["shape"] = [64, 2]; write("shape.safetensors", h)
 EOF
+# same_model A.h5 B.h5: every /model tensor of the two checkpoints bit for bit
+same_model() {
+  PYTHONPATH=$src/tests/reference /usr/bin/python3 - "$1" "$2" <<'EOF'
+import sys
+import numpy as np
+import gpt2_ref as G
+a, b = G.load_model_h5(sys.argv[1], "model"), G.load_model_h5(sys.argv[2], "model")
+bad = [n for n in a if not np.array_equal(np.asarray(a[n]), np.asarray(b[n]))]
+sys.exit("tensors differ: %s" % bad[:3] if bad else 0)
+EOF
+}
 for src_file in out32/model.safetensors model_llmc.bin; do
   tag=$(basename "$src_file" | tr . _)
   rm -rf "init_$tag"
@@ -126,14 +137,7 @@ for src_file in out32/model.safetensors model_llmc.bin; do
     --set model.init_from="$src_file" --set optimizer.lr=0 --set schedule.min_lr=0 \
     --set training.steps=1 --set schedule.warmup=1 --set eval.every=1 > "init_$tag.log" 2>&1 ||
     { tail -3 "init_$tag.log"; fail "train with model.init_from=$src_file"; }
-  PYTHONPATH=$src/tests/reference /usr/bin/python3 - "$ck" "init_$tag/ckpt/step_00000001.h5" <<'EOF' ||
-import sys
-import numpy as np
-import gpt2_ref as G
-a, b = G.load_model_h5(sys.argv[1], "model"), G.load_model_h5(sys.argv[2], "model")
-bad = [n for n in a if not np.array_equal(np.asarray(a[n]), np.asarray(b[n]))]
-sys.exit("tensors differ: %s" % bad[:3] if bad else 0)
-EOF
+  same_model "$ck" "init_$tag/ckpt/step_00000001.h5" ||
     fail "model.init_from=$src_file (tp 2, lr 0): the checkpoint differs from the source"
   v0=$(grep '"val_loss"' "init_$tag/metrics.jsonl" | head -1 | /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["val_loss"])')
   # the loss within 1e-7, not to the bit: at tp 2 each rank sums exp over its
@@ -193,14 +197,7 @@ for dir in out32 sharded; do
     --set run.out_dir="init_$dir" --set checkpoint.resume=never --set model.init_from="$dir" \
     --set optimizer.lr=0 --set schedule.min_lr=0 --set training.steps=1 --set schedule.warmup=1 \
     > "init_$dir.log" 2>&1 || { tail -3 "init_$dir.log"; fail "train with model.init_from=$dir (a folder)"; }
-  PYTHONPATH=$src/tests/reference /usr/bin/python3 - "$ck" "init_$dir/ckpt/step_00000001.h5" <<'EOF' ||
-import sys
-import numpy as np
-import gpt2_ref as G
-a, b = G.load_model_h5(sys.argv[1], "model"), G.load_model_h5(sys.argv[2], "model")
-bad = [n for n in a if not np.array_equal(np.asarray(a[n]), np.asarray(b[n]))]
-sys.exit("tensors differ: %s" % bad[:3] if bad else 0)
-EOF
+  same_model "$ck" "init_$dir/ckpt/step_00000001.h5" ||
     fail "model.init_from=$dir/ (lr 0): the checkpoint differs from the source"
 done
 echo "export.sh: model.init_from of the export's folder and of a 2-shard copy: weights bit-identical"
