@@ -354,6 +354,18 @@ static void cross_check(const entry_list *l, const int *present, FILE *out, prob
   }
 }
 
+td_status td_ckpt_check_file(const char *path) {
+  hid_t f = -1;
+  td_h5_init();
+  if (td_h5_open(path, MPI_COMM_NULL, 0, &f) != TD_OK) {
+    td_error_clear();
+    TD_FAIL(TD_ERR_CKPT, "%s: an HDF5 file that cannot be opened (truncated or damaged?)", path);
+  }
+  td_status st = td_ckpt_check_root(f, path);
+  td_h5_close(&f);
+  return st;
+}
+
 td_status td_ckpt_info(const char *path, FILE *out) {
   td_status st = TD_OK;
   hid_t f = -1;

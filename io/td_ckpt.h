@@ -191,6 +191,12 @@ td_status td_ckpt_read_finish(td_ckpt_reader *r);
  * 2^64. For tests and tools. */
 uint64_t td_ckpt_checksum(const float *x, int64_t n, int64_t k0);
 
+/* Not collective (serial HDF5): open path and check its root attributes
+ * (format, format_version, step, tokens_seen, saved_grid) as td_ckpt_open
+ * does. TD_ERR_CKPT naming the file and the attribute, or saying the file
+ * cannot be opened as HDF5 (no library internals in the message). */
+td_status td_ckpt_check_file(const char *path);
+
 /* Not collective (serial HDF5): print to out the step, tokens_seen,
  * saved_grid, trident_version, /config, and every dataset under /model and
  * /optim with its shape and "checksum ok" or "CHECKSUM MISMATCH (stored x,

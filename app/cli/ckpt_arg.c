@@ -20,25 +20,12 @@ static td_status check_file(const char *what, const char *path) {
   if (is <= 0)
     TD_FAIL(TD_ERR_USAGE, "%s %s: not an HDF5 file (a checkpoint is step_XXXXXXXX.h5 in a run's "
             "ckpt/ folder)", what, path);
-  char format[64] = "";
-  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    TD_FAIL(TD_ERR_USAGE, "%s %s: an HDF5 file that cannot be opened (truncated or damaged?)",
-            what, path);
+  if (td_ckpt_check_file(path) != TD_OK) { /* format, version, step, ...: one line */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", td_error_message());
+    td_error_clear();
+    TD_FAIL(TD_ERR_USAGE, "%s %s", what, msg);
   }
-  {
-    if (H5Aexists(f, "format") > 0 && td_h5_attr_read_str(f, path, "format", format, sizeof format) != TD_OK) {
-      td_error_clear();
-      format[0] = '\0';
-    }
-    H5Fclose(f);
-  }
-  H5Eclear2(H5E_DEFAULT);
-  if (strcmp(format, "trident-checkpoint") != 0)
-    TD_FAIL(TD_ERR_USAGE, "%s %s: an HDF5 file but not a trident checkpoint (%s%s%s)", what,
-            path, format[0] ? "format '" : "no format attribute: a dataset from trident prepare?",
-            format[0] ? format : "", format[0] ? "'" : "");
   return TD_OK;
 }
 

@@ -31,15 +31,22 @@ static td_status info_short(const char *path, const char *summary) {
     td_error_clear();
   TD_CHECK_GOTO(td_h5_read_string(f, path, "/config", &yaml));
   snprintf(where, sizeof where, "%s:/config", path);
-  TD_CHECK_GOTO(td_config_load_text(where, yaml, &cfg));
-  TD_CHECK_GOTO(td_registry_create(&cfg, 1, 0, 1, 0, &reg));
   struct stat sb;
   double mb = stat(path, &sb) == 0 ? (double)sb.st_size / 1e6 : 0.0;
-  td_model_dims d;
-  td_config_dims(&cfg, &d);
   printf("checkpoint  %s (%.1f MB)\n", path, mb);
   printf("step        %lld (%lld tokens seen), written by trident %s\n", (long long)step,
          (long long)tokens, version);
+  if (td_config_load_text(where, yaml, &cfg) != TD_OK ||
+      td_registry_create(&cfg, 1, 0, 1, 0, &reg) != TD_OK) {
+    /* the tensors verified; the deck is another program's or version's */
+    printf("model       its /config does not load as a deck of this trident: %s\n",
+           td_error_message());
+    td_error_clear();
+    printf("verified    %s\n", summary);
+    goto done;
+  }
+  td_model_dims d;
+  td_config_dims(&cfg, &d);
   if (strcmp(cfg.model_arch, "llama") == 0)
     printf("model       llama: %lld layers, dim %lld, %lld heads (%lld key/value), ffn %lld, "
            "vocab %lld, seq_len %lld; %.2f M parameters\n", (long long)d.L, (long long)d.C,

@@ -44,7 +44,7 @@ for np in 1 2; do
     prepare --out x.h5 /nonexistent/file.txt
   refuse "prepare, --out in a missing folder" "--out nodir/x.h5: the folder nodir does not exist" $np \
     prepare --out nodir/x.h5 "$src/README.md"
-  refuse "export of a dataset" "--checkpoint corpus.h5: an HDF5 file but not a trident checkpoint" $np \
+  refuse "export of a dataset" "--checkpoint corpus.h5: not a trident checkpoint" $np \
     export --checkpoint corpus.h5 --out hf
   refuse "generate of a folder without checkpoints" "--checkpoint empty: a folder without checkpoints" $np \
     generate --checkpoint empty

@@ -51,6 +51,7 @@ a=$(gen 1 5) b=$(gen 1 5) c=$(gen 1 6)
 # (temperature 1.5 over the whole vocabulary: every logit of every tensor-
 # parallel shard weighs on each draw) and greedy. This caught tp > 1
 # gathering the logits of one shard only.
+rm -rf lrun
 "$trident" train "$src/inputs/llama-tiny.yaml" "${common[@]}" --set run.out_dir=lrun \
   --set checkpoint.resume=never >ltrain.log 2>&1 || { cat ltrain.log; bad "llama-tiny training"; }
 lckpt=lrun/ckpt/$(cat lrun/ckpt/latest 2>/dev/null)

@@ -21,8 +21,8 @@
 #     folder at K = 2 and 3 with a small buffer, one file at K = 3 (the
 #     shares meet inside it), K = 4 on a file too short to split (empty
 #     shares), and standard input at K = 2 (rank 0 alone): the same tokens
-#     and attributes as one rank; a missing input at K = 2 is exit 3 (an I/O
-#     error, as on one rank) with one message naming it, and no output file.
+#     and attributes as one rank; a missing input at K = 2 is exit 2 (bad
+#     input, as on one rank) with one message naming it, and no output file.
 # 77 (skipped) when npm or the registry is unavailable (fetch.sh).
 # Environment: MPIEXEC (default mpiexec).
 set -u
@@ -108,9 +108,9 @@ grep -qE "split over 3 ranks, shares of 0\.0[0-9]*[1-9][0-9]* 0\.0[0-9]*[1-9][0-
   fail "one file on 3 ranks is not split in three: $(grep split par3_b.log)"
 out=$("$mpiexec" -n 2 "$trident" prepare "${gpt2[@]}" --out missing.h5 docs no-such-dir 2>&1)
 rc=$?
-[ $rc = 3 ] && [ "$(grep -c "trident: error:.*no-such-dir" <<<"$out")" = 1 ] && [ ! -e missing.h5 ] &&
+[ $rc = 2 ] && [ "$(grep -c "trident: error:.*no-such-dir" <<<"$out")" = 1 ] && [ ! -e missing.h5 ] &&
   ! grep -q "failed alone" <<<"$out" ||
-  { echo "$out" | tail -3; fail "a missing input on 2 ranks: exit $rc (want 3, one message naming it, no file)"; }
+  { echo "$out" | tail -3; fail "a missing input on 2 ranks: exit $rc (want 2, one message naming it, no file)"; }
 /usr/bin/python3 - <<'PYEOF2' || exit 1
 import sys
 import h5py
