@@ -22,7 +22,7 @@ rb_init "$@"
 fail=0
 for cp in 1 4; do
   dir=$work/cp$cp
-  mkdir -p "$dir"
+  rm -rf "$dir" && mkdir -p "$dir" # a fresh run: resume: never refuses an old one
   args=("$src/inputs/tiny.yaml" --set "data.train=$corpus" --set model.seq_len=4096
         --set model.layers=2 --set model.dim=64 --set model.heads=4 --set parallel.cp=$cp
         --set training.global_batch=4 --set training.steps=2 --set schedule.warmup=1

@@ -30,7 +30,7 @@ case_() {
               --set parallel.tp="$tp" --set parallel.pp="$pp" --set parallel.zero="$zero"
               --set training.steps=2 --set schedule.warmup=1 --set checkpoint.every=0
               --set checkpoint.resume=never --set "run.out_dir=$dir" "$@")
-  mkdir -p "$dir"
+  rm -rf "$dir" && mkdir -p "$dir" # a fresh run: resume: never refuses an old one
   if ! timeout -k 5 120 "$mpiexec" -n "$np" "$trident" check "${args[@]}" --json \
       >"$dir/check.json" 2>"$dir/check.err"; then
     echo "FAIL $name: trident check exited non-zero"; sed 's/^/  | /' "$dir/check.err"; fail=1; return

@@ -10,6 +10,7 @@ whole run need not be the busiest of each step).
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -47,6 +48,7 @@ def main():
     bad = 0
     for i, (n, sets) in enumerate(GRIDS):
         out = os.path.join(work, "g%d" % i)
+        shutil.rmtree(out, ignore_errors=True)  # a fresh run (resume: never refuses an old one)
         args = sum([["--set", s] for s in sets + [
             "data.train=" + data, "training.steps=6", "schedule.warmup=1", "training.global_batch=8", "eval.every=100",
             "run.out_dir=" + out, "checkpoint.every=0", "checkpoint.resume=never"]], [])
