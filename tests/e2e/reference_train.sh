@@ -12,6 +12,7 @@ deck=${3:-$src/inputs/tiny.yaml}
 mkdir -p "$work"
 cd "$work"
 [ -f corpus.h5 ] || "$trident" prepare --out corpus.h5 --val-fraction 0.1 /usr/share/common-licenses >/dev/null
+rm -rf run # a fresh run: resume: never refuses an old one
 OMP_NUM_THREADS=2 "$trident" train "$deck" --set data.train=corpus.h5 \
   --set run.out_dir=run --dump dump.h5 --set training.steps=20
 /usr/bin/python3 "$src/tests/reference/check_train.py" dump.h5
