@@ -145,6 +145,15 @@ static int stale(const char *path, const char *holder, char *why, size_t cap) {
   return 0;
 }
 
+/* The holder's PID when it runs on this host (0 otherwise). */
+static long local_pid(const char *holder) {
+  char host[256] = "", me[256] = "?";
+  long pid = 0;
+  gethostname(me, sizeof me - 1);
+  if (sscanf(holder, "%255s %ld", host, &pid) != 2 || strcmp(host, me) != 0) return 0;
+  return pid;
+}
+
 static td_status claim0(const td_config *c, td_runlock **out) {
   const char *dir = c->checkpoint_dir;
   if (td_mkdir_p(dir, "checkpoint folder") != TD_OK) {
@@ -163,6 +172,15 @@ static td_status claim0(const td_config *c, td_runlock **out) {
   char holder[512] = "", why[256] = "";
   int made = 0;
   td_status st = try_lock(l->path, &made, holder, sizeof holder);
+  if (st == TD_OK && !made && !stale(l->path, holder, why, sizeof why) && local_pid(holder) > 0) {
+    /* a job that just ended may still be taking its ranks down (Open MPI
+     * sends SIGTERM, then SIGKILL seconds later, after mpiexec returned) */
+    long pid = local_pid(holder);
+    for (int i = 0; i < TD_LOCK_WAIT_S * 10 && kill((pid_t)pid, 0) == 0; ++i) {
+      struct timespec ts = {0, 100000000};
+      nanosleep(&ts, NULL);
+    }
+  }
   if (st == TD_OK && !made) {
     if (stale(l->path, holder, why, sizeof why)) {
       td_warn("%s: taking over a stale lock (%s: %s)", l->path, holder, why);

@@ -9,7 +9,10 @@
  *     holder. A lock is stale, and taken over with a note, when its holder
  *     is this host's PID that no longer exists, when it carries this Slurm
  *     job's id (a requeued job), or when it was not refreshed for
- *     TD_LOCK_STALE_S seconds (a holder on a host that died);
+ *     TD_LOCK_STALE_S seconds (a holder on a host that died). A holder on
+ *     this host whose PID still runs gets TD_LOCK_WAIT_S seconds to end
+ *     (a job that just failed may still be taking its ranks down) before
+ *     the run is refused;
  *   - with checkpoint.resume: never, a folder that holds an earlier run's
  *     checkpoints (step_*.h5 or `latest`) is refused (exit 2: resume it,
  *     train into another folder, or set checkpoint.overwrite: true), and
@@ -25,6 +28,7 @@
 
 #define TD_LOCK_REFRESH_S 30
 #define TD_LOCK_STALE_S 120
+#define TD_LOCK_WAIT_S 10 /* a holder on this host still running: wait this long for it to end */
 
 typedef struct td_runlock td_runlock;
 

@@ -97,7 +97,7 @@ if(TD_CUDA_EMULATE)
     ${TD_GRID_BIN} ${_cu_work} llama_cp2 1,1,1,0 1,1,1,0,0,2 ${_small})
   set_property(TEST ${_cu_tests} APPEND PROPERTY ENVIRONMENT ${TD_CUDAEMU_TEST_ENV})
   # Seeded random delays: before each queued operation a stream's worker
-  # sleeps a delay drawn in [0, 500] us for that (stream, operation), so an
+  # sleeps a delay drawn in [0, 100] us for that (stream, operation), so an
   # operation that should have waited for another stream's work runs while
   # that work is still pending, differently in each test; the seed also
   # sets the order the emulated threads and blocks run in. Two seeds, one
@@ -107,7 +107,7 @@ if(TD_CUDA_EMULATE)
   set(_seed 1)
   foreach(t ${_cu_tests})
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT
-      TD_CUDAEMU_DELAY_US=500 TD_CUDAEMU_DELAY_RANDOM=1 TD_CUDAEMU_SEED=${_seed})
+      TD_CUDAEMU_DELAY_US=100 TD_CUDAEMU_DELAY_RANDOM=1 TD_CUDAEMU_SEED=${_seed})
     math(EXPR _seed "3 - ${_seed}")
   endforeach()
   # the parameters cross devices bit for bit (train --dump of the resumed run)

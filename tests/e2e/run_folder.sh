@@ -64,9 +64,11 @@ else
   tail -3 over.log
 fi
 
-# 3. two runs at once: the second refused at start, the first unharmed
+# 3. two runs at once: the second refused at start (after the 10 s it gives a
+# holder on this host to end: the first runs 25 steps of at least 0.8 s), the
+# first unharmed
 rm -rf run
-TD_TEST_STEP_SLEEP_MS=200 "$trident" train "$deck" "${base[@]}" --set training.steps=25 \
+TD_TEST_STEP_SLEEP_MS=800 "$trident" train "$deck" "${base[@]}" --set training.steps=25 \
   --set checkpoint.resume=auto >live.log 2>&1 &
 live=$!
 for _ in $(seq 100); do [ -f run/ckpt/trident.lock ] && break; sleep 0.1; done
