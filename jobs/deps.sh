@@ -97,6 +97,11 @@ td_mpi_forget_other() {
 # against $TD_MPI (its mpicc, mpiexec and h5pcc named explicitly when they
 # are installed where Debian puts them). TD_BUILD_TARGET names one target to
 # build instead of all (it must include trident).
+# td_cores: the cores this process may use. Not plain `nproc`: it reports
+# OMP_NUM_THREADS when that is set (coreutils), and the tests set it to 1 for
+# their ranks, which made the parallel parts of bad_decks and the fuzz stage
+# run one at a time.
+td_cores() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc; }
 td_build() {
   local dir=$1; shift
   local src mpi=()
@@ -111,11 +116,11 @@ td_build() {
   fi
   local target=()
   [ -n "${TD_BUILD_TARGET:-}" ] && target=(--target "$TD_BUILD_TARGET")
-  echo "build: compiling ($(nproc) jobs${TD_BUILD_TARGET:+, target $TD_BUILD_TARGET})"
+  echo "build: compiling ($(td_cores) jobs${TD_BUILD_TARGET:+, target $TD_BUILD_TARGET})"
   # a failed build fails: an incremental build that stops at a compile error
   # leaves the old binaries in place, and nothing may run them as if new
   local rc=0
-  cmake --build "$dir" -j"$(nproc)" ${target[@]+"${target[@]}"} >"$dir.build.log" 2>&1 || rc=$?
+  cmake --build "$dir" -j"$(td_cores)" ${target[@]+"${target[@]}"} >"$dir.build.log" 2>&1 || rc=$?
   grep -E "error|warning|Error" "$dir.build.log" || true
   if [ "$rc" != 0 ] || [ ! -x "$dir/trident" ]; then
     echo "build: FAILED in $dir (exit $rc; the whole log: $dir.build.log); its end:"

@@ -33,7 +33,7 @@ t0=$(date +%s)
 # one short process after another); the extra slot lets such a test run
 # beside one that computes, where it would otherwise leave a core idle.
 # Tests that time the machine run alone (RUN_SERIAL).
-jobs=$(( $(nproc) + 1 ))
+jobs=$(( $(td_cores) + 1 ))
 # What each stage took and every test's time, printed at the end so that
 # growth is seen when it happens (docs/development.md, "Continuous integration")
 times=$(mktemp) tests_log=$(mktemp)

@@ -39,7 +39,7 @@ if ! command -v stress >/dev/null 2>&1; then
   command -v stress >/dev/null 2>&1 || { echo "stress_timing: needs Debian's stress (apt-get install stress)"; exit 2; }
 fi
 export OMP_WAIT_POLICY=passive HWLOC_PLUGINS_BLACKLIST=hwloc_pci
-cores=$(nproc)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 stress --cpu "$cores" >/dev/null 2>&1 &
 load=$!
 trap 'kill "$load" 2>/dev/null; pkill -P "$load" 2>/dev/null; wait "$load" 2>/dev/null' EXIT

@@ -75,7 +75,7 @@ done
 # the job (mpiexec, MPI_Init, loading the tokenizer: ~0.3-0.4 s here); the
 # speed-up is of prepare's own time ("N s in all": listing, tokenizing,
 # writing), which is what grows with the corpus.
-cores=$(nproc)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 inall() { sed -n 's/.*, \([0-9.]*\) s in all$/\1/p' "$1"; }
 t1r=$(inall prepare.log)
 echo

@@ -124,7 +124,7 @@ one_deck() {
 
 # The decks run side by side, one per core (each case still has its 10 s);
 # their lines are printed in the decks' order.
-PAR=${TD_DECK_JOBS:-$(nproc)}
+PAR=${TD_DECK_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
 running=0
 for deck in "${decks[@]}"; do
   one_deck "$deck" >"$TMP/$(basename "$deck" .yaml).log" 2>&1 &

@@ -278,7 +278,7 @@ fuzz_one() {
 }
 
 status=0
-PAR=${FUZZ_JOBS:-$(nproc)}
+PAR=${FUZZ_JOBS:-$(td_cores)}
 running=0
 for h in "${HARNESSES[@]}"; do
   fuzz_one "$h" >"$WORK/result-$h" 2>&1 &

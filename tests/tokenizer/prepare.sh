@@ -136,7 +136,9 @@ for one, many in [("big", "par2"), ("big", "par3"), ("one_b", "par3_b"), ("one_s
 print("prepare.sh: prepared on 2, 3 and 4 ranks and from stdin on 2: the same datasets as on one")
 PYEOF2
 
-# train: the vocab check, then a few steps with GPT-2's vocabulary
+# train: the vocab check, then a few steps with GPT-2's vocabulary (a fresh
+# run folder: a second run of the suite must not meet the first one's)
+rm -rf run
 out=$("$mpiexec" -n 1 "$trident" train "$src/inputs/tiny.yaml" --set data.train=big.h5 \
   --set run.out_dir=run --set checkpoint.resume=never 2>&1)
 rc=$?
