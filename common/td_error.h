@@ -119,7 +119,7 @@ int td_error_alone(void);
  * TD_TEST_FAIL_SKIP=n earlier passes, if set; with TD_TEST_FAIL_SLEEP=s it
  * sleeps s seconds there instead (a slow rank). Every other rank and site
  * returns TD_OK. Sites: check, step, zero_release, pipe_send, ckpt_save,
- * ckpt_load. Never set them outside tests.
+ * ckpt_load, init_from. Never set them outside tests.
  * The other test-only switches: TD_TEST_CRASH_SAVE, TD_TEST_SIGNAL_SAVE
  * (io/td_ckpt.h), TD_TEST_STEP_SLEEP_MS (app/train/run.c) and TD_TEST_STAGED=1
  * (kernels/cpu/cpu_backend.c: the CPU back-end reports host_memory = 0, so

@@ -334,6 +334,7 @@ static td_status init_from(const td_config *c, const td_registry *r, float *host
   td_status st = TD_OK;
   td_model_file *mf = NULL;
   const char *path = c->model_init_from;
+  TD_CHECK_GOTO(td_test_fail_point("init_from")); /* a read that fails on one rank */
   TD_CHECK_GOTO(check_hf_config(c));
   TD_CHECK_GOTO(td_model_file_open(path, &mf));
   for (int t = 0; t < r->n; ++t) {
@@ -490,6 +491,10 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
     t->model->cp_stats = &t->gstats[TD_GROUP_CP];
   }
   if (st == TD_OK) st = create_zero(t);
+  /* model.init_from is read on every rank (each keeps its shard): a rank
+   * that failed to read it alone must not leave the others waiting in the
+   * pipeline's collective set-up; agreed here, the message names the file */
+  TD_CHECK_GOTO(td_agree(app->world, st));
   if (st == TD_OK) t->embed_step = embed_at_end(c, t->grid, t->model);
   if (st == TD_OK) st = create_pipe(t);
   if (st == TD_OK) mem_of(c, t->grid, t->model, t->zero, &t->mem);

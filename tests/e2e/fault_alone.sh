@@ -12,6 +12,13 @@
 #   ckpt_save     in the middle of the second checkpoint save (the other rank
 #                 is writing tensors: collective metadata)
 #   ckpt_load     while resuming, before the tensors are read
+#   init_from     pp 2, reading model.init_from (a model folder exported from
+#                 the ckpt_save case's checkpoint): each rank reads it, and a
+#                 failure of one rank is agreed before the pipeline's set-up
+#                 (every rank exits 3, the message once, no abort). (On the
+#                 CPU path the set-up that follows sends nothing, so the same
+#                 outcome held before the agreement was added; it guards the
+#                 device paths, whose set-up creates communicators.)
 # Each job must end within 50 s (a few seconds on an idle machine; up to 36 s
 # was measured with 8 tests and stress on 2 cores; a hang is killed at 60 s), the failing rank with its message and
 # MPI_Abort(3), instead of waiting in a collective teardown (MPI_Wait,
@@ -91,6 +98,31 @@ fi
 run ckpt_load 1 ckpt_load 0 --set parallel.dp=2 --set parallel.zero=3 --set checkpoint.resume=auto \
   --set "checkpoint.dir=$ck"
 expect ckpt_load 1 ckpt_load
+
+# model.init_from failing on one rank alone: agreed, one message, exit 3
+if "$trident" export --checkpoint "$ck/step_00000002.h5" --out "$work/hf" >"$work/export.log" 2>&1; then
+  run init_from 1 init_from 0 --set parallel.pp=2 --set "model.init_from=$work/hf"
+  msg="trident: error: injected failure on rank 1 at init_from"
+  why=""
+  if [ "$rc" = 137 ]; then
+    why="did not end within 60 s (hang: the other rank waited in a collective)"
+  elif [ "$rc" != 3 ]; then
+    why="exit $rc, expected 3 from every rank"
+  elif [ "$(grep -cF -- "$msg" "$work/init_from.log")" != 1 ]; then
+    why="the message '$msg' printed $(grep -cF -- "$msg" "$work/init_from.log") times, expected once"
+  elif grep -q "failed alone" "$work/init_from.log"; then
+    why="the failure was not agreed (the rank aborted alone)"
+  fi
+  if [ -n "$why" ]; then
+    echo "FAIL init_from: $why"
+    tail -15 "$work/init_from.log" | sed 's/^/     | /'
+    fail=1
+  else
+    echo "ok   init_from: rank 1 failed alone reading model.init_from; agreed, the job ended in $secs s (exit 3)"
+  fi
+else
+  echo "FAIL init_from: trident export of the checkpoint failed"; tail -5 "$work/export.log"; fail=1
+fi
 
 if timeout -s KILL 120 "$mpiexec" -n 2 "$trident" train "$src/inputs/tiny.yaml" \
     --set "data.train=$corpus" --set training.steps=6 --set checkpoint.every=2 \

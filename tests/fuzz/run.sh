@@ -125,8 +125,12 @@ lib_in() {
     # a library's access to a block the library allocated, or to no known
     # block at all ("wild pointer": no allocation stack)
     lib=$(lib_of "$(innermost "$log" "ERROR: AddressSanitizer")")
-    if [ -n "$lib" ] && grep -q "allocated by thread" "$log" &&
-        [ -z "$(lib_of "$(innermost "$log" "allocated by thread")")" ]; then
+    # trident's when trident allocated the block; a block with no frame but
+    # the allocator's and libFuzzer's (the input's copy, next to which a
+    # library read past its own buffer) stays the library's
+    local alloc=""
+    grep -q "allocated by thread" "$log" && alloc=$(innermost "$log" "allocated by thread")
+    if [ -n "$lib" ] && [ -n "$alloc" ] && [ -z "$(lib_of "$alloc")" ]; then
       lib=""
     fi
   elif grep -q "memcpy-param-overlap" "$log"; then
