@@ -64,12 +64,17 @@ expect() {
       "$work/$name.log"; then
     why="the failing rank did not abort the job with exit 3"
   fi
-  if [ -n "$why" ]; then
-    echo "FAIL $name: $why"
-    tail -15 "$work/$name.log" | sed 's/^/     | /'
+  verdict "$name" "$why" "rank $rank failed alone at $site; the job ended in $secs s (exit $rc)"
+}
+
+# verdict NAME WHY OK-TEXT — FAIL with WHY and the log's end, or ok
+verdict() {
+  if [ -n "$2" ]; then
+    echo "FAIL $1: $2"
+    tail -15 "$work/$1.log" | sed 's/^/     | /'
     fail=1
   else
-    echo "ok   $name: rank $rank failed alone at $site; the job ended in $secs s (exit $rc)"
+    echo "ok   $1: $3"
   fi
 }
 
@@ -113,13 +118,7 @@ if "$trident" export --checkpoint "$ck/step_00000002.h5" --out "$work/hf" >"$wor
   elif grep -q "failed alone" "$work/init_from.log"; then
     why="the failure was not agreed (the rank aborted alone)"
   fi
-  if [ -n "$why" ]; then
-    echo "FAIL init_from: $why"
-    tail -15 "$work/init_from.log" | sed 's/^/     | /'
-    fail=1
-  else
-    echo "ok   init_from: rank 1 failed alone reading model.init_from; agreed, the job ended in $secs s (exit 3)"
-  fi
+  verdict init_from "$why" "rank 1 failed alone reading model.init_from; agreed, the job ended in $secs s (exit 3)"
 else
   echo "FAIL init_from: trident export of the checkpoint failed"; tail -5 "$work/export.log"; fail=1
 fi
