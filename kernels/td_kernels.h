@@ -184,6 +184,26 @@ struct td_kernels {
                        const float *att, int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
                        int64_t NH, int64_t KV, int64_t HS, const td_pos *pos);
 
+  /* Fused (flash) attention, FlashAttention-2: the attention of gqa_fwd
+   * without its (B, NH, T, Tk) probabilities. q, kk, v, out as gqa_fwd;
+   * lse (B, NH, T) = log Σ_j exp(s_j) over the keys row t sees (s =
+   * Q·Kᵀ/√HS), kept for backward in place of att. doc (may be NULL): (B, T)
+   * int32, the first key position row t of sequence b sees (its document's
+   * start, 0 ≤ doc ≤ td_pos_at(pos, t)); NULL: 0. Deterministic: the same
+   * bits at every thread count and run. NULL when the back-end has none. */
+  td_status (*flash_fwd)(td_kernels *k, float *out, float *lse, const float *q,
+                         const float *kk, const float *v, int64_t ldq, int64_t ldkv, int64_t B,
+                         int64_t T, int64_t NH, int64_t KV, int64_t HS, const td_pos *pos,
+                         const int32_t *doc);
+  /* dq, dk, dv (=, as gqa_bwd) given dout, the forward's out (dense rows of
+   * NH·HS, of type ot: what the model kept) and lse; delta (B, NH, T) is
+   * workspace (D = rowsum(dout ∘ out)). Deterministic, no atomics. */
+  td_status (*flash_bwd)(td_kernels *k, float *dq, float *dk, float *dv, float *delta,
+                         const float *dout, const void *out, td_dtype ot, const float *lse,
+                         const float *q, const float *kk, const float *v, int64_t ldq,
+                         int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS,
+                         const td_pos *pos, const int32_t *doc);
+
   /* ---- pointwise ---------------------------------------------------------- */
   /* out = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), n elements; out of
    * type ot. */

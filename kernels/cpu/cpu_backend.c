@@ -103,6 +103,8 @@ td_status td_kernels_cpu_create(int threads, td_kernels **out) {
   k->swiglu_bwd = td_cpu_swiglu_bwd;
   k->gqa_fwd = td_cpu_gqa_fwd;
   k->gqa_bwd = td_cpu_gqa_bwd;
+  k->flash_fwd = td_cpu_flash_fwd;
+  k->flash_bwd = td_cpu_flash_bwd;
   k->gelu_fwd = td_cpu_gelu_fwd;
   k->gelu_bwd = td_cpu_gelu_bwd;
   k->add = td_cpu_add;

@@ -27,3 +27,12 @@ if(TD_ENABLE_CUDA)
     set_property(TEST kernels_cuda APPEND PROPERTY ENVIRONMENT ${TD_CUDAEMU_TEST_ENV})
   endif()
 endif()
+
+# flash — the fused (flash) attention of the CPU back-end against a float64
+# reference from the definition (and finite differences), the materialised
+# kernels, and itself at 1-3 threads (bitwise); odd T, head sizes 24 and 80,
+# kv_heads 1/2/heads, cp positions, document masks, a bf16 output.
+td_add_unit(test_flash ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_flash.c)
+add_test(NAME flash COMMAND test_flash cpu)
+set_tests_properties(flash PROPERTIES TIMEOUT 120 PROCESSORS 2 LABELS "unit;kernels"
+  ENVIRONMENT "OMP_NUM_THREADS=2")

@@ -1,0 +1,433 @@
+/* flash.c — fused causal grouped-query attention (FlashAttention-2, Dao
+ * 2023) on the CPU, forward and backward: nothing of size T·Tk is ever
+ * written.
+ *
+ * Forward: the query rows of one (sequence, head) in tiles of BR rows, the
+ * keys and values in tiles of BC; for each query tile the key tiles its rows
+ * can see are visited in order, and each row keeps a running maximum m, a
+ * running sum l of exp(s − m) and an output accumulator, rescaled by
+ * exp(m_old − m_new) when a tile raises the maximum (the online softmax).
+ * What is kept for backward is the output and one log-sum-exp per row,
+ * lse = m + log l, (B, NH, T) floats.
+ *
+ * Backward, from the output O, its gradient dO and lse: D = rowsum(dO ∘ O)
+ * first; every probability tile is made again as P = exp(s − lse), and
+ * dS = P ∘ (dO·Vᵀ − D)/√HS. Two passes keep it deterministic without atomics
+ * or per-thread partial sums: one over key tiles (dK = Σ dSᵀ·Q, dV = Σ Pᵀ·dO,
+ * summing the query heads of the group and their query tiles in a fixed
+ * order), one over query tiles (dQ = Σ dS·K over the key tiles in order).
+ * Each output element is computed by one thread in one order, so the result
+ * is the same bit for bit at every thread count. The price is P and dP made
+ * twice (7 tile products for the 5 of one pass).
+ *
+ * Masks: query row t of sequence b (position p = td_pos_at(pos, t)) sees the
+ * keys j with lo ≤ j ≤ p, lo = doc[b·T + t] (the first key of its document)
+ * or 0 without document masks. Tiles no row of a query tile can see are
+ * skipped, not computed. With positions (context parallelism) the query
+ * rows are two runs of consecutive positions; query tiles never straddle
+ * them, so a tile's keys are one range.
+ *
+ * Tiles are sized for the L1/L2 caches (BR = BC = 64 floats wide rows; HS up
+ * to TD_FLASH_MAX_HS), the products are register-blocked row loops that the
+ * compiler vectorises (AVX-512, AVX2 or SSE clones), and OpenMP runs over
+ * (batch, head, tile). Probabilities below FLT_MIN are 0, as in the
+ * materialised kernel (attention.c), for the same reason (subnormals). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_simd.h"
+
+enum { BR = 64, BC = 64 };
+
+/* What every tile routine reads: the operands of one call. */
+typedef struct {
+  const float *q, *kk, *v;
+  const int32_t *doc;
+  const td_pos *pos;
+  int64_t ldq, ldkv, B, T, NH, KV, HS, G, Tk, C;
+  float scale;
+  int64_t ntiles;     /* query tiles of one (b, h) */
+  int64_t tile_t0[2]; /* the runs of query rows: [t0, t0 + len) */
+  int64_t tile_len[2];
+  int64_t run_tiles[2]; /* tiles of each run */
+} fa_call;
+
+static void fa_setup(fa_call *f, const float *q, const float *kk, const float *v, int64_t ldq,
+                     int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS,
+                     const td_pos *pos, const int32_t *doc) {
+  memset(f, 0, sizeof *f);
+  f->q = q, f->kk = kk, f->v = v, f->doc = doc, f->pos = pos;
+  f->ldq = ldq, f->ldkv = ldkv, f->B = B, f->T = T, f->NH = NH, f->KV = KV, f->HS = HS;
+  f->G = NH / KV, f->Tk = td_pos_len(pos, T), f->C = NH * HS;
+  f->scale = 1.0f / sqrtf((float)HS);
+  int64_t half = pos ? pos->half : T;
+  f->tile_t0[0] = 0, f->tile_len[0] = half;
+  f->tile_t0[1] = half, f->tile_len[1] = T - half;
+  for (int r = 0; r < 2; r++) f->run_tiles[r] = (f->tile_len[r] + BR - 1) / BR;
+  f->ntiles = f->run_tiles[0] + f->run_tiles[1];
+}
+
+/* Query tile i of a (b, h): rows [*t0, *t0 + *nr). */
+static void fa_tile(const fa_call *f, int64_t i, int64_t *t0, int64_t *nr) {
+  int r = i < f->run_tiles[0] ? 0 : 1;
+  int64_t k = r == 0 ? i : i - f->run_tiles[0];
+  *t0 = f->tile_t0[r] + k * BR;
+  int64_t end = f->tile_t0[r] + f->tile_len[r];
+  *nr = end - *t0 < BR ? end - *t0 : BR;
+}
+
+static inline int64_t fa_lo(const fa_call *f, int64_t b, int64_t t) {
+  return f->doc ? f->doc[b * f->T + t] : 0;
+}
+
+/* The keys rows [t0, t0 + nr) of sequence b can see, together: [*lo, *hi]. */
+static void fa_keys(const fa_call *f, int64_t b, int64_t t0, int64_t nr, int64_t *lo,
+                    int64_t *hi) {
+  int64_t l = fa_lo(f, b, t0);
+  for (int64_t t = t0 + 1; t < t0 + nr && f->doc; t++) {
+    int64_t x = fa_lo(f, b, t);
+    l = x < l ? x : l;
+  }
+  *lo = l;
+  *hi = td_pos_at(f->pos, t0 + nr - 1); /* positions increase inside a run */
+}
+
+/* The products: one register-blocked micro-kernel, C (M × N) (+)= A (M × K)
+ * · B (K × N), all row-major with leading dimensions, N a multiple of 16
+ * (tiles are padded: HSP columns, zero past HS). Blocks of 4 rows × 32 or
+ * 16 columns stay in registers over the whole K loop (GCC vector types:
+ * one AVX-512 register per 16 floats, two AVX2 or four SSE ones on the
+ * other clones). Rows past M reuse row M − 1 and are not stored. */
+typedef float v16 __attribute__((vector_size(64)));
+/* the same, at any float's alignment: loads and stores through it */
+typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
+#define LD16(p) ((v16)(*(const v16u *)(p)))
+#define ST16(p, v) (*(v16u *)(p) = (v))
+
+TD_CPU_CLONES static void mk(float *restrict C, int64_t ldc, const float *restrict A, int64_t lda,
+                             const float *restrict B, int64_t ldb, int64_t M, int64_t N,
+                             int64_t K, int acc) {
+  for (int64_t i = 0; i < M; i += 4) {
+    const float *a[4];
+    for (int r = 0; r < 4; r++) a[r] = A + (i + r < M ? i + r : M - 1) * lda;
+    int64_t mr = M - i < 4 ? M - i : 4, j = 0;
+    for (; j + 32 <= N; j += 32) {
+      v16 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, d0 = {0}, d1 = {0}, d2 = {0}, d3 = {0};
+      for (int64_t k = 0; k < K; k++) {
+        v16 b0 = LD16(B + k * ldb + j), b1 = LD16(B + k * ldb + j + 16);
+        float x0 = a[0][k], x1 = a[1][k], x2 = a[2][k], x3 = a[3][k];
+        c0 += x0 * b0, d0 += x0 * b1;
+        c1 += x1 * b0, d1 += x1 * b1;
+        c2 += x2 * b0, d2 += x2 * b1;
+        c3 += x3 * b0, d3 += x3 * b1;
+      }
+      v16 cs[4] = {c0, c1, c2, c3}, ds[4] = {d0, d1, d2, d3};
+      for (int r = 0; r < mr; r++) {
+        float *o = C + (i + r) * ldc + j;
+        ST16(o, acc ? LD16(o) + cs[r] : cs[r]);
+        ST16(o + 16, acc ? LD16(o + 16) + ds[r] : ds[r]);
+      }
+    }
+    for (; j < N; j += 16) {
+      v16 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+      for (int64_t k = 0; k < K; k++) {
+        v16 b0 = LD16(B + k * ldb + j);
+        c0 += a[0][k] * b0, c1 += a[1][k] * b0, c2 += a[2][k] * b0, c3 += a[3][k] * b0;
+      }
+      v16 cs[4] = {c0, c1, c2, c3};
+      for (int r = 0; r < mr; r++) {
+        float *o = C + (i + r) * ldc + j;
+        ST16(o, acc ? LD16(o) + cs[r] : cs[r]);
+      }
+    }
+  }
+}
+
+/* dst (nc × BR) = the first nr columns... the transpose of src's (nr × BC)
+ * tile's first nc columns. */
+static void transpose(float *restrict dst, const float *restrict src, int64_t nr, int64_t nc) {
+  for (int64_t i = 0; i < nr; i++)
+    for (int64_t c = 0; c < nc; c++) dst[c * BR + i] = src[i * BC + c];
+}
+
+/* The mask of a score tile (S NULL: only the answer): S[i, c] = −inf where
+ * key j0 + c is past nc or outside [lo(t0 + i), pos(t0 + i)]. Returns
+ * whether any entry is visible; a tile with none is skipped before its
+ * products. */
+static int tile_mask(const fa_call *f, float *S, int64_t b, int64_t t0, int64_t nr, int64_t j0,
+                     int64_t nc) {
+  int any = 0;
+  for (int64_t i = 0; i < nr; i++) {
+    int64_t lo = fa_lo(f, b, t0 + i) - j0, hi = td_pos_at(f->pos, t0 + i) - j0;
+    hi = hi >= nc ? nc - 1 : hi;
+    any |= lo <= hi;
+    if (!S) continue;
+    float *s = S + i * BC;
+    for (int64_t c = 0; c < BC; c++)
+      if (c < lo || c > hi) s[c] = -INFINITY;
+  }
+  return any;
+}
+
+/* P = exp(scale·S − lse row) in place, −inf and underflow to 0 (the
+ * backward's probabilities from the forward's log-sum-exp). */
+TD_CPU_CLONES static void tile_prob(float *S, const float *lse, int64_t nr, float scale) {
+  for (int64_t i = 0; i < nr; i++) {
+    float *s = S + i * BC, l = lse[i];
+#pragma omp simd
+    for (int c = 0; c < BC; c++) {
+      float x = scale * s[c] - l; /* −inf stays −inf */
+      s[c] = x < -87.0f ? 0.0f : td_cpu_expf(x);
+    }
+  }
+}
+
+/* dS = scale · P ∘ (dP − D row), in place on dP; |dS| below FLT_MIN is 0. */
+TD_CPU_CLONES static void tile_ds(float *dP, const float *P, const float *D, int64_t nr,
+                                  float scale) {
+  for (int64_t i = 0; i < nr; i++) {
+    float *g = dP + i * BC, dd = D[i];
+    const float *p = P + i * BC;
+#pragma omp simd
+    for (int c = 0; c < BC; c++) {
+      float x = scale * p[c] * (g[c] - dd);
+      g[c] = fabsf(x) < 1.17549435e-38f ? 0.0f : x;
+    }
+  }
+}
+
+/* Rows [t0, t0 + n) of head column block `col` (HS floats from column
+ * col·HS) of a (B, T, ·) array of row stride ld, sequence b, into dst
+ * (BR rows of HSP floats: columns past HS and rows past n are 0). */
+static void load_rows(float *dst, const float *src, int64_t ld, int64_t b, int64_t T,
+                      int64_t t0, int64_t n, int64_t col, int64_t HS, int64_t HSP) {
+  for (int64_t i = 0; i < BR; i++) {
+    float *o = dst + i * HSP;
+    if (i < n) memcpy(o, src + (b * T + t0 + i) * ld + col * HS, (size_t)HS * sizeof(float));
+    memset(o + (i < n ? HS : 0), 0, (size_t)(i < n ? HSP - HS : HSP) * sizeof(float));
+  }
+}
+
+/* The same rows transposed: dst (HS × BC), element (d, c) = row c's d;
+ * columns past n are 0. */
+static void load_cols(float *dst, const float *src, int64_t ld, int64_t b, int64_t T,
+                      int64_t t0, int64_t n, int64_t col, int64_t HS) {
+  for (int64_t d = 0; d < HS; d++) {
+    float *o = dst + d * BC;
+    const float *x = src + (b * T + t0) * ld + col * HS + d;
+    int64_t c = 0;
+    for (; c < n; c++) o[c] = x[c * ld];
+    for (; c < BC; c++) o[c] = 0.0f;
+  }
+}
+
+/* Per-thread tiles: TD_FLASH_TILES of BR (= BC) rows × max(HSP, BC) floats. */
+enum { TD_FLASH_TILES = 12 };
+
+static int64_t tile_floats(int64_t HSP) { return (int64_t)BR * (HSP > BC ? HSP : BC); }
+
+static float *tiles_alloc(int64_t HSP) {
+  size_t n = (size_t)TD_FLASH_TILES * (size_t)tile_floats(HSP) * sizeof(float);
+  float *t = aligned_alloc(64, (n + 63) / 64 * 64);
+  if (t) memset(t, 0, n);
+  return t;
+}
+
+/* Shared checks of both directions; doc rows must lie inside their masks. */
+static td_status fa_args(const char *op, int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
+                         int64_t NH, int64_t KV, int64_t HS, const td_pos *pos,
+                         const int32_t *doc) {
+  TD_CHECK(td_kernels_gqa_args(ldq, ldkv, B, T, NH, KV, HS));
+  TD_CHECK(td_kernels_pos_args(op, pos, T));
+  for (int64_t b = 0; doc && b < B; b++)
+    for (int64_t t = 0; t < T; t++) {
+      int64_t lo = doc[b * T + t], p = td_pos_at(pos, t);
+      if (lo < 0 || lo > p)
+        TD_FAIL(TD_ERR_USAGE,
+                "%s: document start %lld of row %lld of sequence %lld is outside [0, %lld]", op,
+                (long long)lo, (long long)t, (long long)b, (long long)p);
+    }
+  return TD_OK;
+}
+
+td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q,
+                           const float *kk, const float *v, int64_t ldq, int64_t ldkv,
+                           int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS,
+                           const td_pos *pos, const int32_t *doc) {
+  (void)k;
+  TD_CHECK(fa_args("flash_fwd", ldq, ldkv, B, T, NH, KV, HS, pos, doc));
+  if (B == 0 || T == 0 || NH == 0) return TD_OK;
+  fa_call f;
+  fa_setup(&f, q, kk, v, ldq, ldkv, B, T, NH, KV, HS, pos, doc);
+  int64_t units = B * NH * f.ntiles, HSP = (HS + 15) / 16 * 16, W = tile_floats(HSP);
+  int failed = 0;
+#pragma omp parallel reduction(| : failed)
+  {
+    float *w = tiles_alloc(HSP);
+    float *Qt = w, *Kt = w + W, *Vr = w + 2 * W, *S = w + 3 * W, *O = w + 4 * W;
+    float m[BR], l[BR];
+    failed = !w;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t u = 0; u < units; u++) {
+      if (!w) continue;
+      int64_t b = u / (NH * f.ntiles), h = u / f.ntiles % NH, it = u % f.ntiles;
+      int64_t kv = h / f.G, t0, nr, lo, hi;
+      fa_tile(&f, it, &t0, &nr);
+      fa_keys(&f, b, t0, nr, &lo, &hi);
+      load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
+      memset(O, 0, (size_t)(BR * HSP) * sizeof(float));
+      for (int64_t i = 0; i < nr; i++) m[i] = -INFINITY, l[i] = 0.0f;
+      for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
+        int64_t nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
+        if (!tile_mask(&f, NULL, b, t0, nr, j0, nc)) continue;
+        load_cols(Kt, kk, ldkv, b, f.Tk, j0, nc, kv, HS);
+        mk(S, BC, Qt, HSP, Kt, BC, nr, BC, HS, 0); /* Q·Kᵀ */
+        tile_mask(&f, S, b, t0, nr, j0, nc);
+        load_rows(Vr, v, ldkv, b, f.Tk, j0, nc, kv, HS, HSP);
+        for (int64_t i = 0; i < nr; i++) { /* the online softmax, row i */
+          float *s = S + i * BC, mx = -INFINITY, sum = 0.0f;
+          for (int c = 0; c < BC; c++) mx = s[c] > mx ? s[c] : mx;
+          mx *= f.scale;
+          mx = m[i] > mx ? m[i] : mx;
+          if (mx == -INFINITY) { /* nothing visible yet */
+            for (int c = 0; c < BC; c++) s[c] = 0.0f;
+            continue;
+          }
+          float alpha = m[i] - mx < -87.0f ? 0.0f : td_cpu_expf(m[i] - mx); /* m −inf: 0 */
+#pragma omp simd reduction(+ : sum)
+          for (int c = 0; c < BC; c++) {
+            float x = f.scale * s[c] - mx;
+            float e = x < -87.0f ? 0.0f : td_cpu_expf(x);
+            s[c] = e;
+            sum += e;
+          }
+          l[i] = l[i] * alpha + sum;
+          m[i] = mx;
+          if (alpha != 1.0f) {
+            float *o = O + i * HSP;
+#pragma omp simd
+            for (int64_t d = 0; d < HSP; d++) o[d] *= alpha;
+          }
+        }
+        mk(O, HSP, S, BC, Vr, HSP, nr, HSP, nc, 1); /* O += P·V */
+      }
+      for (int64_t i = 0; i < nr; i++) {
+        float inv = 1.0f / l[i], *o = out + (b * T + t0 + i) * f.C + h * HS;
+        for (int64_t d = 0; d < HS; d++) o[d] = O[i * HSP + d] * inv;
+        lse[(b * NH + h) * T + t0 + i] = m[i] + logf(l[i]);
+      }
+    }
+    free(w);
+  }
+  if (failed) TD_FAIL(TD_ERR_NOMEM, "flash_fwd: out of memory for the tiles");
+  return TD_OK;
+}
+
+td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float *delta,
+                           const float *dout, const void *out, td_dtype ot, const float *lse,
+                           const float *q, const float *kk, const float *v, int64_t ldq,
+                           int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t KV,
+                           int64_t HS, const td_pos *pos, const int32_t *doc) {
+  (void)k;
+  TD_CHECK(fa_args("flash_bwd", ldq, ldkv, B, T, NH, KV, HS, pos, doc));
+  if (B == 0 || T == 0 || NH == 0) return TD_OK;
+  fa_call f;
+  fa_setup(&f, q, kk, v, ldq, ldkv, B, T, NH, KV, HS, pos, doc);
+  int64_t C = f.C, rows = B * NH * T;
+  /* D = rowsum(dO ∘ O), (B, NH, T) */
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t b = r / (NH * T), h = r / T % NH, t = r % T, at = (b * T + t) * C + h * HS;
+    const float *g = dout + at;
+    float s = 0.0f;
+    if (ot == TD_DTYPE_BF16) {
+      const td_bf16 *o = (const td_bf16 *)out + at;
+      for (int64_t d = 0; d < HS; d++) s += g[d] * td_bf16_to_f32(o[d]);
+    } else {
+      const float *o = (const float *)out + at;
+      for (int64_t d = 0; d < HS; d++) s += g[d] * o[d];
+    }
+    delta[r] = s;
+  }
+  int failed = 0;
+  int64_t HSP = (HS + 15) / 16 * 16, W = tile_floats(HSP), nkt = (f.Tk + BC - 1) / BC;
+  int64_t qunits = B * NH * f.ntiles, kunits = B * KV * nkt;
+#pragma omp parallel reduction(| : failed)
+  {
+    float *w = tiles_alloc(HSP);
+    float *Qt = w, *Gt = w + W, *Kt = w + 2 * W, *Vt = w + 3 * W, *Kr = w + 4 * W;
+    float *S = w + 5 * W, *dP = w + 6 * W, *Acc = w + 7 * W, *Pt = w + 8 * W;
+    float *dK = w + 9 * W, *dV = w + 10 * W;
+    failed = !w;
+    /* dQ over query tiles: Σ over the key tiles in order of dS·K */
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t u = 0; u < qunits; u++) {
+      if (!w) continue;
+      int64_t b = u / (NH * f.ntiles), h = u / f.ntiles % NH, it = u % f.ntiles;
+      int64_t kv = h / f.G, t0, nr, lo, hi;
+      const float *L = lse + (b * NH + h) * T, *D = delta + (b * NH + h) * T;
+      fa_tile(&f, it, &t0, &nr);
+      fa_keys(&f, b, t0, nr, &lo, &hi);
+      load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
+      load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP);
+      memset(Acc, 0, (size_t)(BR * HSP) * sizeof(float));
+      for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
+        int64_t nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
+        if (!tile_mask(&f, NULL, b, t0, nr, j0, nc)) continue;
+        load_cols(Kt, kk, ldkv, b, f.Tk, j0, nc, kv, HS);
+        mk(S, BC, Qt, HSP, Kt, BC, nr, BC, HS, 0); /* Q·Kᵀ */
+        tile_mask(&f, S, b, t0, nr, j0, nc);
+        tile_prob(S, L + t0, nr, f.scale);
+        load_cols(Vt, v, ldkv, b, f.Tk, j0, nc, kv, HS);
+        mk(dP, BC, Gt, HSP, Vt, BC, nr, BC, HS, 0); /* dO·Vᵀ */
+        tile_ds(dP, S, D + t0, nr, f.scale);
+        load_rows(Kr, kk, ldkv, b, f.Tk, j0, nc, kv, HS, HSP);
+        mk(Acc, HSP, dP, BC, Kr, HSP, nr, HSP, nc, 1); /* dQ += dS·K */
+      }
+      for (int64_t i = 0; i < nr; i++)
+        memcpy(dq + (b * T + t0 + i) * ldq + h * HS, Acc + i * HSP, (size_t)HS * sizeof(float));
+    }
+    /* dK, dV over key tiles: Σ over the group's heads, then their query
+     * tiles in order, of dSᵀ·Q and Pᵀ·dO; keys no query sees get 0 */
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t u = 0; u < kunits; u++) {
+      if (!w) continue;
+      int64_t b = u / (KV * nkt), kv = u / nkt % KV, j0 = u % nkt * BC;
+      int64_t nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
+      memset(dK, 0, (size_t)(BC * HSP) * sizeof(float));
+      memset(dV, 0, (size_t)(BC * HSP) * sizeof(float));
+      load_cols(Kt, kk, ldkv, b, f.Tk, j0, nc, kv, HS);
+      load_cols(Vt, v, ldkv, b, f.Tk, j0, nc, kv, HS);
+      for (int64_t g = 0; g < f.G; g++) {
+        int64_t h = kv * f.G + g;
+        const float *L = lse + (b * NH + h) * T, *D = delta + (b * NH + h) * T;
+        for (int64_t it = 0; it < f.ntiles; it++) {
+          int64_t t0, nr, lo, hi;
+          fa_tile(&f, it, &t0, &nr);
+          fa_keys(&f, b, t0, nr, &lo, &hi);
+          if (hi < j0 || lo >= j0 + nc || !tile_mask(&f, NULL, b, t0, nr, j0, nc)) continue;
+          load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
+          mk(S, BC, Qt, HSP, Kt, BC, nr, BC, HS, 0); /* Q·Kᵀ */
+          tile_mask(&f, S, b, t0, nr, j0, nc);
+          tile_prob(S, L + t0, nr, f.scale);
+          load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP);
+          transpose(Pt, S, nr, nc);
+          mk(dV, HSP, Pt, BR, Gt, HSP, nc, HSP, nr, 1); /* dV += Pᵀ·dO */
+          mk(dP, BC, Gt, HSP, Vt, BC, nr, BC, HS, 0);  /* dO·Vᵀ */
+          tile_ds(dP, S, D + t0, nr, f.scale);
+          transpose(Pt, dP, nr, nc);
+          mk(dK, HSP, Pt, BR, Qt, HSP, nc, HSP, nr, 1); /* dK += dSᵀ·Q */
+        }
+      }
+      for (int64_t c = 0; c < nc; c++) {
+        memcpy(dk + (b * f.Tk + j0 + c) * ldkv + kv * HS, dK + c * HSP, (size_t)HS * sizeof(float));
+        memcpy(dv + (b * f.Tk + j0 + c) * ldkv + kv * HS, dV + c * HSP, (size_t)HS * sizeof(float));
+      }
+    }
+    free(w);
+  }
+  if (failed) TD_FAIL(TD_ERR_NOMEM, "flash_bwd: out of memory for the tiles");
+  return TD_OK;
+}
