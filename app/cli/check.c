@@ -280,6 +280,18 @@ static td_status report(const td_config *cfg, const td_grid *g, const rank_info 
            bf16 ? ", their bf16 upload buffer" : "",
            owned > 0 ? (double)x->mem.host / (double)owned : 0.0, bf16 ? "bf16" : "fp32");
   }
+  if (strcmp(cfg->model_attention, "fused") == 0)
+    printf("attention: fused (FlashAttention-2): each layer keeps its output and one log-sum-exp "
+           "per query row (B·heads·T floats), the backward recomputes the probabilities tile by "
+           "tile%s\n",
+           strcmp(cfg->training_recompute, "attention") == 0
+               ? "; training.recompute: attention has nothing left to drop and runs as none"
+               : "");
+  else
+    printf("attention: materialized: each layer keeps its (B, heads, T, T) probabilities%s\n",
+           strcmp(cfg->training_recompute, "attention") == 0
+               ? " only while its backward runs (training.recompute: attention)"
+               : "");
   if (cfg->parallel_pp > 1) {
     td_sched_sim sim;
     TD_CHECK(td_pipe_predict(cfg, &sim));

@@ -52,6 +52,10 @@
   X(model, rope_theta, FLOAT, "10000", 1, 1.0e12, NULL, 0, "rotary embedding base (llama)")  \
   X(model, tie_embeddings, STR, "auto", 0, 0, "auto|true|false", 0,                          \
     "the output head is the token embedding (auto: gpt2 true, llama false)")                 \
+  X(model, attention, STR, "materialized", 0, 0, "fused|materialized", 0,                   \
+    "attention kernels: fused (FlashAttention-2: keeps one log-sum-exp per query row, "     \
+    "recomputes the probabilities in backward) or materialized (keeps the (B, heads, T, T) " \
+    "probabilities)")                                                                        \
   X(model, init_from, STR, "", 0, 0, NULL, 0,                                                \
     "start from these weights: safetensors (Hugging Face, trident export), a model folder "  \
     "(model.safetensors or a sharded index, config.json checked) or llm.c .bin; empty: random") \

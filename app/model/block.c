@@ -40,8 +40,12 @@ void *td_model_at(const td_model *m, void *base, int64_t i) {
 /* Layer li's attention probabilities in the set a: its own, or the one
  * buffer selective recomputation fills again before each backward. */
 float *td_model_att_at(const td_model *m, const td_acts *a, int64_t li) {
-  return m->recompute_att ? m->att_re : a->att + li * m->B * m->NH * m->T * m->Tk;
+  return m->recompute_att ? m->att_re : a->att + li * m->B * m->NH * m->T * td_model_att_cols(m);
 }
+
+/* What attention keeps per query row: Tk probabilities (materialised), or
+ * one log-sum-exp (fused). */
+int64_t td_model_att_cols(const td_model *m) { return m->fused_att ? 1 : m->Tk; }
 
 /* Between large kernels: let the owner's communication progress. */
 td_status td_model_poll(td_model *m) { return m->hooks.poll ? m->hooks.poll(m->hooks.ctx) : TD_OK; }
@@ -185,28 +189,33 @@ static td_status attn_keys(td_model *m, const float *kk, const float *v, int64_t
   return TD_OK;
 }
 
-/* Attention of one layer: out (N, NH·HS) and the probabilities att from q
- * (rows of stride ldq) and kk, v (rows of stride ldkv) — the kernel on this
- * rank's keys, or under context parallelism on every cp rank's at this
- * rank's positions. Collective on cp_comm (context parallel). */
+/* Attention of one layer: out (N, NH·HS) and the probabilities att (fused:
+ * the log-sum-exps) from q (rows of stride ldq) and kk, v (rows of stride
+ * ldkv) — the kernel on this rank's keys, or under context parallelism on
+ * every cp rank's at this rank's positions. Collective on cp_comm (context
+ * parallel). */
 td_status td_model_attn_fwd(td_model *m, float *out, float *att, const float *q, int64_t ldq,
                             const float *kk, const float *v, int64_t ldkv) {
   const float *K = NULL, *V = NULL;
   int64_t ld = 0;
   TD_CHECK(attn_keys(m, kk, v, ldkv, &K, &V, &ld));
+  if (m->fused_att)
+    return m->k->flash_fwd(m->k, out, att, q, K, V, ldq, ld, m->B, m->T, m->NH, m->KV, m->HS,
+                           m->pos, NULL);
   return m->k->gqa_fwd(m->k, out, att, q, K, V, ldq, ld, m->B, m->T, m->NH, m->KV, m->HS, m->pos);
 }
 
 /* Its backward: dq, dk, dv (=, the layouts of q, kk, v) from dout (N,
- * NH·HS) and the probabilities att of the forward — or, under selective
+ * NH·HS) and the probabilities att of the forward — fused: from its
+ * log-sum-exps att and its output `out` as kept (type m->at) — or, under selective
  * recomputation (att NULL), made again into m->att_re first (the output
  * they give again is not needed: into m->dln, free here). Under context
  * parallelism the keys and values are gathered again and their gradients,
  * partial sums over this rank's queries, reduce-scattered to the ranks
  * that hold them. Collective on cp_comm (context parallel). */
 td_status td_model_attn_bwd(td_model *m, float *dq, float *dk, float *dv, const float *dout,
-                            const float *q, int64_t ldq, const float *kk, const float *v,
-                            int64_t ldkv, const float *att) {
+                            const void *out, const float *q, int64_t ldq, const float *kk,
+                            const float *v, int64_t ldkv, const float *att) {
   td_kernels *k = m->k;
   const float *K = NULL, *V = NULL;
   int64_t ld = 0, N = m->B * m->T, wkv = m->KV * m->HS;
@@ -217,8 +226,12 @@ td_status td_model_attn_bwd(td_model *m, float *dq, float *dk, float *dv, const 
     att = m->att_re;
   }
   float *dK = m->cp > 1 ? m->dkvf : dk, *dV = m->cp > 1 ? m->dkvf + wkv : dv;
-  TD_CHECK(k->gqa_bwd(k, dq, dK, dV, m->datt_scratch, dout, q, K, V, att, ldq, ld, m->B, m->T,
-                      m->NH, m->KV, m->HS, m->pos));
+  if (m->fused_att)
+    TD_CHECK(k->flash_bwd(k, dq, dK, dV, m->datt_scratch, dout, out, m->at, att, q, K, V, ldq, ld,
+                          m->B, m->T, m->NH, m->KV, m->HS, m->pos, NULL));
+  else
+    TD_CHECK(k->gqa_bwd(k, dq, dK, dV, m->datt_scratch, dout, q, K, V, att, ldq, ld, m->B, m->T,
+                        m->NH, m->KV, m->HS, m->pos));
   if (m->cp == 1) return TD_OK;
   TD_CHECK(cp_order(m, m->kvg, m->dkvf, ld, 0));
   TD_CHECK(group_scatter(m, cp_group(m), m->kvg, m->kvl, N * ld));

@@ -122,8 +122,9 @@ td_status td_model_gpt2_block_bwd(td_model *m, td_acts *a, int64_t li, int layer
   TD_CHECK(k->bias_bwd(k, g1, m->dres, Nl, C));
   TD_CHECK(td_model_row_grad(m, &dy));
   TD_CHECK(conv_bwd(m, dy, C, atty, keep, m->Cl, w.wproj, TD_PK_ATTPROJ_W, layer, m->datty));
-  TD_CHECK(td_model_attn_bwd(m, m->dqkv, m->dqkv + m->Cl, m->dqkv + 2 * m->Cl, m->datty, qkv, m->C3,
-                             qkv + m->Cl, qkv + 2 * m->Cl, m->C3, m->recompute_att ? NULL : att));
+  TD_CHECK(td_model_attn_bwd(m, m->dqkv, m->dqkv + m->Cl, m->dqkv + 2 * m->Cl, m->datty, atty,
+                             qkv, m->C3, qkv + m->Cl, qkv + 2 * m->Cl, m->C3,
+                             m->recompute_att ? NULL : att));
   TD_CHECK(td_model_wdst(m, TD_PK_QKV_B, layer, &g1));
   TD_CHECK(k->bias_bwd(k, g1, m->dqkv, N, m->C3));
   TD_CHECK(td_model_col_in(m, ln1, &x));

@@ -107,7 +107,7 @@ td_status td_model_llama_block_bwd(td_model *m, td_acts *a, int64_t li, int laye
   /* m->dres now holds d loss / d res2. Attention: res2 = x + o(attn(...)) */
   TD_CHECK(td_model_row_grad(m, &dy));
   TD_CHECK(linear_bwd(m, dy, C, atty, keep, Cq, TD_PK_O_W, layer, 0.0f, m->datty));
-  TD_CHECK(td_model_attn_bwd(m, dq, dk, dv, m->datty, q, Cq, kk, v, Ckv,
+  TD_CHECK(td_model_attn_bwd(m, dq, dk, dv, m->datty, atty, q, Cq, kk, v, Ckv,
                              m->recompute_att ? NULL : att));
   TD_CHECK(k->rope(k, dq, B, T, m->NH, m->HS, Cq, m->rope_theta, 1, m->pos));
   TD_CHECK(k->rope(k, dk, B, T, m->KV, m->HS, Ckv, m->rope_theta, 1, m->pos));

@@ -86,7 +86,7 @@ static td_status alloc_blocks(td_model *m, td_acts *a, int64_t nl) {
   ACT(ln1_rstd, L * Nl);
   ACT(qkv, L * N * m->C3);
   ACTM(atty, L * N * m->Cl);
-  ACT(att, (m->recompute_att ? 0 : L) * m->B * m->NH * m->T * m->Tk);
+  ACT(att, (m->recompute_att ? 0 : L) * m->B * m->NH * m->T * td_model_att_cols(m));
   ACT(res2, L * Nl * C);
   ACTM(ln2, L * Nl * C);
   ACT(ln2_mean, means * L * Nl);
@@ -193,7 +193,7 @@ static td_status alloc_buffers(td_model *m) {
   SCR(dqkv, N * m->C3);
   SCR(datty, N * m->Cl);
   SCR(dfch, N * m->F * (m->llama ? 3 : 1)); /* llama: d gate, d up, d (silu(gate)·up) */
-  SCR(datt_scratch, m->B * m->NH * m->T * m->Tk);
+  SCR(datt_scratch, m->B * m->NH * m->T * td_model_att_cols(m)); /* fused: D */
   if (m->recompute_att) SCR(att_re, m->B * m->NH * m->T * m->Tk);
   if (m->at == TD_DTYPE_BF16) { /* the widest gradient a matmul reads */
     int64_t w = C > m->C3 ? C : m->C3;
@@ -277,7 +277,11 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->valid_rows = B * m->T;
   m->pt = m->at = strcmp(cfg->training_precision, "bf16") == 0 ? TD_DTYPE_BF16 : TD_DTYPE_F32;
   m->recompute = strcmp(cfg->training_recompute, "blocks") == 0;
-  m->recompute_att = strcmp(cfg->training_recompute, "attention") == 0;
+  m->fused_att = strcmp(cfg->model_attention, "fused") == 0;
+  m->recompute_att = !m->fused_att && strcmp(cfg->training_recompute, "attention") == 0;
+  if (m->fused_att && k && (!k->flash_fwd || !k->flash_bwd))
+    TD_FAIL_GOTO(TD_ERR_DECK, "model.attention: fused: the %s back-end has no fused attention "
+                 "kernels in this build; use model.attention: materialized", k->name);
   m->split = strcmp(cfg->parallel_pp_schedule, "zb-h1") == 0;
   m->staged = k ? !k->host_memory : !td_kernels_host_memory(cfg->run_device);
   m->dcomm = dcomm;

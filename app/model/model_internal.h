@@ -42,8 +42,10 @@ void *td_model_pw(const td_model *m, td_param_kind k, int layer);
 float *td_model_pg(const td_model *m, td_param_kind k, int layer);
 /* Element i of an activation buffer of type m->at. */
 void *td_model_at(const td_model *m, void *base, int64_t i);
-/* Layer li's attention probabilities in the set a. */
+/* Layer li's attention probabilities (fused: log-sum-exps) in the set a,
+ * and how many floats of them a query row keeps (Tk, fused 1). */
 float *td_model_att_at(const td_model *m, const td_acts *a, int64_t li);
+int64_t td_model_att_cols(const td_model *m);
 /* Between large kernels: let the owner's communication progress. */
 td_status td_model_poll(td_model *m);
 /* C (float32) = op(A)·op(B) (+ C per beta). */
@@ -65,8 +67,8 @@ td_status td_model_sp_scatter(td_model *m, const float *full, float *x, int64_t 
 td_status td_model_attn_fwd(td_model *m, float *out, float *att, const float *q, int64_t ldq,
                             const float *kk, const float *v, int64_t ldkv);
 td_status td_model_attn_bwd(td_model *m, float *dq, float *dk, float *dv, const float *dout,
-                            const float *q, int64_t ldq, const float *kk, const float *v,
-                            int64_t ldkv, const float *att);
+                            const void *out, const float *q, int64_t ldq, const float *kk,
+                            const float *v, int64_t ldkv, const float *att);
 /* A column-parallel matmul's input, a row-parallel one's output (+ bias +
  * resid), a row-parallel one's output gradient, a column-parallel one's
  * input gradient. Collective on tp_comm. */

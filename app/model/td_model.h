@@ -141,6 +141,10 @@ struct td_model {
    * (B, NH, T, T) */
   int recompute_att;
   float *att_re;
+  /* model.attention: fused — the attention kernels keep one log-sum-exp
+   * per query row (acts' att is (B, NH, T) per layer) and recompute the
+   * probabilities in backward; recompute_att is then 0: nothing to drop */
+  int fused_att;
   /* split backward (parallel.pp_schedule: zb-h1): per slot the list of
    * weight-gradient work its B recorded for W, with copies of the gradients
    * it reads (block.c, model_internal.h); wcur the list B fills now, defer

@@ -13,3 +13,16 @@ add_test(NAME reference_llama
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/e2e/reference_train.sh $<TARGET_FILE:trident>
           ${CMAKE_CURRENT_BINARY_DIR}/reference_llama ${PROJECT_SOURCE_DIR}/inputs/llama-tiny.yaml)
 set_tests_properties(reference_llama PROPERTIES TIMEOUT 300 PROCESSORS 2 LABELS "reference;llama")
+# The fused attention (model.attention: fused) against the same oracles at
+# a sequence length of several of its tiles, not a multiple of one (150:
+# 64 + 64 + 22 rows; LLaMA 130 with grouped-query heads).
+add_test(NAME reference_train_fused
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/e2e/reference_train.sh $<TARGET_FILE:trident>
+          ${CMAKE_CURRENT_BINARY_DIR}/reference_train_fused ${PROJECT_SOURCE_DIR}/inputs/tiny.yaml
+          --set model.attention=fused --set model.seq_len=150 --set training.steps=8)
+set_tests_properties(reference_train_fused PROPERTIES TIMEOUT 300 PROCESSORS 2 LABELS "reference")
+add_test(NAME reference_llama_fused
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/e2e/reference_train.sh $<TARGET_FILE:trident>
+          ${CMAKE_CURRENT_BINARY_DIR}/reference_llama_fused ${PROJECT_SOURCE_DIR}/inputs/llama-tiny.yaml
+          --set model.attention=fused --set model.seq_len=130 --set training.steps=8)
+set_tests_properties(reference_llama_fused PROPERTIES TIMEOUT 300 PROCESSORS 2 LABELS "reference;llama")
