@@ -195,11 +195,14 @@ struct td_kernels {
                          const float *kk, const float *v, int64_t ldq, int64_t ldkv, int64_t B,
                          int64_t T, int64_t NH, int64_t KV, int64_t HS, const td_pos *pos,
                          const int32_t *doc);
-  /* dq, dk, dv (=, as gqa_bwd) given dout, the forward's out (dense rows of
-   * NH·HS, of type ot: what the model kept) and lse; delta (B, NH, T) is
-   * workspace (D = rowsum(dout ∘ out)). Deterministic, no atomics. */
+  /* dq, dk, dv (=, as gqa_bwd) given dout, the forward's float32 out
+   * (dense rows of NH·HS) and lse; delta (B, NH, T) is workspace for
+   * D = rowsum(dout ∘ out). out NULL (a model that kept its output rounded
+   * to bf16, too coarse for D: Σ_j dS_j would no longer vanish): D is made
+   * exactly as Σ_j P_j·dP_j, from the probabilities again (two more tile
+   * products). Deterministic, no atomics. */
   td_status (*flash_bwd)(td_kernels *k, float *dq, float *dk, float *dv, float *delta,
-                         const float *dout, const void *out, td_dtype ot, const float *lse,
+                         const float *dout, const float *out, const float *lse,
                          const float *q, const float *kk, const float *v, int64_t ldq,
                          int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS,
                          const td_pos *pos, const int32_t *doc);

@@ -207,7 +207,8 @@ td_status td_model_attn_fwd(td_model *m, float *out, float *att, const float *q,
 
 /* Its backward: dq, dk, dv (=, the layouts of q, kk, v) from dout (N,
  * NH·HS) and the probabilities att of the forward — fused: from its
- * log-sum-exps att and its output `out` as kept (type m->at) — or, under selective
+ * log-sum-exps att and its output `out` as kept (type m->at; in bf16 the
+ * kernels make D from the probabilities instead) — or, under selective
  * recomputation (att NULL), made again into m->att_re first (the output
  * they give again is not needed: into m->dln, free here). Under context
  * parallelism the keys and values are gathered again and their gradients,
@@ -227,8 +228,9 @@ td_status td_model_attn_bwd(td_model *m, float *dq, float *dk, float *dv, const 
   }
   float *dK = m->cp > 1 ? m->dkvf : dk, *dV = m->cp > 1 ? m->dkvf + wkv : dv;
   if (m->fused_att)
-    TD_CHECK(k->flash_bwd(k, dq, dK, dV, m->datt_scratch, dout, out, m->at, att, q, K, V, ldq, ld,
-                          m->B, m->T, m->NH, m->KV, m->HS, m->pos, NULL));
+    TD_CHECK(k->flash_bwd(k, dq, dK, dV, m->datt_scratch, dout,
+                          m->at == TD_DTYPE_F32 ? (const float *)out : NULL, att, q, K, V, ldq,
+                          ld, m->B, m->T, m->NH, m->KV, m->HS, m->pos, NULL));
   else
     TD_CHECK(k->gqa_bwd(k, dq, dK, dV, m->datt_scratch, dout, q, K, V, att, ldq, ld, m->B, m->T,
                         m->NH, m->KV, m->HS, m->pos));

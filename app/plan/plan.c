@@ -409,8 +409,14 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
   double blk_mm = 2.0 * (double)d.block_matmul / tp, blk_att = 4.0 * A * T / tp;
   double head_f = 2.0 * (double)d.V * (double)d.C / tp;
   /* recomputation in hardware FLOPs: blocks → every block's forward again;
-   * attention → the attention scores (Q·Kᵀ) again */
-  double rec_f = blocks ? blk_f : attn ? 2.0 * A * T / tp : 0.0;
+   * attention → the attention scores (Q·Kᵀ) again. The fused attention
+   * (model.attention: fused) recomputes inside its backward: its two passes
+   * make Q·Kᵀ twice and dO·Vᵀ once more than a materialised backward (7
+   * products for 4), and selective recomputation has nothing to add */
+  int fused = strcmp(c->model_attention, "fused") == 0;
+  double fused_f = fused ? 6.0 * A * T / tp : 0.0;
+  if (fused) attn = 0;
+  double rec_f = (blocks ? blk_f : attn ? 2.0 * A * T / tp : 0.0) + fused_f;
   r->hw_flops = r->model_flops + rec_f * tp * (double)d.L * tokens;
 
   /* matmul rate: small shapes (the rows of a micro-batch or the width per tp
@@ -491,7 +497,7 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
       double f = toks * (double)count * blk_s;
       if (mc == pp * s->v - 1) f += toks * head_f / rate;
       double rec = toks * (double)count *
-                   (blocks ? blk_s : attn ? 2.0 * A * T / tp / att_rate : 0.0);
+                   ((blocks ? blk_s : attn ? 2.0 * A * T / tp / att_rate : 0.0) + fused_f / att_rate);
       double cm = comm_micro * (double)count;
       fs[stage * s->v + k] = f + cm / 3.0;
       if (split) {

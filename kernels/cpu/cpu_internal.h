@@ -117,7 +117,7 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
                            int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS,
                            const td_pos *pos, const int32_t *doc);
 td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float *delta,
-                           const float *dout, const void *out, td_dtype ot, const float *lse,
+                           const float *dout, const float *out, const float *lse,
                            const float *q, const float *kk, const float *v, int64_t ldq,
                            int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t KV,
                            int64_t HS, const td_pos *pos, const int32_t *doc);

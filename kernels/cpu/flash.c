@@ -11,7 +11,8 @@
  * lse = m + log l, (B, NH, T) floats.
  *
  * Backward, from the output O, its gradient dO and lse: D = rowsum(dO ∘ O)
- * first; every probability tile is made again as P = exp(s − lse), and
+ * first (without O — a model that kept it in bf16 — D = Σ_j P_j·dP_j from
+ * the probabilities made again, exactly what Σ_j dS_j = 0 needs); every probability tile is made again as P = exp(s − lse), and
  * dS = P ∘ (dO·Vᵀ − D)/√HS. Two passes keep it deterministic without atomics
  * or per-thread partial sums: one over key tiles (dK = Σ dSᵀ·Q, dV = Σ Pᵀ·dO,
  * summing the query heads of the group and their query tiles in a fixed
@@ -326,7 +327,7 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
 }
 
 td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float *delta,
-                           const float *dout, const void *out, td_dtype ot, const float *lse,
+                           const float *dout, const float *out, const float *lse,
                            const float *q, const float *kk, const float *v, int64_t ldq,
                            int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t KV,
                            int64_t HS, const td_pos *pos, const int32_t *doc) {
@@ -336,19 +337,12 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
   fa_call f;
   fa_setup(&f, q, kk, v, ldq, ldkv, B, T, NH, KV, HS, pos, doc);
   int64_t C = f.C, rows = B * NH * T;
-  /* D = rowsum(dO ∘ O), (B, NH, T) */
+  /* D = rowsum(dO ∘ O), (B, NH, T) — from O when given */
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; r++) {
     int64_t b = r / (NH * T), h = r / T % NH, t = r % T, at = (b * T + t) * C + h * HS;
-    const float *g = dout + at;
     float s = 0.0f;
-    if (ot == TD_DTYPE_BF16) {
-      const td_bf16 *o = (const td_bf16 *)out + at;
-      for (int64_t d = 0; d < HS; d++) s += g[d] * td_bf16_to_f32(o[d]);
-    } else {
-      const float *o = (const float *)out + at;
-      for (int64_t d = 0; d < HS; d++) s += g[d] * o[d];
-    }
+    for (int64_t d = 0; out && d < HS; d++) s += dout[at + d] * out[at + d];
     delta[r] = s;
   }
   int failed = 0;
@@ -361,6 +355,34 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
     float *S = w + 5 * W, *dP = w + 6 * W, *Acc = w + 7 * W, *Pt = w + 8 * W;
     float *dK = w + 9 * W, *dV = w + 10 * W;
     failed = !w;
+    /* without O: D = Σ_j P_j·dP_j over the key tiles in order, per query tile */
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t u = 0; u < (out ? 0 : qunits); u++) {
+      if (!w) continue;
+      int64_t b = u / (NH * f.ntiles), h = u / f.ntiles % NH, it = u % f.ntiles;
+      int64_t kv = h / f.G, t0, nr, lo, hi;
+      const float *L = lse + (b * NH + h) * T;
+      float *D = delta + (b * NH + h) * T;
+      fa_tile(&f, it, &t0, &nr);
+      fa_keys(&f, b, t0, nr, &lo, &hi);
+      load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
+      load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP);
+      for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
+        int64_t nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
+        if (!tile_mask(&f, NULL, b, t0, nr, j0, nc)) continue;
+        load_cols(Kt, kk, ldkv, b, f.Tk, j0, nc, kv, HS);
+        mk(S, BC, Qt, HSP, Kt, BC, nr, BC, HS, 0); /* Q·Kᵀ */
+        tile_mask(&f, S, b, t0, nr, j0, nc);
+        tile_prob(S, L + t0, nr, f.scale);
+        load_cols(Vt, v, ldkv, b, f.Tk, j0, nc, kv, HS);
+        mk(dP, BC, Gt, HSP, Vt, BC, nr, BC, HS, 0); /* dO·Vᵀ */
+        for (int64_t i = 0; i < nr; i++) {
+          float s = 0.0f;
+          for (int c = 0; c < BC; c++) s += S[i * BC + c] * dP[i * BC + c];
+          D[t0 + i] += s;
+        }
+      }
+    }
     /* dQ over query tiles: Σ over the key tiles in order of dS·K */
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < qunits; u++) {

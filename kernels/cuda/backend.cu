@@ -354,6 +354,8 @@ td_status td_kernels_cuda_create(int threads, td_kernels **out) {
   k->swiglu_bwd = td_cuda_swiglu_bwd;
   k->gqa_fwd = td_cuda_gqa_fwd;
   k->gqa_bwd = td_cuda_gqa_bwd;
+  k->flash_fwd = td_cuda_flash_fwd;
+  k->flash_bwd = td_cuda_flash_bwd;
   k->gelu_fwd = td_cuda_gelu_fwd;
   k->gelu_bwd = td_cuda_gelu_bwd;
   k->add = td_cuda_add;

@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
     s |= k->flash_fwd(k, out, lse, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, NH, HS, NULL,
                       NULL);
     t[3] = now();
-    s |= k->flash_bwd(k, dqkv, dqkv + C, dqkv + 2 * C, D, dout, out, TD_DTYPE_F32, lse, qkv,
+    s |= k->flash_bwd(k, dqkv, dqkv + C, dqkv + 2 * C, D, dout, out, lse, qkv,
                       qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, NH, HS, NULL, NULL);
     t[4] = now();
     if (s != TD_OK) {

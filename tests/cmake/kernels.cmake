@@ -36,3 +36,16 @@ td_add_unit(test_flash ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_flash.c)
 add_test(NAME flash COMMAND test_flash cpu)
 set_tests_properties(flash PROPERTIES TIMEOUT 120 PROCESSORS 2 LABELS "unit;kernels"
   ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# flash_cuda — the same checks of test_flash on the CUDA back-end's fused
+# kernels (kernels/cuda/flash.cu). Label `device`: 77 without a GPU; on the
+# emulated device (cudaemu) it runs in CI.
+if(TD_ENABLE_CUDA)
+  add_test(NAME flash_cuda COMMAND test_flash cuda)
+  set_tests_properties(flash_cuda PROPERTIES TIMEOUT 300 PROCESSORS 2
+    LABELS "unit;kernels;device" SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+  if(TD_CUDA_EMULATE)
+    set_property(TEST flash_cuda APPEND PROPERTY LABELS cudaemu)
+    set_property(TEST flash_cuda APPEND PROPERTY ENVIRONMENT ${TD_CUDAEMU_TEST_ENV})
+  endif()
+endif()

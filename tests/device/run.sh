@@ -13,6 +13,7 @@
 # $OUT/log.txt). Each check has its own time limit; the whole run is meant to
 # stay under 8 minutes. Checks:
 #   kernels_cuda   every CUDA op against the CPU back-end (fp32 1e-5, bf16 per op)
+#   flash_cuda     the fused attention kernels against a float64 reference
 #   dcomm_nccl     an NCCL communicator of 1 rank through every device collective
 #                  (tests/unit/test_dcomm.c; NCCL from the toolkit or the
 #                  nvidia-nccl wheel of the machine's Python)
@@ -193,6 +194,7 @@ work=build-device/work
 cuda=(--run-set run.device=cuda)
 bf16=(--set training.precision=bf16)
 check kernels_cuda 120 build-device/tests/test_kernels_cuda
+check flash_cuda 120 build-device/tests/test_flash cuda
 check dcomm_nccl 60 "$MPIEXEC" -n 1 build-device/tests/test_dcomm cuda
 check cuda_vs_cpu 120 $gi "${cuda[@]}" build-device/trident $work cuda_fp32 1,1,1,0 1,1,1,0
 check cuda_bf16 120 $gi "${cuda[@]}" --norm-rtol 3e-3 --param-rtol 1.5e-2 \

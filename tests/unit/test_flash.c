@@ -3,11 +3,14 @@
  * (softmax over the visible keys, its analytic gradient, and central
  * differences of the float64 forward on L = Σ out·R at small shapes), and
  * against the back-end's materialised attention (gqa_fwd/gqa_bwd) where
- * both apply. Shapes: T not a multiple of the tile (1, 7, 63, 65, 130, 300),
+ * both apply, and on a device against the CPU back-end's fused kernels
+ * (1e-5). Shapes: T not a multiple of the tile (1, 7, 63, 65, 130, 300),
  * head sizes 24 and 80, kv_heads 1, 2 and heads, padded row strides,
- * context-parallel positions (cp 2 and 4), document masks, the forward's
- * output kept in bf16. And determinism: the same bits at 1, 2 and 3
- * threads and from run to run. Prints one line per check and
+ * context-parallel positions (cp 2 and 4), document masks, the backward
+ * without the forward's output (D from the probabilities, as for a model
+ * that kept it in bf16); dK summing to 0 over the keys (a key bias's
+ * gradient). And determinism: the same bits at 1, 2 and 3 threads and from
+ * run to run. Prints one line per check and
  * "N passed, M failed"; exits non-zero on any failure.
  *   test_flash [cpu|cuda]   (default cpu; cuda: 77 without a device) */
 #include <math.h>
@@ -16,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/td_bf16.h"
 #include "kernels/td_kernels.h"
 
 static int g_pass, g_fail;
@@ -68,7 +70,7 @@ typedef struct {
   int64_t B, T, NH, KV, HS, padq, padkv;
   int cp;      /* 0: no positions; else this rank (1) of cp ranks' positions */
   int docs;    /* document masks: documents of random lengths */
-  int bf16out; /* backward reads the forward's output rounded to bf16 */
+  int noout; /* backward without the forward's output: D from the probabilities */
 } fcase;
 
 /* The operands in float64 (and the float copies the kernels read). */
@@ -112,7 +114,7 @@ static void ref_fwd(const fref *r, const double *q, const double *k, const doubl
 }
 
 /* The analytic gradients of L = Σ out·R, with D from `o` (the output the
- * kernel is given: exact, or rounded to bf16). */
+ * kernel is given, or exact). */
 static void ref_bwd(const fref *r, const double *o, const double *lse, double *dq, double *dk,
                     double *dv) {
   int64_t B = r->c.B, T = r->c.T, NH = r->c.NH, HS = r->c.HS, G = NH / r->c.KV;
@@ -175,19 +177,12 @@ static int run_flash(td_kernels *k, const fref *r, const float *q, const float *
   float *G = dev(k, dout, no * 4), *O = dev(k, NULL, no * 4), *L = dev(k, NULL, nl * 4);
   float *dQ = dev(k, q, nq * 4), *dK = dev(k, kk, nkv * 4), *dV = dev(k, v, nkv * 4); /* "=" */
   float *D = dev(k, NULL, nl * 4);
-  void *Ob = NULL;
   int32_t *doc = r->doc ? (int32_t *)dev(k, r->doc, c->B * c->T * 4) : NULL;
   int ok = ck("flash_fwd", k->flash_fwd(k, O, L, Q, K, V, r->ldq, r->ldkv, c->B, c->T, c->NH,
                                          c->KV, c->HS, r->pp, doc));
-  const void *Okept = O;
-  td_dtype ot = TD_DTYPE_F32;
-  if (ok && c->bf16out) {
-    Ob = dev(k, NULL, no * 2);
-    ok = ck("cast", k->cast(k, Ob, TD_DTYPE_BF16, O, TD_DTYPE_F32, no));
-    Okept = Ob, ot = TD_DTYPE_BF16;
-  }
-  ok = ok && ck("flash_bwd", k->flash_bwd(k, dQ, dK, dV, D, G, Okept, ot, L, Q, K, V, r->ldq,
-                                          r->ldkv, c->B, c->T, c->NH, c->KV, c->HS, r->pp, doc));
+  ok = ok && ck("flash_bwd", k->flash_bwd(k, dQ, dK, dV, D, G, c->noout ? NULL : O, L, Q, K, V,
+                                          r->ldq, r->ldkv, c->B, c->T, c->NH, c->KV, c->HS, r->pp,
+                                          doc));
   if (ok) {
     back(k, o->out, O, no * 4);
     back(k, o->lse, L, nl * 4);
@@ -195,7 +190,7 @@ static int run_flash(td_kernels *k, const fref *r, const float *q, const float *
     back(k, o->dk, dK, nkv * 4);
     back(k, o->dv, dV, nkv * 4);
   }
-  void *bufs[] = {Q, K, V, G, O, L, dQ, dK, dV, D, Ob, doc};
+  void *bufs[] = {Q, K, V, G, O, L, dQ, dK, dV, D, doc};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) k->free(k, bufs[i]);
   return ok;
@@ -220,6 +215,8 @@ static int res_same(const fref *r, const fres *a, const fres *b) {
 /* One case against the float64 reference (and finite differences when fd),
  * the materialised kernels (when they apply: no document masks) and itself
  * again (on the CPU also at 1, 2 and 3 OpenMP threads). */
+static td_kernels *g_cpu; /* the CPU back-end, when k is another: compared with it too */
+
 static void test_case(td_kernels *k, fcase c, int fd) {
   fref r;
   memset(&r, 0, sizeof r);
@@ -260,11 +257,11 @@ static void test_case(td_kernels *k, fcase c, int fd) {
   snprintf(tag, sizeof tag, "B=%lld T=%lld NH=%lld KV=%lld HS=%lld pad=%lld,%lld%s%s%s",
            (long long)B, (long long)T, (long long)c.NH, (long long)c.KV, (long long)c.HS,
            (long long)c.padq, (long long)c.padkv, c.cp == 2 ? " cp2" : c.cp == 4 ? " cp4" : "",
-           c.docs ? " docs" : "", c.bf16out ? " out-bf16" : "");
+           c.docs ? " docs" : "", c.noout ? " no-out" : "");
 
   fres o = res_new(&r);
   if (!run_flash(k, &r, q, kk, v, g, &o)) goto done;
-  double *out = NEWD(no), *lse = NEWD(nl), *okept = NEWD(no);
+  double *out = NEWD(no), *lse = NEWD(nl);
   double *dq = NEWD(nq), *dk = NEWD(nkv), *dv = NEWD(nkv);
   ref_fwd(&r, r.q, r.k, r.v, out, lse);
   snprintf(name, sizeof name, "flash_fwd out %s", tag);
@@ -273,9 +270,7 @@ static void test_case(td_kernels *k, fcase c, int fd) {
   snprintf(name, sizeof name, "flash_fwd lse %s", tag);
   e = rel_err(o.lse, lse, nl);
   report(e <= 2e-6, name, e, 2e-6);
-  for (int64_t i = 0; i < no; i++) /* the output the backward reads */
-    okept[i] = c.bf16out ? (double)td_bf16_round(o.out[i]) : (double)o.out[i];
-  ref_bwd(&r, okept, lse, dq, dk, dv);
+  ref_bwd(&r, out, lse, dq, dk, dv);
   /* padding columns of the reference: what the kernel must leave */
   for (int64_t i = 0; i < nq; i++)
     if (i % r.ldq >= r.C) dq[i] = 7.0;
@@ -290,7 +285,23 @@ static void test_case(td_kernels *k, fcase c, int fd) {
     e = rel_err(got[i], want[i], n3[i]);
     report(e <= 1e-5, name, e, 1e-5);
   }
-  if (fd && !c.bf16out) { /* the gradients of the definition itself */
+  { /* Σ_j dS_j = 0 per query row, so Σ over the keys of dK vanishes (what a
+     * key bias's gradient is): |Σ_j dK_j| ≤ 1e-5 · Σ_j |dK_j| per column */
+    double worst = 0.0;
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t col = 0; col < c.KV * c.HS; col++) {
+        double sum = 0.0, mag = 0.0;
+        for (int64_t j = 0; j < r.Tk; j++) {
+          double x = o.dk[(b * r.Tk + j) * r.ldkv + col];
+          sum += x, mag += fabs(x);
+        }
+        double rel = mag > 0 ? fabs(sum) / mag : 0.0;
+        worst = rel > worst ? rel : worst;
+      }
+    snprintf(name, sizeof name, "flash_bwd dk sums to 0 over the keys %s", tag);
+    report(worst <= 1e-5, name, worst, 1e-5);
+  }
+  if (fd) { /* the gradients of the definition itself */
     double h = 1e-6, *x[3] = {r.q, r.k, r.v};
     for (int i = 0; i < 3; i++) {
       double *gd = NEWD(n3[i]);
@@ -311,7 +322,7 @@ static void test_case(td_kernels *k, fcase c, int fd) {
       free(gd);
     }
   }
-  if (!c.docs && !c.bf16out && k->gqa_fwd) { /* the materialised kernels */
+  if (!c.docs && k->gqa_fwd) { /* the materialised kernels */
     float *att = NEWF(B * c.NH * T * r.Tk), *scr = NEWF(B * c.NH * T * r.Tk), *mo = NEWF(no);
     float *mq = NEWF(nq), *mk = NEWF(nkv), *mv = NEWF(nkv);
     float *Q = dev(k, q, nq * 4), *K = dev(k, kk, nkv * 4), *V = dev(k, v, nkv * 4);
@@ -339,6 +350,24 @@ static void test_case(td_kernels *k, fcase c, int fd) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) k->free(k, bufs[i]);
     free(att), free(scr), free(mo), free(mq), free(mk), free(mv);
   }
+  if (g_cpu) { /* a device's kernels against the CPU's */
+    fres h = res_new(&r);
+    if (run_flash(g_cpu, &r, q, kk, v, g, &h)) {
+      const float *dv_[5] = {o.out, o.lse, o.dq, o.dk, o.dv}, *cv_[5] = {h.out, h.lse, h.dq, h.dk, h.dv};
+      int64_t n5[5] = {no, nl, nq, nkv, nkv};
+      const char *n5m[5] = {"out", "lse", "dq", "dk", "dv"};
+      for (int i = 0; i < 5; i++) {
+        double *cd = NEWD(n5[i]);
+        for (int64_t j = 0; j < n5[i]; j++) cd[j] = cv_[i][j];
+        double tol = 1e-5;
+        snprintf(name, sizeof name, "flash %s = cpu %s %s", k->name, n5m[i], tag);
+        e = rel_err(dv_[i], cd, n5[i]);
+        report(e <= tol, name, e, tol);
+        free(cd);
+      }
+    }
+    res_free(&h);
+  }
   { /* deterministic: the same bits again, and at other thread counts */
     fres again = res_new(&r);
     int same = run_flash(k, &r, q, kk, v, g, &again) && res_same(&r, &o, &again);
@@ -348,11 +377,12 @@ static void test_case(td_kernels *k, fcase c, int fd) {
       same = run_flash(k, &r, q, kk, v, g, &again) && res_same(&r, &o, &again);
     }
     omp_set_num_threads(keep);
-    snprintf(name, sizeof name, "flash bitwise the same run to run and at 1-3 threads %s", tag);
+    snprintf(name, sizeof name, "flash bitwise the same run to run%s %s",
+             cpu ? " and at 1-3 threads" : "", tag);
     report(same, name, 0, 0);
     res_free(&again);
   }
-  free(out), free(lse), free(okept), free(dq), free(dk), free(dv);
+  free(out), free(lse), free(dq), free(dk), free(dv);
 done:
   res_free(&o);
   free(q), free(kk), free(v), free(g), free(r.q), free(r.k), free(r.v), free(r.R), free(r.doc);
@@ -382,15 +412,19 @@ int main(int argc, char **argv) {
     printf("FAIL td_kernels_create(%s): %s\n", device, td_error_message());
     return 1;
   }
+  if (strcmp(device, "cpu") != 0 && td_kernels_cpu_create(0, &g_cpu) != TD_OK) {
+    printf("FAIL td_kernels_cpu_create: %s\n", td_error_message());
+    return 1;
+  }
   if (!k->flash_fwd || !k->flash_bwd) {
     printf("FAIL the %s back-end has no fused attention\n", device);
     return 1;
   }
-  /* B T NH KV HS padq padkv cp docs bf16out */
+  /* B T NH KV HS padq padkv cp docs noout */
   static const fcase cases[] = {
       {1, 1, 2, 1, 3, 0, 0, 0, 0, 0},    {2, 7, 4, 2, 4, 3, 5, 0, 0, 0},
       {2, 5, 4, 1, 3, 0, 2, 0, 1, 0},    {1, 8, 3, 3, 4, 1, 0, 2, 0, 0},
-      {2, 8, 4, 2, 4, 0, 1, 4, 1, 0},    {2, 63, 3, 3, 24, 0, 0, 0, 0, 0},
+      {2, 8, 4, 2, 4, 0, 1, 4, 1, 1},    {2, 63, 3, 3, 24, 0, 0, 0, 0, 0},
       {1, 65, 4, 2, 24, 2, 3, 0, 1, 0},  {2, 130, 2, 1, 80, 0, 0, 0, 0, 0},
       {1, 130, 4, 4, 80, 5, 0, 0, 1, 1}, {1, 300, 2, 2, 16, 0, 0, 2, 0, 0},
       {1, 256, 4, 2, 32, 0, 0, 4, 1, 0}, {2, 200, 3, 3, 64, 0, 0, 0, 0, 1},
@@ -400,6 +434,7 @@ int main(int argc, char **argv) {
     test_case(k, cases[i], cases[i].T <= 8);
   test_usage(k);
   td_kernels_destroy(&k);
+  td_kernels_destroy(&g_cpu);
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }
