@@ -34,6 +34,7 @@
  * (batch, head, tile). Probabilities below FLT_MIN are 0, as in the
  * materialised kernel (attention.c), for the same reason (subnormals). */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,7 +98,7 @@ static void fa_keys(const fa_call *f, int64_t b, int64_t t0, int64_t nr, int64_t
 
 /* The products: one register-blocked micro-kernel, C (M × N) (+)= A (M × K)
  * · B (K × N), all row-major with leading dimensions, N a multiple of 16
- * (tiles are padded: HSP columns, zero past HS). Blocks of 4 rows × 32 or
+ * (tiles are padded: HSP columns, zero past HS). Blocks of MR rows × 32 or
  * 16 columns stay in registers over the whole K loop (GCC vector types:
  * one AVX-512 register per 16 floats, two AVX2 or four SSE ones on the
  * other clones). Rows past M reuse row M − 1 and are not stored. */
@@ -106,41 +107,46 @@ typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
 #define LD16(p) ((v16)(*(const v16u *)(p)))
 #define ST16(p, v) (*(v16u *)(p) = (v))
+enum { MR = 8 }; /* rows of a register block */
 
 TD_CPU_CLONES static void mk(float *restrict C, int64_t ldc, const float *restrict A, int64_t lda,
                              const float *restrict B, int64_t ldb, int64_t M, int64_t N,
                              int64_t K, int acc) {
-  for (int64_t i = 0; i < M; i += 4) {
-    const float *a[4];
-    for (int r = 0; r < 4; r++) a[r] = A + (i + r < M ? i + r : M - 1) * lda;
-    int64_t mr = M - i < 4 ? M - i : 4, j = 0;
+  for (int64_t i = 0; i < M; i += MR) {
+    const float *a[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) a[r] = A + (i + r < M ? i + r : M - 1) * lda;
+    int64_t mr = M - i < MR ? M - i : MR, j = 0;
     for (; j + 32 <= N; j += 32) {
-      v16 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, d0 = {0}, d1 = {0}, d2 = {0}, d3 = {0};
+      v16 c[MR], d[MR];
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; r++) c[r] = (v16){0}, d[r] = (v16){0};
       for (int64_t k = 0; k < K; k++) {
         v16 b0 = LD16(B + k * ldb + j), b1 = LD16(B + k * ldb + j + 16);
-        float x0 = a[0][k], x1 = a[1][k], x2 = a[2][k], x3 = a[3][k];
-        c0 += x0 * b0, d0 += x0 * b1;
-        c1 += x1 * b0, d1 += x1 * b1;
-        c2 += x2 * b0, d2 += x2 * b1;
-        c3 += x3 * b0, d3 += x3 * b1;
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+          float x = a[r][k];
+          c[r] += x * b0, d[r] += x * b1;
+        }
       }
-      v16 cs[4] = {c0, c1, c2, c3}, ds[4] = {d0, d1, d2, d3};
       for (int r = 0; r < mr; r++) {
         float *o = C + (i + r) * ldc + j;
-        ST16(o, acc ? LD16(o) + cs[r] : cs[r]);
-        ST16(o + 16, acc ? LD16(o + 16) + ds[r] : ds[r]);
+        ST16(o, acc ? LD16(o) + c[r] : c[r]);
+        ST16(o + 16, acc ? LD16(o + 16) + d[r] : d[r]);
       }
     }
     for (; j < N; j += 16) {
-      v16 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+      v16 c[MR];
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; r++) c[r] = (v16){0};
       for (int64_t k = 0; k < K; k++) {
         v16 b0 = LD16(B + k * ldb + j);
-        c0 += a[0][k] * b0, c1 += a[1][k] * b0, c2 += a[2][k] * b0, c3 += a[3][k] * b0;
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) c[r] += a[r][k] * b0;
       }
-      v16 cs[4] = {c0, c1, c2, c3};
       for (int r = 0; r < mr; r++) {
         float *o = C + (i + r) * ldc + j;
-        ST16(o, acc ? LD16(o) + cs[r] : cs[r]);
+        ST16(o, acc ? LD16(o) + c[r] : c[r]);
       }
     }
   }
@@ -236,6 +242,52 @@ static float *tiles_alloc(int64_t HSP) {
   return t;
 }
 
+/* The keys and values of every (b, kv), packed by key tile once per call
+ * (the query tiles read them again and again): kt and vt transposed
+ * (HS × BC a tile), kr and vr as rows (BC × HSP a tile, zero past HS and
+ * past the last key). NULL members are not made. */
+typedef struct {
+  float *kt, *vt, *kr, *vr;
+  int64_t nkt, HSP;
+} fa_pack;
+
+static void fa_pack_free(fa_pack *p) {
+  free(p->kt), free(p->vt), free(p->kr), free(p->vr);
+  memset(p, 0, sizeof *p);
+}
+
+/* want: "tTrR" letters for kt, vt, kr, vr (t/r for keys, T/R for values) */
+static td_status fa_pack_make(fa_pack *p, const fa_call *f, const char *want) {
+  memset(p, 0, sizeof *p);
+  p->nkt = (f->Tk + BC - 1) / BC, p->HSP = (f->HS + 15) / 16 * 16;
+  int64_t units = f->B * f->KV * p->nkt, HS = f->HS, HSP = p->HSP;
+  size_t nt = (size_t)(units * HS * BC) * sizeof(float), nr = (size_t)(units * BC * HSP) * sizeof(float);
+  float **dst[4] = {&p->kt, &p->vt, &p->kr, &p->vr};
+  const char *keys = "tTrR";
+  for (int i = 0; i < 4; i++)
+    if (strchr(want, keys[i]) && !(*dst[i] = aligned_alloc(64, ((i < 2 ? nt : nr) + 63) / 64 * 64))) {
+      fa_pack_free(p);
+      TD_FAIL(TD_ERR_NOMEM, "flash attention: out of memory for the packed keys and values "
+              "(%zu bytes)", i < 2 ? nt : nr);
+    }
+#pragma omp parallel for schedule(static)
+  for (int64_t u = 0; u < units; u++) {
+    int64_t b = u / (f->KV * p->nkt), kv = u / p->nkt % f->KV, j0 = u % p->nkt * BC;
+    int64_t nc = f->Tk - j0 < BC ? f->Tk - j0 : BC;
+    if (p->kt) load_cols(p->kt + u * HS * BC, f->kk, f->ldkv, b, f->Tk, j0, nc, kv, HS);
+    if (p->vt) load_cols(p->vt + u * HS * BC, f->v, f->ldkv, b, f->Tk, j0, nc, kv, HS);
+    if (p->kr) load_rows(p->kr + u * BC * HSP, f->kk, f->ldkv, b, f->Tk, j0, nc, kv, HS, HSP);
+    if (p->vr) load_rows(p->vr + u * BC * HSP, f->v, f->ldkv, b, f->Tk, j0, nc, kv, HS, HSP);
+  }
+  return TD_OK;
+}
+
+/* Tile j0 of (b, kv) in a packed array of tiles of `size` floats. */
+static inline const float *fa_tile_of(const fa_pack *p, const float *base, const fa_call *f,
+                                      int64_t b, int64_t kv, int64_t j0, int64_t size) {
+  return base + ((b * f->KV + kv) * p->nkt + j0 / BC) * size;
+}
+
 /* Shared checks of both directions; doc rows must lie inside their masks. */
 static td_status fa_args(const char *op, int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
                          int64_t NH, int64_t KV, int64_t HS, const td_pos *pos,
@@ -264,10 +316,13 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
   fa_setup(&f, q, kk, v, ldq, ldkv, B, T, NH, KV, HS, pos, doc);
   int64_t units = B * NH * f.ntiles, HSP = (HS + 15) / 16 * 16, W = tile_floats(HSP);
   int failed = 0;
+  fa_pack pk;
+  TD_CHECK(fa_pack_make(&pk, &f, "tR"));
 #pragma omp parallel reduction(| : failed)
   {
     float *w = tiles_alloc(HSP);
-    float *Qt = w, *Kt = w + W, *Vr = w + 2 * W, *S = w + 3 * W, *O = w + 4 * W;
+    float *Qt = w, *S = w + 3 * W, *O = w + 4 * W;
+    const float *Kt, *Vr;
     float m[BR], l[BR];
     failed = !w;
 #pragma omp for schedule(dynamic, 1)
@@ -283,12 +338,13 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
       for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
         int64_t nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
         if (!tile_mask(&f, NULL, b, t0, nr, j0, nc)) continue;
-        load_cols(Kt, kk, ldkv, b, f.Tk, j0, nc, kv, HS);
+        Kt = fa_tile_of(&pk, pk.kt, &f, b, kv, j0, HS * BC);
+        Vr = fa_tile_of(&pk, pk.vr, &f, b, kv, j0, BC * HSP);
         mk(S, BC, Qt, HSP, Kt, BC, nr, BC, HS, 0); /* Q·Kᵀ */
         tile_mask(&f, S, b, t0, nr, j0, nc);
-        load_rows(Vr, v, ldkv, b, f.Tk, j0, nc, kv, HS, HSP);
         for (int64_t i = 0; i < nr; i++) { /* the online softmax, row i */
           float *s = S + i * BC, mx = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : mx)
           for (int c = 0; c < BC; c++) mx = s[c] > mx ? s[c] : mx;
           mx *= f.scale;
           mx = m[i] > mx ? m[i] : mx;
@@ -322,6 +378,7 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
     }
     free(w);
   }
+  fa_pack_free(&pk);
   if (failed) TD_FAIL(TD_ERR_NOMEM, "flash_fwd: out of memory for the tiles");
   return TD_OK;
 }
@@ -347,14 +404,26 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
   }
   int failed = 0;
   int64_t HSP = (HS + 15) / 16 * 16, W = tile_floats(HSP), nkt = (f.Tk + BC - 1) / BC;
-  int64_t qunits = B * NH * f.ntiles, kunits = B * KV * nkt;
+  /* One pass when there are enough (b, kv) pairs to keep the threads busy:
+   * a pair owns its key/value head's dK, dV and its query heads' dQ, so
+   * the key-tile pass also sums dQ (over the key tiles in order, in a
+   * per-thread buffer) — the same products on the same tiles in the same
+   * order as the two passes, so the same bits, with 5 tile products
+   * instead of 7. Else two passes, for parallelism over tiles. */
+  int one = B * KV >= 2 * (int64_t)omp_get_max_threads();
+  int64_t qunits = B * NH * f.ntiles, kunits = one ? B * KV : B * KV * nkt;
+  fa_pack pk;
+  TD_CHECK(fa_pack_make(&pk, &f, "tTr"));
 #pragma omp parallel reduction(| : failed)
   {
     float *w = tiles_alloc(HSP);
-    float *Qt = w, *Gt = w + W, *Kt = w + 2 * W, *Vt = w + 3 * W, *Kr = w + 4 * W;
+    float *dQall = one ? malloc((size_t)(f.G * T * HSP) * sizeof(float)) : NULL;
+    float *Qt = w, *Gt = w + W;
     float *S = w + 5 * W, *dP = w + 6 * W, *Acc = w + 7 * W, *Pt = w + 8 * W;
     float *dK = w + 9 * W, *dV = w + 10 * W;
-    failed = !w;
+    const float *Kt, *Vt, *Kr;
+    failed = !w || (one && !dQall);
+    if (failed) free(w), w = NULL;
     /* without O: D = Σ_j P_j·dP_j over the key tiles in order, per query tile */
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < (out ? 0 : qunits); u++) {
@@ -370,11 +439,11 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
       for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
         int64_t nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
         if (!tile_mask(&f, NULL, b, t0, nr, j0, nc)) continue;
-        load_cols(Kt, kk, ldkv, b, f.Tk, j0, nc, kv, HS);
+        Kt = fa_tile_of(&pk, pk.kt, &f, b, kv, j0, HS * BC);
         mk(S, BC, Qt, HSP, Kt, BC, nr, BC, HS, 0); /* Q·Kᵀ */
         tile_mask(&f, S, b, t0, nr, j0, nc);
         tile_prob(S, L + t0, nr, f.scale);
-        load_cols(Vt, v, ldkv, b, f.Tk, j0, nc, kv, HS);
+        Vt = fa_tile_of(&pk, pk.vt, &f, b, kv, j0, HS * BC);
         mk(dP, BC, Gt, HSP, Vt, BC, nr, BC, HS, 0); /* dO·Vᵀ */
         for (int64_t i = 0; i < nr; i++) {
           float s = 0.0f;
@@ -385,7 +454,7 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
     }
     /* dQ over query tiles: Σ over the key tiles in order of dS·K */
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t u = 0; u < qunits; u++) {
+    for (int64_t u = 0; u < (one ? 0 : qunits); u++) {
       if (!w) continue;
       int64_t b = u / (NH * f.ntiles), h = u / f.ntiles % NH, it = u % f.ntiles;
       int64_t kv = h / f.G, t0, nr, lo, hi;
@@ -398,58 +467,75 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
       for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
         int64_t nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
         if (!tile_mask(&f, NULL, b, t0, nr, j0, nc)) continue;
-        load_cols(Kt, kk, ldkv, b, f.Tk, j0, nc, kv, HS);
+        Kt = fa_tile_of(&pk, pk.kt, &f, b, kv, j0, HS * BC);
         mk(S, BC, Qt, HSP, Kt, BC, nr, BC, HS, 0); /* Q·Kᵀ */
         tile_mask(&f, S, b, t0, nr, j0, nc);
         tile_prob(S, L + t0, nr, f.scale);
-        load_cols(Vt, v, ldkv, b, f.Tk, j0, nc, kv, HS);
+        Vt = fa_tile_of(&pk, pk.vt, &f, b, kv, j0, HS * BC);
         mk(dP, BC, Gt, HSP, Vt, BC, nr, BC, HS, 0); /* dO·Vᵀ */
         tile_ds(dP, S, D + t0, nr, f.scale);
-        load_rows(Kr, kk, ldkv, b, f.Tk, j0, nc, kv, HS, HSP);
+        Kr = fa_tile_of(&pk, pk.kr, &f, b, kv, j0, BC * HSP);
         mk(Acc, HSP, dP, BC, Kr, HSP, nr, HSP, nc, 1); /* dQ += dS·K */
       }
       for (int64_t i = 0; i < nr; i++)
         memcpy(dq + (b * T + t0 + i) * ldq + h * HS, Acc + i * HSP, (size_t)HS * sizeof(float));
     }
     /* dK, dV over key tiles: Σ over the group's heads, then their query
-     * tiles in order, of dSᵀ·Q and Pᵀ·dO; keys no query sees get 0 */
+     * tiles in order, of dSᵀ·Q and Pᵀ·dO; keys no query sees get 0. One
+     * pass: a unit is a (b, kv) and all its key tiles in order, and dQ of
+     * its query heads is summed on the way */
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < kunits; u++) {
       if (!w) continue;
-      int64_t b = u / (KV * nkt), kv = u / nkt % KV, j0 = u % nkt * BC;
-      int64_t nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
-      memset(dK, 0, (size_t)(BC * HSP) * sizeof(float));
-      memset(dV, 0, (size_t)(BC * HSP) * sizeof(float));
-      load_cols(Kt, kk, ldkv, b, f.Tk, j0, nc, kv, HS);
-      load_cols(Vt, v, ldkv, b, f.Tk, j0, nc, kv, HS);
-      for (int64_t g = 0; g < f.G; g++) {
-        int64_t h = kv * f.G + g;
-        const float *L = lse + (b * NH + h) * T, *D = delta + (b * NH + h) * T;
-        for (int64_t it = 0; it < f.ntiles; it++) {
-          int64_t t0, nr, lo, hi;
-          fa_tile(&f, it, &t0, &nr);
-          fa_keys(&f, b, t0, nr, &lo, &hi);
-          if (hi < j0 || lo >= j0 + nc || !tile_mask(&f, NULL, b, t0, nr, j0, nc)) continue;
-          load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
-          mk(S, BC, Qt, HSP, Kt, BC, nr, BC, HS, 0); /* Q·Kᵀ */
-          tile_mask(&f, S, b, t0, nr, j0, nc);
-          tile_prob(S, L + t0, nr, f.scale);
-          load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP);
-          transpose(Pt, S, nr, nc);
-          mk(dV, HSP, Pt, BR, Gt, HSP, nc, HSP, nr, 1); /* dV += Pᵀ·dO */
-          mk(dP, BC, Gt, HSP, Vt, BC, nr, BC, HS, 0);  /* dO·Vᵀ */
-          tile_ds(dP, S, D + t0, nr, f.scale);
-          transpose(Pt, dP, nr, nc);
-          mk(dK, HSP, Pt, BR, Qt, HSP, nc, HSP, nr, 1); /* dK += dSᵀ·Q */
+      int64_t b = one ? u / KV : u / (KV * nkt), kv = one ? u % KV : u / nkt % KV;
+      int64_t jt0 = one ? 0 : u % nkt, jt1 = one ? nkt : jt0 + 1;
+      if (one) memset(dQall, 0, (size_t)(f.G * T * HSP) * sizeof(float));
+      for (int64_t jt = jt0; jt < jt1; jt++) {
+        int64_t j0 = jt * BC, nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
+        memset(dK, 0, (size_t)(BC * HSP) * sizeof(float));
+        memset(dV, 0, (size_t)(BC * HSP) * sizeof(float));
+        Kt = fa_tile_of(&pk, pk.kt, &f, b, kv, j0, HS * BC);
+        Vt = fa_tile_of(&pk, pk.vt, &f, b, kv, j0, HS * BC);
+        Kr = fa_tile_of(&pk, pk.kr, &f, b, kv, j0, BC * HSP);
+        for (int64_t g = 0; g < f.G; g++) {
+          int64_t h = kv * f.G + g;
+          const float *L = lse + (b * NH + h) * T, *D = delta + (b * NH + h) * T;
+          for (int64_t it = 0; it < f.ntiles; it++) {
+            int64_t t0, nr, lo, hi;
+            fa_tile(&f, it, &t0, &nr);
+            fa_keys(&f, b, t0, nr, &lo, &hi);
+            if (hi < j0 || lo >= j0 + nc || !tile_mask(&f, NULL, b, t0, nr, j0, nc)) continue;
+            load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
+            mk(S, BC, Qt, HSP, Kt, BC, nr, BC, HS, 0); /* Q·Kᵀ */
+            tile_mask(&f, S, b, t0, nr, j0, nc);
+            tile_prob(S, L + t0, nr, f.scale);
+            load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP);
+            transpose(Pt, S, nr, nc);
+            mk(dV, HSP, Pt, BR, Gt, HSP, nc, HSP, nr, 1); /* dV += Pᵀ·dO */
+            mk(dP, BC, Gt, HSP, Vt, BC, nr, BC, HS, 0);  /* dO·Vᵀ */
+            tile_ds(dP, S, D + t0, nr, f.scale);
+            if (one) /* dQ += dS·K */
+              mk(dQall + (g * T + t0) * HSP, HSP, dP, BC, Kr, HSP, nr, HSP, nc, 1);
+            transpose(Pt, dP, nr, nc);
+            mk(dK, HSP, Pt, BR, Qt, HSP, nc, HSP, nr, 1); /* dK += dSᵀ·Q */
+          }
+        }
+        for (int64_t c = 0; c < nc; c++) {
+          memcpy(dk + (b * f.Tk + j0 + c) * ldkv + kv * HS, dK + c * HSP,
+                 (size_t)HS * sizeof(float));
+          memcpy(dv + (b * f.Tk + j0 + c) * ldkv + kv * HS, dV + c * HSP,
+                 (size_t)HS * sizeof(float));
         }
       }
-      for (int64_t c = 0; c < nc; c++) {
-        memcpy(dk + (b * f.Tk + j0 + c) * ldkv + kv * HS, dK + c * HSP, (size_t)HS * sizeof(float));
-        memcpy(dv + (b * f.Tk + j0 + c) * ldkv + kv * HS, dV + c * HSP, (size_t)HS * sizeof(float));
-      }
+      for (int64_t g = 0; one && g < f.G; g++)
+        for (int64_t t = 0; t < T; t++)
+          memcpy(dq + (b * T + t) * ldq + (kv * f.G + g) * HS, dQall + (g * T + t) * HSP,
+                 (size_t)HS * sizeof(float));
     }
+    free(dQall);
     free(w);
   }
+  fa_pack_free(&pk);
   if (failed) TD_FAIL(TD_ERR_NOMEM, "flash_bwd: out of memory for the tiles");
   return TD_OK;
 }
