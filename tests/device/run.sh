@@ -14,6 +14,8 @@
 # stay under 8 minutes. Checks:
 #   kernels_cuda   every CUDA op against the CPU back-end (fp32 1e-5, bf16 per op)
 #   flash_cuda     the fused attention kernels against a float64 reference
+#   bench_attention  fused vs materialised attention in training: GPT-2 124M at
+#                  T 1024/4096/8192, LLaMA 1.2B at T 1024/4096 (tok/s, MFU, memory)
 #   dcomm_nccl     an NCCL communicator of 1 rank through every device collective
 #                  (tests/unit/test_dcomm.c; NCCL from the toolkit or the
 #                  nvidia-nccl wheel of the machine's Python)
@@ -207,6 +209,7 @@ check ckpt_cpu_gpu 150 tests/e2e/ckpt_reshard.sh --dst-set run.device=cuda \
   build-device/trident $work cpu_to_gpu 1,1,1,0 1,1,1,0
 check bench_124m 300 tests/device/bench_124m.sh build-device/trident build-device/bench
 check bench_offload 420 tests/device/bench_offload.sh build-device/trident build-device/bench_offload
+check bench_attention 300 tests/device/bench_attention.sh build-device/trident build-device/bench_attention
 
 finish
 # keep $OUT within what comes back: the summary, the log and the check outputs
