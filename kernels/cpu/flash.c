@@ -383,6 +383,22 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
   return TD_OK;
 }
 
+/* The backward's tiles of query rows [t0, t0 + nr) (Qt, Gt: Q and dO, as
+ * load_rows left them) against key tile j0 of (b, kv): S = P =
+ * exp(Q·Kᵀ/√HS − lse) masked, and dP = dO·Vᵀ. 0 (nothing computed) when the
+ * mask hides the whole tile. */
+static int tile_p_dp(const fa_call *f, const fa_pack *pk, const float *Qt, const float *Gt,
+                     const float *L, int64_t b, int64_t kv, int64_t t0, int64_t nr, int64_t j0,
+                     float *S, float *dP) {
+  int64_t nc = f->Tk - j0 < BC ? f->Tk - j0 : BC, HS = f->HS, HSP = pk->HSP;
+  if (!tile_mask(f, NULL, b, t0, nr, j0, nc)) return 0;
+  mk(S, BC, Qt, HSP, fa_tile_of(pk, pk->kt, f, b, kv, j0, HS * BC), BC, nr, BC, HS, 0);
+  tile_mask(f, S, b, t0, nr, j0, nc);
+  tile_prob(S, L + t0, nr, f->scale);
+  mk(dP, BC, Gt, HSP, fa_tile_of(pk, pk->vt, f, b, kv, j0, HS * BC), BC, nr, BC, HS, 0);
+  return 1;
+}
+
 td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float *delta,
                            const float *dout, const float *out, const float *lse,
                            const float *q, const float *kk, const float *v, int64_t ldq,
@@ -421,7 +437,7 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
     float *Qt = w, *Gt = w + W;
     float *S = w + 5 * W, *dP = w + 6 * W, *Acc = w + 7 * W, *Pt = w + 8 * W;
     float *dK = w + 9 * W, *dV = w + 10 * W;
-    const float *Kt, *Vt, *Kr;
+    const float *Kr;
     failed = !w || (one && !dQall);
     if (failed) free(w), w = NULL;
     /* without O: D = Σ_j P_j·dP_j over the key tiles in order, per query tile */
@@ -437,14 +453,7 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
       load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
       load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP);
       for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
-        int64_t nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
-        if (!tile_mask(&f, NULL, b, t0, nr, j0, nc)) continue;
-        Kt = fa_tile_of(&pk, pk.kt, &f, b, kv, j0, HS * BC);
-        mk(S, BC, Qt, HSP, Kt, BC, nr, BC, HS, 0); /* Q·Kᵀ */
-        tile_mask(&f, S, b, t0, nr, j0, nc);
-        tile_prob(S, L + t0, nr, f.scale);
-        Vt = fa_tile_of(&pk, pk.vt, &f, b, kv, j0, HS * BC);
-        mk(dP, BC, Gt, HSP, Vt, BC, nr, BC, HS, 0); /* dO·Vᵀ */
+        if (!tile_p_dp(&f, &pk, Qt, Gt, L, b, kv, t0, nr, j0, S, dP)) continue;
         for (int64_t i = 0; i < nr; i++) {
           float s = 0.0f;
           for (int c = 0; c < BC; c++) s += S[i * BC + c] * dP[i * BC + c];
@@ -466,13 +475,7 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
       memset(Acc, 0, (size_t)(BR * HSP) * sizeof(float));
       for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
         int64_t nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
-        if (!tile_mask(&f, NULL, b, t0, nr, j0, nc)) continue;
-        Kt = fa_tile_of(&pk, pk.kt, &f, b, kv, j0, HS * BC);
-        mk(S, BC, Qt, HSP, Kt, BC, nr, BC, HS, 0); /* Q·Kᵀ */
-        tile_mask(&f, S, b, t0, nr, j0, nc);
-        tile_prob(S, L + t0, nr, f.scale);
-        Vt = fa_tile_of(&pk, pk.vt, &f, b, kv, j0, HS * BC);
-        mk(dP, BC, Gt, HSP, Vt, BC, nr, BC, HS, 0); /* dO·Vᵀ */
+        if (!tile_p_dp(&f, &pk, Qt, Gt, L, b, kv, t0, nr, j0, S, dP)) continue;
         tile_ds(dP, S, D + t0, nr, f.scale);
         Kr = fa_tile_of(&pk, pk.kr, &f, b, kv, j0, BC * HSP);
         mk(Acc, HSP, dP, BC, Kr, HSP, nr, HSP, nc, 1); /* dQ += dS·K */
@@ -494,8 +497,6 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
         int64_t j0 = jt * BC, nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
         memset(dK, 0, (size_t)(BC * HSP) * sizeof(float));
         memset(dV, 0, (size_t)(BC * HSP) * sizeof(float));
-        Kt = fa_tile_of(&pk, pk.kt, &f, b, kv, j0, HS * BC);
-        Vt = fa_tile_of(&pk, pk.vt, &f, b, kv, j0, HS * BC);
         Kr = fa_tile_of(&pk, pk.kr, &f, b, kv, j0, BC * HSP);
         for (int64_t g = 0; g < f.G; g++) {
           int64_t h = kv * f.G + g;
@@ -506,13 +507,10 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
             fa_keys(&f, b, t0, nr, &lo, &hi);
             if (hi < j0 || lo >= j0 + nc || !tile_mask(&f, NULL, b, t0, nr, j0, nc)) continue;
             load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
-            mk(S, BC, Qt, HSP, Kt, BC, nr, BC, HS, 0); /* Q·Kᵀ */
-            tile_mask(&f, S, b, t0, nr, j0, nc);
-            tile_prob(S, L + t0, nr, f.scale);
             load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP);
+            tile_p_dp(&f, &pk, Qt, Gt, L, b, kv, t0, nr, j0, S, dP);
             transpose(Pt, S, nr, nc);
             mk(dV, HSP, Pt, BR, Gt, HSP, nc, HSP, nr, 1); /* dV += Pᵀ·dO */
-            mk(dP, BC, Gt, HSP, Vt, BC, nr, BC, HS, 0);  /* dO·Vᵀ */
             tile_ds(dP, S, D + t0, nr, f.scale);
             if (one) /* dQ += dS·K */
               mk(dQall + (g * T + t0) * HSP, HSP, dP, BC, Kr, HSP, nr, HSP, nc, 1);

@@ -42,6 +42,21 @@ __device__ __forceinline__ int64_t fa_lo(const int32_t *doc, int64_t b, int64_t 
 /* exp(x) for a probability: 0 below −87 (as the CPU's kernels), −inf → 0 */
 __device__ __forceinline__ float fa_exp(float x) { return x < -87.0f ? 0.0f : expf(x); }
 
+/* The block stages key rows [j0, j0 + FA_KEYS) of head kv of sequence b,
+ * keys and values, into shared memory (0 past Tk); the caller then
+ * synchronises. */
+__device__ __forceinline__ void fa_stage_kv(float (*ks)[FA_MAX_HS], float (*vs)[FA_MAX_HS],
+                                            const float *__restrict__ kk,
+                                            const float *__restrict__ v, int64_t ldkv,
+                                            int64_t b, int64_t kv, int64_t Tk, int64_t HS,
+                                            int64_t j0) {
+  for (int64_t i = threadIdx.x; i < FA_KEYS * HS; i += blockDim.x) {
+    int64_t c = i / HS, d = i % HS, j = j0 + c;
+    ks[c][d] = j < Tk ? kk[(b * Tk + j) * ldkv + kv * HS + d] : 0.0f;
+    vs[c][d] = j < Tk ? v[(b * Tk + j) * ldkv + kv * HS + d] : 0.0f;
+  }
+}
+
 __global__ void flash_fwd_kernel(float *__restrict__ out, float *__restrict__ lse,
                                  const float *__restrict__ q, const float *__restrict__ kk,
                                  const float *__restrict__ v, int64_t ldq, int64_t ldkv,
@@ -62,11 +77,7 @@ __global__ void flash_fwd_kernel(float *__restrict__ out, float *__restrict__ ls
   }
   float m = -INFINITY, l = 0.0f;
   for (int64_t j0 = klo / FA_KEYS * FA_KEYS; j0 <= khi; j0 += FA_KEYS) {
-    for (int64_t i = threadIdx.x; i < FA_KEYS * HS; i += blockDim.x) {
-      int64_t c = i / HS, d = i % HS, j = j0 + c;
-      ks[c][d] = j < Tk ? kk[(b * Tk + j) * ldkv + kv * HS + d] : 0.0f;
-      vs[c][d] = j < Tk ? v[(b * Tk + j) * ldkv + kv * HS + d] : 0.0f;
-    }
+    fa_stage_kv(ks, vs, kk, v, ldkv, b, kv, Tk, HS, j0);
     __syncthreads();
     for (int c = 0; live && c < FA_KEYS; c++) {
       int64_t j = j0 + c;
@@ -131,11 +142,7 @@ __global__ void flash_dq_kernel(float *__restrict__ dq, const float *__restrict_
   float L = live ? lse[(b * NH + h) * T + t] : 0.0f;
   float Dt = live && !DELTA ? D[(b * NH + h) * T + t] : 0.0f;
   for (int64_t j0 = klo / FA_KEYS * FA_KEYS; j0 <= khi; j0 += FA_KEYS) {
-    for (int64_t i = threadIdx.x; i < FA_KEYS * HS; i += blockDim.x) {
-      int64_t c = i / HS, d = i % HS, j = j0 + c;
-      ks[c][d] = j < Tk ? kk[(b * Tk + j) * ldkv + kv * HS + d] : 0.0f;
-      vs[c][d] = j < Tk ? v[(b * Tk + j) * ldkv + kv * HS + d] : 0.0f;
-    }
+    fa_stage_kv(ks, vs, kk, v, ldkv, b, kv, Tk, HS, j0);
     __syncthreads();
     for (int c = 0; live && c < FA_KEYS; c++) {
       int64_t j = j0 + c;
@@ -143,21 +150,18 @@ __global__ void flash_dq_kernel(float *__restrict__ dq, const float *__restrict_
       float s = 0.0f, dp = 0.0f;
       for (int64_t d = 0; d < HS; d++) s += qr[d] * ks[c][d], dp += g[d] * vs[c][d];
       float pr = fa_exp(scale * s - L), ds = scale * pr * (dp - Dt);
-      if (DELTA) {
+      if (DELTA)
         acc[0] += pr * dp;
-        continue;
-      }
-      if (fabsf(ds) < FA_TINY) continue;
-      for (int64_t d = 0; d < HS; d++) acc[d] += ds * ks[c][d];
+      else if (fabsf(ds) >= FA_TINY)
+        for (int64_t d = 0; d < HS; d++) acc[d] += ds * ks[c][d];
     }
     __syncthreads();
   }
   if (!live) return;
-  if (DELTA) {
+  if (DELTA)
     D[(b * NH + h) * T + t] = acc[0];
-    return;
-  }
-  for (int64_t d = 0; d < HS; d++) dq[(b * T + t) * ldq + h * HS + d] = acc[d];
+  else
+    for (int64_t d = 0; d < HS; d++) dq[(b * T + t) * ldq + h * HS + d] = acc[d];
 }
 
 __global__ void flash_dkv_kernel(float *__restrict__ dk, float *__restrict__ dv,
