@@ -51,6 +51,8 @@ typedef struct {
   float *rope;              /* rope.c: cos then sin, (rope_T positions, rope_half) each, */
   int64_t rope_T, rope_half; /* for rope_theta: made once, read by every call */
   float rope_theta;
+  float *flash;             /* flash.c: the packed keys and values, grown to the */
+  size_t flash_bytes;       /* largest call's and kept (no fresh pages every call) */
 } td_cpu_state;
 
 /* ---- matmul engine: one implementation per file, matmul_onednn.c or

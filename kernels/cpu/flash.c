@@ -170,7 +170,7 @@ static int tile_mask(const fa_call *f, float *S, int64_t b, int64_t t0, int64_t 
     int64_t lo = fa_lo(f, b, t0 + i) - j0, hi = td_pos_at(f->pos, t0 + i) - j0;
     hi = hi >= nc ? nc - 1 : hi;
     any |= lo <= hi;
-    if (!S) continue;
+    if (!S || (lo <= 0 && hi >= BC - 1)) continue; /* the whole row visible */
     float *s = S + i * BC;
     for (int64_t c = 0; c < BC; c++)
       if (c < lo || c > hi) s[c] = -INFINITY;
@@ -245,31 +245,35 @@ static float *tiles_alloc(int64_t HSP) {
 /* The keys and values of every (b, kv), packed by key tile once per call
  * (the query tiles read them again and again): kt and vt transposed
  * (HS × BC a tile), kr and vr as rows (BC × HSP a tile, zero past HS and
- * past the last key). NULL members are not made. */
+ * past the last key). NULL members are not made. They live in the
+ * back-end's workspace (td_cpu_state.flash), grown to the largest call and
+ * kept: freshly mapped pages every call cost a page fault per 4 KiB. Its
+ * size is the keys' and values' (B·Tk·KV·HS floats each, padded), the same
+ * order as the layer's own K and V. */
 typedef struct {
   float *kt, *vt, *kr, *vr;
   int64_t nkt, HSP;
 } fa_pack;
 
-static void fa_pack_free(fa_pack *p) {
-  free(p->kt), free(p->vt), free(p->kr), free(p->vr);
-  memset(p, 0, sizeof *p);
-}
-
 /* want: "tTrR" letters for kt, vt, kr, vr (t/r for keys, T/R for values) */
-static td_status fa_pack_make(fa_pack *p, const fa_call *f, const char *want) {
+static td_status fa_pack_make(td_kernels *k, fa_pack *p, const fa_call *f, const char *want) {
+  td_cpu_state *s = k->state;
   memset(p, 0, sizeof *p);
   p->nkt = (f->Tk + BC - 1) / BC, p->HSP = (f->HS + 15) / 16 * 16;
   int64_t units = f->B * f->KV * p->nkt, HS = f->HS, HSP = p->HSP;
-  size_t nt = (size_t)(units * HS * BC) * sizeof(float), nr = (size_t)(units * BC * HSP) * sizeof(float);
-  float **dst[4] = {&p->kt, &p->vt, &p->kr, &p->vr};
+  size_t nt = (size_t)(units * HS * BC), nr = (size_t)(units * BC * HSP), need = 0;
   const char *keys = "tTrR";
   for (int i = 0; i < 4; i++)
-    if (strchr(want, keys[i]) && !(*dst[i] = aligned_alloc(64, ((i < 2 ? nt : nr) + 63) / 64 * 64))) {
-      fa_pack_free(p);
-      TD_FAIL(TD_ERR_NOMEM, "flash attention: out of memory for the packed keys and values "
-              "(%zu bytes)", i < 2 ? nt : nr);
-    }
+    if (strchr(want, keys[i])) need += i < 2 ? nt : nr;
+  if (need * sizeof(float) > s->flash_bytes) {
+    td_free(s->flash);
+    s->flash = NULL, s->flash_bytes = 0;
+    TD_CHECK(td_alloc((void **)&s->flash, need * sizeof(float), "flash attention workspace"));
+    s->flash_bytes = need * sizeof(float);
+  }
+  float **dst[4] = {&p->kt, &p->vt, &p->kr, &p->vr}, *at = s->flash;
+  for (int i = 0; i < 4; i++)
+    if (strchr(want, keys[i])) *dst[i] = at, at += i < 2 ? nt : nr;
 #pragma omp parallel for schedule(static)
   for (int64_t u = 0; u < units; u++) {
     int64_t b = u / (f->KV * p->nkt), kv = u / p->nkt % f->KV, j0 = u % p->nkt * BC;
@@ -309,7 +313,6 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
                            const float *kk, const float *v, int64_t ldq, int64_t ldkv,
                            int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS,
                            const td_pos *pos, const int32_t *doc) {
-  (void)k;
   TD_CHECK(fa_args("flash_fwd", ldq, ldkv, B, T, NH, KV, HS, pos, doc));
   if (B == 0 || T == 0 || NH == 0) return TD_OK;
   fa_call f;
@@ -317,7 +320,7 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
   int64_t units = B * NH * f.ntiles, HSP = (HS + 15) / 16 * 16, W = tile_floats(HSP);
   int failed = 0;
   fa_pack pk;
-  TD_CHECK(fa_pack_make(&pk, &f, "tR"));
+  TD_CHECK(fa_pack_make(k, &pk, &f, "tR"));
 #pragma omp parallel reduction(| : failed)
   {
     float *w = tiles_alloc(HSP);
@@ -378,7 +381,6 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
     }
     free(w);
   }
-  fa_pack_free(&pk);
   if (failed) TD_FAIL(TD_ERR_NOMEM, "flash_fwd: out of memory for the tiles");
   return TD_OK;
 }
@@ -404,7 +406,6 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
                            const float *q, const float *kk, const float *v, int64_t ldq,
                            int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t KV,
                            int64_t HS, const td_pos *pos, const int32_t *doc) {
-  (void)k;
   TD_CHECK(fa_args("flash_bwd", ldq, ldkv, B, T, NH, KV, HS, pos, doc));
   if (B == 0 || T == 0 || NH == 0) return TD_OK;
   fa_call f;
@@ -422,23 +423,25 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
   int64_t HSP = (HS + 15) / 16 * 16, W = tile_floats(HSP), nkt = (f.Tk + BC - 1) / BC;
   /* One pass when there are enough (b, kv) pairs to keep the threads busy:
    * a pair owns its key/value head's dK, dV and its query heads' dQ, so
-   * the key-tile pass also sums dQ (over the key tiles in order, in a
-   * per-thread buffer) — the same products on the same tiles in the same
-   * order as the two passes, so the same bits, with 5 tile products
-   * instead of 7. Else two passes, for parallelism over tiles. */
+   * one sweep over its query tiles sums all three (dK, dV in per-thread
+   * whole-sequence buffers) — the same products on the same tiles, each
+   * sum in the same order as the two passes, so the same bits, with 5 tile
+   * products instead of 7 and each Q, dO tile loaded once. Else two
+   * passes, for parallelism over tiles. */
   int one = B * KV >= 2 * (int64_t)omp_get_max_threads();
-  int64_t qunits = B * NH * f.ntiles, kunits = one ? B * KV : B * KV * nkt;
+  int64_t qunits = B * NH * f.ntiles, kunits = B * KV * nkt;
   fa_pack pk;
-  TD_CHECK(fa_pack_make(&pk, &f, "tTr"));
+  TD_CHECK(fa_pack_make(k, &pk, &f, "tTr"));
 #pragma omp parallel reduction(| : failed)
   {
     float *w = tiles_alloc(HSP);
-    float *dQall = one ? malloc((size_t)(f.G * T * HSP) * sizeof(float)) : NULL;
+    /* one pass: dK and dV of the whole sequence (the unit's key/value head) */
+    float *dKV = one ? malloc((size_t)(2 * nkt * BC * HSP) * sizeof(float)) : NULL;
     float *Qt = w, *Gt = w + W;
     float *S = w + 5 * W, *dP = w + 6 * W, *Acc = w + 7 * W, *Pt = w + 8 * W;
     float *dK = w + 9 * W, *dV = w + 10 * W;
     const float *Kr;
-    failed = !w || (one && !dQall);
+    failed = !w || (one && !dKV);
     if (failed) free(w), w = NULL;
     /* without O: D = Σ_j P_j·dP_j over the key tiles in order, per query tile */
 #pragma omp for schedule(dynamic, 1)
@@ -484,56 +487,81 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
         memcpy(dq + (b * T + t0 + i) * ldq + h * HS, Acc + i * HSP, (size_t)HS * sizeof(float));
     }
     /* dK, dV over key tiles: Σ over the group's heads, then their query
-     * tiles in order, of dSᵀ·Q and Pᵀ·dO; keys no query sees get 0. One
-     * pass: a unit is a (b, kv) and all its key tiles in order, and dQ of
-     * its query heads is summed on the way */
+     * tiles in order, of dSᵀ·Q and Pᵀ·dO; keys no query sees get 0 */
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t u = 0; u < kunits; u++) {
+    for (int64_t u = 0; u < (one ? 0 : kunits); u++) {
       if (!w) continue;
-      int64_t b = one ? u / KV : u / (KV * nkt), kv = one ? u % KV : u / nkt % KV;
-      int64_t jt0 = one ? 0 : u % nkt, jt1 = one ? nkt : jt0 + 1;
-      if (one) memset(dQall, 0, (size_t)(f.G * T * HSP) * sizeof(float));
-      for (int64_t jt = jt0; jt < jt1; jt++) {
-        int64_t j0 = jt * BC, nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
-        memset(dK, 0, (size_t)(BC * HSP) * sizeof(float));
-        memset(dV, 0, (size_t)(BC * HSP) * sizeof(float));
-        Kr = fa_tile_of(&pk, pk.kr, &f, b, kv, j0, BC * HSP);
-        for (int64_t g = 0; g < f.G; g++) {
-          int64_t h = kv * f.G + g;
-          const float *L = lse + (b * NH + h) * T, *D = delta + (b * NH + h) * T;
-          for (int64_t it = 0; it < f.ntiles; it++) {
-            int64_t t0, nr, lo, hi;
-            fa_tile(&f, it, &t0, &nr);
-            fa_keys(&f, b, t0, nr, &lo, &hi);
-            if (hi < j0 || lo >= j0 + nc || !tile_mask(&f, NULL, b, t0, nr, j0, nc)) continue;
-            load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
-            load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP);
-            tile_p_dp(&f, &pk, Qt, Gt, L, b, kv, t0, nr, j0, S, dP);
-            transpose(Pt, S, nr, nc);
-            mk(dV, HSP, Pt, BR, Gt, HSP, nc, HSP, nr, 1); /* dV += Pᵀ·dO */
-            tile_ds(dP, S, D + t0, nr, f.scale);
-            if (one) /* dQ += dS·K */
-              mk(dQall + (g * T + t0) * HSP, HSP, dP, BC, Kr, HSP, nr, HSP, nc, 1);
-            transpose(Pt, dP, nr, nc);
-            mk(dK, HSP, Pt, BR, Qt, HSP, nc, HSP, nr, 1); /* dK += dSᵀ·Q */
-          }
-        }
-        for (int64_t c = 0; c < nc; c++) {
-          memcpy(dk + (b * f.Tk + j0 + c) * ldkv + kv * HS, dK + c * HSP,
-                 (size_t)HS * sizeof(float));
-          memcpy(dv + (b * f.Tk + j0 + c) * ldkv + kv * HS, dV + c * HSP,
-                 (size_t)HS * sizeof(float));
+      int64_t b = u / (KV * nkt), kv = u / nkt % KV, j0 = u % nkt * BC;
+      int64_t nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
+      memset(dK, 0, (size_t)(BC * HSP) * sizeof(float));
+      memset(dV, 0, (size_t)(BC * HSP) * sizeof(float));
+      for (int64_t g = 0; g < f.G; g++) {
+        int64_t h = kv * f.G + g;
+        const float *L = lse + (b * NH + h) * T, *D = delta + (b * NH + h) * T;
+        for (int64_t it = 0; it < f.ntiles; it++) {
+          int64_t t0, nr, lo, hi;
+          fa_tile(&f, it, &t0, &nr);
+          fa_keys(&f, b, t0, nr, &lo, &hi);
+          if (hi < j0 || lo >= j0 + nc || !tile_mask(&f, NULL, b, t0, nr, j0, nc)) continue;
+          load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
+          load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP);
+          tile_p_dp(&f, &pk, Qt, Gt, L, b, kv, t0, nr, j0, S, dP);
+          transpose(Pt, S, nr, nc);
+          mk(dV, HSP, Pt, BR, Gt, HSP, nc, HSP, nr, 1); /* dV += Pᵀ·dO */
+          tile_ds(dP, S, D + t0, nr, f.scale);
+          transpose(Pt, dP, nr, nc);
+          mk(dK, HSP, Pt, BR, Qt, HSP, nc, HSP, nr, 1); /* dK += dSᵀ·Q */
         }
       }
-      for (int64_t g = 0; one && g < f.G; g++)
-        for (int64_t t = 0; t < T; t++)
-          memcpy(dq + (b * T + t) * ldq + (kv * f.G + g) * HS, dQall + (g * T + t) * HSP,
-                 (size_t)HS * sizeof(float));
+      for (int64_t c = 0; c < nc; c++) {
+        memcpy(dk + (b * f.Tk + j0 + c) * ldkv + kv * HS, dK + c * HSP, (size_t)HS * sizeof(float));
+        memcpy(dv + (b * f.Tk + j0 + c) * ldkv + kv * HS, dV + c * HSP, (size_t)HS * sizeof(float));
+      }
     }
-    free(dQall);
+    /* One pass: a unit is a (b, kv); over its query heads and their query
+     * tiles in order, each tile's Q and dO loaded once, against the key
+     * tiles it sees in order: dQ of the tile summed over the key tiles
+     * (as the dQ pass does), dK and dV of every key tile summed over (head,
+     * query tile) in the key-tile pass's order, in whole-sequence buffers */
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t u = 0; u < (one ? B * KV : 0); u++) {
+      if (!w) continue;
+      int64_t b = u / KV, kv = u % KV;
+      float *dKall = dKV, *dVall = dKV + nkt * BC * HSP;
+      memset(dKV, 0, (size_t)(2 * nkt * BC * HSP) * sizeof(float));
+      for (int64_t g = 0; g < f.G; g++) {
+        int64_t h = kv * f.G + g;
+        const float *L = lse + (b * NH + h) * T, *D = delta + (b * NH + h) * T;
+        for (int64_t it = 0; it < f.ntiles; it++) {
+          int64_t t0, nr, lo, hi;
+          fa_tile(&f, it, &t0, &nr);
+          fa_keys(&f, b, t0, nr, &lo, &hi);
+          load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
+          load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP);
+          memset(Acc, 0, (size_t)(BR * HSP) * sizeof(float));
+          for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
+            int64_t nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
+            if (!tile_p_dp(&f, &pk, Qt, Gt, L, b, kv, t0, nr, j0, S, dP)) continue;
+            transpose(Pt, S, nr, nc);
+            mk(dVall + j0 * HSP, HSP, Pt, BR, Gt, HSP, nc, HSP, nr, 1); /* dV += Pᵀ·dO */
+            tile_ds(dP, S, D + t0, nr, f.scale);
+            Kr = fa_tile_of(&pk, pk.kr, &f, b, kv, j0, BC * HSP);
+            mk(Acc, HSP, dP, BC, Kr, HSP, nr, HSP, nc, 1); /* dQ += dS·K */
+            transpose(Pt, dP, nr, nc);
+            mk(dKall + j0 * HSP, HSP, Pt, BR, Qt, HSP, nc, HSP, nr, 1); /* dK += dSᵀ·Q */
+          }
+          for (int64_t i = 0; i < nr; i++)
+            memcpy(dq + (b * T + t0 + i) * ldq + h * HS, Acc + i * HSP, (size_t)HS * sizeof(float));
+        }
+      }
+      for (int64_t j = 0; j < f.Tk; j++) {
+        memcpy(dk + (b * f.Tk + j) * ldkv + kv * HS, dKall + j * HSP, (size_t)HS * sizeof(float));
+        memcpy(dv + (b * f.Tk + j) * ldkv + kv * HS, dVall + j * HSP, (size_t)HS * sizeof(float));
+      }
+    }
+    free(dKV);
     free(w);
   }
-  fa_pack_free(&pk);
   if (failed) TD_FAIL(TD_ERR_NOMEM, "flash_bwd: out of memory for the tiles");
   return TD_OK;
 }
