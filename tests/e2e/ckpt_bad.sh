@@ -101,7 +101,7 @@ case_run() {
                --set "run.out_dir=$out" --set training.steps=20 --set "checkpoint.resume=$resume" "$@")
     local t0 rc=0 dt
     t0=$(date +%s.%N)
-    env "$CK_EVERY_RANK_EXITS" TD_RCDIR=$rcdir timeout -k 5 60 "${cmd[@]}" >"$out.log" 2>&1 </dev/null || rc=$?
+    env "$CK_EVERY_RANK_EXITS" "TD_RCDIR=$rcdir" timeout -k 5 60 "${cmd[@]}" >"$out.log" 2>&1 </dev/null || rc=$?
     dt=$(echo "$(date +%s.%N) - $t0" | bc)
     local why=() nerr line
     [ $rc = 2 ] || why+=("mpiexec exited $rc, expected 2")

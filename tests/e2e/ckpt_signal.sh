@@ -52,7 +52,7 @@ while :; do wait $c; rc=$?; kill -0 $c 2>/dev/null || break; done
 echo $rc >"$TD_RCDIR/rank.${PMI_RANK:-$OMPI_COMM_WORLD_RANK}"; exit $rc'
 echo "+ ${cmd[*]}" >"$r.log"
 # mpiexec itself in the background (not under timeout: the signal goes to it)
-env "$CK_EVERY_RANK_EXITS" TD_TEST_STEP_SLEEP_MS=150 TD_RCDIR=$rcdir \
+env "$CK_EVERY_RANK_EXITS" TD_TEST_STEP_SLEEP_MS=150 "TD_RCDIR=$rcdir" \
   "$mpiexec" -n "$g_np" bash -c "$wrap" bash "${tcmd[@]}" \
   >>"$r.log" 2>&1 </dev/null &
 pid=$!

@@ -61,7 +61,7 @@ run_case() {
   echo "+ ${cmd[*]}" >"$out.log"
   local t0 rc=0 dt
   t0=$(date +%s.%N)
-  env "$CK_EVERY_RANK_EXITS" TD_RCDIR=$rcdir timeout -k 5 "$limit" "${cmd[@]}" >>"$out.log" 2>&1 </dev/null || rc=$?
+  env "$CK_EVERY_RANK_EXITS" "TD_RCDIR=$rcdir" timeout -k 5 "$limit" "${cmd[@]}" >>"$out.log" 2>&1 </dev/null || rc=$?
   dt=$(echo "$(date +%s.%N) - $t0" | bc)
   local why=() r st
   [ $rc = 124 ] || [ $rc = 137 ] && why+=("no result within $limit s (hang?)")
