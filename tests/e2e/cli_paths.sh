@@ -109,7 +109,10 @@ refuse "plan with a missing cluster file" "--cluster nope.yaml: cannot open the 
   plan "$deck" --cluster nope.yaml
 refuse "plan --ranks 0" "--ranks 0: expected a whole number" 1 plan "$deck" --cluster "$cl" --ranks 0
 refuse "plan --ranks abc" "--ranks abc: expected a whole number" 1 plan "$deck" --cluster "$cl" --ranks abc
-"$trident" plan "$deck" --cluster "$cl" --ranks 2 --top 2 2>&1 | grep -q "bubble: the slowest stage's idle time over its compute time in one step, a fraction" &&
+# (the output whole first: grep -q in a pipe quits at its match, and under
+# pipefail the plan's later line then dies of SIGPIPE and fails the check)
+out=$("$trident" plan "$deck" --cluster "$cl" --ranks 2 --top 2 2>&1)
+grep -q "bubble: the slowest stage's idle time over its compute time in one step, a fraction" <<<"$out" &&
   ok "plan states the bubble column's unit" || bad "plan does not state the bubble's unit"
 
 # jobs/mpirun.sh from another folder: the deck and its paths relative to there
