@@ -401,6 +401,44 @@ static int tile_p_dp(const fa_call *f, const fa_pack *pk, const float *Qt, const
   return 1;
 }
 
+/* A thread's tiles for the backward (tile_floats each). */
+typedef struct {
+  float *Qt, *Gt, *S, *dP, *Acc, *Pt;
+} fa_bwd_tiles;
+
+/* Query tile it of head h of sequence b against the key tiles it sees, in
+ * order: its dQ (=, rows of dq) as Σ dS·K, and with dKall and dVall (the
+ * one-pass sweep: the key/value head's whole-sequence sums, BC·HSP floats a
+ * key tile) also dV += Pᵀ·dO and dK += dSᵀ·Q at the key tiles' rows. */
+static void qtile_bwd(const fa_call *f, const fa_pack *pk, const fa_bwd_tiles *x, int64_t b,
+                      int64_t h, int64_t it, const float *lse, const float *delta,
+                      const float *dout, float *dq, float *dKall, float *dVall) {
+  int64_t T = f->T, NH = f->NH, HS = f->HS, HSP = pk->HSP, kv = h / f->G, t0, nr, lo, hi;
+  const float *L = lse + (b * NH + h) * T, *D = delta + (b * NH + h) * T;
+  fa_tile(f, it, &t0, &nr);
+  fa_keys(f, b, t0, nr, &lo, &hi);
+  load_rows(x->Qt, f->q, f->ldq, b, T, t0, nr, h, HS, HSP);
+  load_rows(x->Gt, dout, f->C, b, T, t0, nr, h, HS, HSP);
+  memset(x->Acc, 0, (size_t)(BR * HSP) * sizeof(float));
+  for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
+    int64_t nc = f->Tk - j0 < BC ? f->Tk - j0 : BC;
+    if (!tile_p_dp(f, pk, x->Qt, x->Gt, L, b, kv, t0, nr, j0, x->S, x->dP)) continue;
+    if (dVall) {
+      transpose(x->Pt, x->S, nr, nc);
+      mk(dVall + j0 * HSP, HSP, x->Pt, BR, x->Gt, HSP, nc, HSP, nr, 1); /* dV += Pᵀ·dO */
+    }
+    tile_ds(x->dP, x->S, D + t0, nr, f->scale);
+    const float *Kr = fa_tile_of(pk, pk->kr, f, b, kv, j0, BC * HSP);
+    mk(x->Acc, HSP, x->dP, BC, Kr, HSP, nr, HSP, nc, 1); /* dQ += dS·K */
+    if (dKall) {
+      transpose(x->Pt, x->dP, nr, nc);
+      mk(dKall + j0 * HSP, HSP, x->Pt, BR, x->Qt, HSP, nc, HSP, nr, 1); /* dK += dSᵀ·Q */
+    }
+  }
+  for (int64_t i = 0; i < nr; i++)
+    memcpy(dq + (b * T + t0 + i) * f->ldq + h * HS, x->Acc + i * HSP, (size_t)HS * sizeof(float));
+}
+
 td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float *delta,
                            const float *dout, const float *out, const float *lse,
                            const float *q, const float *kk, const float *v, int64_t ldq,
@@ -440,7 +478,6 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
     float *Qt = w, *Gt = w + W;
     float *S = w + 5 * W, *dP = w + 6 * W, *Acc = w + 7 * W, *Pt = w + 8 * W;
     float *dK = w + 9 * W, *dV = w + 10 * W;
-    const float *Kr;
     failed = !w || (one && !dKV);
     if (failed) free(w), w = NULL;
     /* without O: D = Σ_j P_j·dP_j over the key tiles in order, per query tile */
@@ -464,28 +501,12 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
         }
       }
     }
+    fa_bwd_tiles x = {Qt, Gt, S, dP, Acc, Pt};
     /* dQ over query tiles: Σ over the key tiles in order of dS·K */
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t u = 0; u < (one ? 0 : qunits); u++) {
-      if (!w) continue;
-      int64_t b = u / (NH * f.ntiles), h = u / f.ntiles % NH, it = u % f.ntiles;
-      int64_t kv = h / f.G, t0, nr, lo, hi;
-      const float *L = lse + (b * NH + h) * T, *D = delta + (b * NH + h) * T;
-      fa_tile(&f, it, &t0, &nr);
-      fa_keys(&f, b, t0, nr, &lo, &hi);
-      load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
-      load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP);
-      memset(Acc, 0, (size_t)(BR * HSP) * sizeof(float));
-      for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
-        int64_t nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
-        if (!tile_p_dp(&f, &pk, Qt, Gt, L, b, kv, t0, nr, j0, S, dP)) continue;
-        tile_ds(dP, S, D + t0, nr, f.scale);
-        Kr = fa_tile_of(&pk, pk.kr, &f, b, kv, j0, BC * HSP);
-        mk(Acc, HSP, dP, BC, Kr, HSP, nr, HSP, nc, 1); /* dQ += dS·K */
-      }
-      for (int64_t i = 0; i < nr; i++)
-        memcpy(dq + (b * T + t0 + i) * ldq + h * HS, Acc + i * HSP, (size_t)HS * sizeof(float));
-    }
+    for (int64_t u = 0; u < (one ? 0 : qunits); u++)
+      if (w) qtile_bwd(&f, &pk, &x, u / (NH * f.ntiles), u / f.ntiles % NH, u % f.ntiles, lse,
+                       delta, dout, dq, NULL, NULL);
     /* dK, dV over key tiles: Σ over the group's heads, then their query
      * tiles in order, of dSᵀ·Q and Pᵀ·dO; keys no query sees get 0 */
 #pragma omp for schedule(dynamic, 1)
@@ -529,31 +550,9 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
       int64_t b = u / KV, kv = u % KV;
       float *dKall = dKV, *dVall = dKV + nkt * BC * HSP;
       memset(dKV, 0, (size_t)(2 * nkt * BC * HSP) * sizeof(float));
-      for (int64_t g = 0; g < f.G; g++) {
-        int64_t h = kv * f.G + g;
-        const float *L = lse + (b * NH + h) * T, *D = delta + (b * NH + h) * T;
-        for (int64_t it = 0; it < f.ntiles; it++) {
-          int64_t t0, nr, lo, hi;
-          fa_tile(&f, it, &t0, &nr);
-          fa_keys(&f, b, t0, nr, &lo, &hi);
-          load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
-          load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP);
-          memset(Acc, 0, (size_t)(BR * HSP) * sizeof(float));
-          for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
-            int64_t nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
-            if (!tile_p_dp(&f, &pk, Qt, Gt, L, b, kv, t0, nr, j0, S, dP)) continue;
-            transpose(Pt, S, nr, nc);
-            mk(dVall + j0 * HSP, HSP, Pt, BR, Gt, HSP, nc, HSP, nr, 1); /* dV += Pᵀ·dO */
-            tile_ds(dP, S, D + t0, nr, f.scale);
-            Kr = fa_tile_of(&pk, pk.kr, &f, b, kv, j0, BC * HSP);
-            mk(Acc, HSP, dP, BC, Kr, HSP, nr, HSP, nc, 1); /* dQ += dS·K */
-            transpose(Pt, dP, nr, nc);
-            mk(dKall + j0 * HSP, HSP, Pt, BR, Qt, HSP, nc, HSP, nr, 1); /* dK += dSᵀ·Q */
-          }
-          for (int64_t i = 0; i < nr; i++)
-            memcpy(dq + (b * T + t0 + i) * ldq + h * HS, Acc + i * HSP, (size_t)HS * sizeof(float));
-        }
-      }
+      for (int64_t g = 0; g < f.G; g++)
+        for (int64_t it = 0; it < f.ntiles; it++)
+          qtile_bwd(&f, &pk, &x, b, kv * f.G + g, it, lse, delta, dout, dq, dKall, dVall);
       for (int64_t j = 0; j < f.Tk; j++) {
         memcpy(dk + (b * f.Tk + j) * ldkv + kv * HS, dKall + j * HSP, (size_t)HS * sizeof(float));
         memcpy(dv + (b * f.Tk + j) * ldkv + kv * HS, dVall + j * HSP, (size_t)HS * sizeof(float));
