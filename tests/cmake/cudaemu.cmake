@@ -37,3 +37,22 @@ if(TD_CUDA_EMULATE)
   endforeach()
 endif()
 # ---- end of the library stand-ins' block ----------------------------------------------
+
+# ---- WMMA (tests/cudaemu/test_wmma.cu) ----------------------------------------------------
+# cudaemu_wmma: nvcuda::wmma on the emulated device (include/mma.h, src/wmma.cpp), a CUDA
+# source rewritten and compiled like kernels/cuda (and compilable by nvcc): bf16 and tf32
+# tiles in every layout against a float64 reference, accumulators loaded and stored both
+# ways, shared-memory operands, a 64x64 product over 4 warps, __float_to_tf32, and each
+# refusal (misaligned pointer, bad ldm, lanes disagreeing, skipping or exited, memory
+# outside the device) with its message.
+if(TD_CUDA_EMULATE)
+  td_cudaemu_rewrite(TD_CUDAEMU_WMMA_SRC ${PROJECT_SOURCE_DIR}/tests/cudaemu/test_wmma.cu)
+  add_executable(test_cudaemu_wmma ${TD_CUDAEMU_WMMA_SRC})
+  set_target_properties(test_cudaemu_wmma PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON
+    CXX_EXTENSIONS OFF)
+  target_compile_options(test_cudaemu_wmma PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${TD_WARN}>)
+  target_link_libraries(test_cudaemu_wmma PRIVATE cudaemu_rt)
+  add_test(NAME cudaemu_wmma COMMAND test_cudaemu_wmma)
+  set_tests_properties(cudaemu_wmma PROPERTIES TIMEOUT 120 PROCESSORS 1
+    LABELS "unit;cudaemu" ENVIRONMENT "${TD_CUDAEMU_TEST_ENV}")
+endif()

@@ -64,7 +64,8 @@ if(TD_CUDA_EMULATE)
 
   # everything the label needs, for a build of only that (tests/run.sh)
   add_custom_target(cudaemu_all)
-  add_dependencies(cudaemu_all trident trident_cuda test_kernels_cuda test_cudaemu_runtime)
+  add_dependencies(cudaemu_all trident trident_cuda test_kernels_cuda test_cudaemu_runtime
+    test_cudaemu_wmma)
   if(TARGET test_cudaemu_libs)
     add_dependencies(cudaemu_all test_cudaemu_libs)
   endif()

@@ -27,6 +27,9 @@
  *     intrinsic with the same mask and width (else an error); width is a
  *     power of two up to 32; a value read from a lane that does not take part
  *     is undefined and reads as 0xFF bytes.
+ *   - WMMA ("Warp Matrix Functions"; wmma.cpp): each *_sync call is a
+ *     rendezvous of all 32 lanes of the warp (none exited), which must make
+ *     the same call — site and arguments — else an error naming the calls.
  *   - static __shared__ memory: one instance per block and declaration site,
  *     at the same address for all the block's threads, filled with 0xFF
  *     bytes (NaN) when the block starts, so a read before any write shows; at
@@ -355,6 +358,11 @@ void shared_reset(Worker *w) {
 }
 
 /* ---- warp operations ------------------------------------------------------------------- */
+/* wmma's rendezvous (detail::warp_all): an operation code of the emulator's
+ * own, beyond cudaemu_device.h's WarpOp. Its lanes wait under the call's
+ * description (the name they bring) and must all bring the same value. */
+constexpr int kWarpAll = 100;
+
 const char *op_name(int op) {
   switch (op) {
   case detail::kShflIdx: return "__shfl_sync";
@@ -368,6 +376,9 @@ const char *op_name(int op) {
 
 Fiber &lane_fiber(Worker *w, int warp, int lane) { return w->fibers[(warp * 32 + lane)]; }
 
+/* What a lane waiting in a warp operation waits in, for messages. */
+const char *wait_name(const Fiber &f) { return f.wop == kWarpAll ? f.wname : op_name(f.wop); }
+
 /* The failures try_complete finds, out of line (their strings would put an
  * AddressSanitizer frame on every call). */
 __attribute__((noinline, cold)) void lanes_disagree(Worker *w, const Fiber *f, int l) {
@@ -376,8 +387,29 @@ __attribute__((noinline, cold)) void lanes_disagree(Worker *w, const Fiber *f, i
          "waits in %s(mask 0x%08x, width %d) at %s:%d: every non-exited lane named in the "
          "mask must execute the same intrinsic with the same mask (Programming Guide, Warp "
          "Shuffle Functions)",
-         where_text(w).c_str(), f->warp, f->lane, op_name(f->wop), f->wmask, f->wwidth, f->wfile,
-         f->wline, l, op_name(g.wop), g.wmask, g.wwidth, g.wfile, g.wline);
+         where_text(w).c_str(), f->warp, f->lane, wait_name(*f), f->wmask, f->wwidth, f->wfile,
+         f->wline, l, wait_name(g), g.wmask, g.wwidth, g.wfile, g.wline);
+}
+
+/* A wmma rendezvous that is not the whole warp making one call: lanes
+ * missing (`need` short of all 32), or lane l's call differing from lane 0's. */
+__attribute__((noinline, cold)) void warp_all_fails(Worker *w, const Fiber *f, unsigned need,
+                                                    int l) {
+  if (need != ~0u) {
+    unsigned gone = ~need;
+    bool exist = f->warp * 32 + 31 - __builtin_clz(gone) < w->nthreads;
+    report("%s, warp %d: %s at %s:%d is reached by %d of the warp's 32 lanes (lanes 0x%08x %s): "
+           "every lane of the warp must call it (Programming Guide, Warp Matrix Functions)",
+           where_text(w).c_str(), f->warp, f->wname, f->wfile, f->wline, __builtin_popcount(need),
+           gone, exist ? "have exited" : "do not exist: the block is not a whole number of warps");
+    return;
+  }
+  const Fiber &g0 = lane_fiber(w, f->warp, 0), &g = lane_fiber(w, f->warp, l);
+  report("%s, warp %d: lane %d calls %s at %s:%d while lane 0 calls %s at %s:%d: every lane of "
+         "the warp must make the same call with the same arguments (Programming Guide, Warp "
+         "Matrix Functions)",
+         where_text(w).c_str(), f->warp, l, g.wname, g.wfile, g.wline, g0.wname, g0.wfile,
+         g0.wline);
 }
 
 __attribute__((noinline, cold)) void bad_width(Worker *w, const Fiber *f) {
@@ -398,6 +430,16 @@ bool try_complete(Worker *w, Fiber *f) {
     Fiber &g = lane_fiber(w, f->warp, l);
     if (g.wop != f->wop || g.wmask != f->wmask || g.wwidth != f->wwidth) {
       lanes_disagree(w, f, l);
+      w->failed = true;
+      return false;
+    }
+  }
+  if (f->wop == kWarpAll) { /* all 32 lanes, one call */
+    int bad = need == ~0u ? 0 : -1;
+    for (int l = 1; l < 32 && !bad; l++)
+      if (lane_fiber(w, f->warp, l).wval != lane_fiber(w, f->warp, 0).wval) bad = l;
+    if (bad) {
+      warp_all_fails(w, f, need, bad);
       w->failed = true;
       return false;
     }
@@ -455,9 +497,9 @@ std::string waits_text(Worker *w) {
       exited++;
       continue;
     }
-    const char *what = f.st == St::Barrier ? "__syncthreads" : op_name(f.wop);
+    const char *what = f.st == St::Barrier ? "__syncthreads" : wait_name(f);
     auto it = std::find_if(sites.begin(), sites.end(), [&](const Site &s) {
-      return s.what == what && s.line == f.wline && strcmp(s.file, f.wfile) == 0;
+      return strcmp(s.what, what) == 0 && s.line == f.wline && strcmp(s.file, f.wfile) == 0;
     });
     if (it == sites.end())
       sites.push_back(Site{what, f.wfile, f.wline, 1});
@@ -623,6 +665,20 @@ uint64_t warp_op(int op, unsigned mask, uint64_t bits, int arg, int width,
   return f->wval;
 }
 
+/* ---- wmma's hooks (wmma.cpp) ---- */
+void warp_all(uint64_t key, const char *what, const char *file, int line) {
+  warp_op(kWarpAll, ~0u, key, 0, 32, what, file, line);
+}
+
+[[noreturn]] void fail_launch(const char *msg) { fail_in_fiber(in_kernel("wmma", "?", 0), msg); }
+
+bool in_block_shared(const void *p, size_t bytes) {
+  Worker *w = t_worker;
+  if (!w || !w->cur) return false;
+  uintptr_t x = (uintptr_t)p, lo = (uintptr_t)w->shared;
+  return x >= lo && x + bytes <= lo + w->shared_off;
+}
+
 void *shared_static(const void *key, size_t size, size_t align, const char *name, const char *file,
                     int line) {
   Worker *w = in_kernel("__shared__", file, line);
@@ -696,6 +752,10 @@ void release_worker_fibers() {
     char *expected = w->stacks;
     if (r.compare_exchange_strong(expected, nullptr)) break;
   }
+  /* the shadow of stacks abandoned by a failed launch outlives the mapping:
+   * the next worker's stacks may be mapped at the same addresses */
+  for (int i = 0; i < w->nstacks; i++)
+    if (w->fibers[i].dirty) CUDAEMU_UNPOISON(w->fibers[i].stack, kStackBytes);
   munmap(w->stacks, (size_t)kMaxThreads * (kGuardBytes + kStackBytes));
   free(w->shared);
   delete[] w->fibers;
