@@ -189,23 +189,28 @@ struct td_kernels {
    * lse (B, NH, T) = log Σ_j exp(s_j) over the keys row t sees (s =
    * Q·Kᵀ/√HS), kept for backward in place of att. doc (may be NULL): (B, T)
    * int32, the first key position row t of sequence b sees (its document's
-   * start, 0 ≤ doc ≤ td_pos_at(pos, t)); NULL: 0. Deterministic: the same
-   * bits at every thread count and run. NULL when the back-end has none. */
+   * start, 0 ≤ doc ≤ td_pos_at(pos, t)); NULL: 0. mt, the products' type:
+   * TD_DTYPE_F32 exact float32; TD_DTYPE_BF16 (a model computing in bf16)
+   * lets a back-end with tensor-core kernels round Q, K, V, dO and the
+   * probabilities to bf16 for its products (float32 sums and statistics) —
+   * the CUDA back-end for head sizes that are multiples of 16; the CPU
+   * computes in float32 either way. Deterministic: the same bits at every
+   * thread count and run. NULL when the back-end has none. */
   td_status (*flash_fwd)(td_kernels *k, float *out, float *lse, const float *q,
                          const float *kk, const float *v, int64_t ldq, int64_t ldkv, int64_t B,
                          int64_t T, int64_t NH, int64_t KV, int64_t HS, const td_pos *pos,
-                         const int32_t *doc);
+                         const int32_t *doc, td_dtype mt);
   /* dq, dk, dv (=, as gqa_bwd) given dout, the forward's float32 out
    * (dense rows of NH·HS) and lse; delta (B, NH, T) is workspace for
    * D = rowsum(dout ∘ out). out NULL (a model that kept its output rounded
    * to bf16, too coarse for D: Σ_j dS_j would no longer vanish): D is made
    * exactly as Σ_j P_j·dP_j, from the probabilities again (two more tile
-   * products). Deterministic, no atomics. */
+   * products). mt as flash_fwd. Deterministic, no atomics. */
   td_status (*flash_bwd)(td_kernels *k, float *dq, float *dk, float *dv, float *delta,
                          const float *dout, const float *out, const float *lse,
                          const float *q, const float *kk, const float *v, int64_t ldq,
                          int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS,
-                         const td_pos *pos, const int32_t *doc);
+                         const td_pos *pos, const int32_t *doc, td_dtype mt);
 
   /* ---- pointwise ---------------------------------------------------------- */
   /* out = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), n elements; out of

@@ -117,12 +117,12 @@ td_status td_cpu_gqa_bwd(td_kernels *k, float *dq, float *dk, float *dv, float *
 td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q,
                            const float *kk, const float *v, int64_t ldq, int64_t ldkv,
                            int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS,
-                           const td_pos *pos, const int32_t *doc);
+                           const td_pos *pos, const int32_t *doc, td_dtype mt);
 td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float *delta,
                            const float *dout, const float *out, const float *lse,
                            const float *q, const float *kk, const float *v, int64_t ldq,
                            int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t KV,
-                           int64_t HS, const td_pos *pos, const int32_t *doc);
+                           int64_t HS, const td_pos *pos, const int32_t *doc, td_dtype mt);
 td_status td_cpu_rmsnorm_fwd(td_kernels *k, void *out, td_dtype ot, float *rstd,
                              const float *x, const void *w, td_dtype pt, float eps,
                              int64_t N, int64_t C);

@@ -312,8 +312,10 @@ static td_status fa_args(const char *op, int64_t ldq, int64_t ldkv, int64_t B, i
 td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q,
                            const float *kk, const float *v, int64_t ldq, int64_t ldkv,
                            int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS,
-                           const td_pos *pos, const int32_t *doc) {
+                           const td_pos *pos, const int32_t *doc, td_dtype mt) {
   TD_CHECK(fa_args("flash_fwd", ldq, ldkv, B, T, NH, KV, HS, pos, doc));
+  TD_REQUIRE(mt == TD_DTYPE_F32 || mt == TD_DTYPE_BF16, TD_ERR_USAGE,
+             "%s: the products' type must be float32 or bf16", "flash_fwd"); /* float32 here either way */
   if (B == 0 || T == 0 || NH == 0) return TD_OK;
   fa_call f;
   fa_setup(&f, q, kk, v, ldq, ldkv, B, T, NH, KV, HS, pos, doc);
@@ -443,8 +445,10 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
                            const float *dout, const float *out, const float *lse,
                            const float *q, const float *kk, const float *v, int64_t ldq,
                            int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t KV,
-                           int64_t HS, const td_pos *pos, const int32_t *doc) {
+                           int64_t HS, const td_pos *pos, const int32_t *doc, td_dtype mt) {
   TD_CHECK(fa_args("flash_bwd", ldq, ldkv, B, T, NH, KV, HS, pos, doc));
+  TD_REQUIRE(mt == TD_DTYPE_F32 || mt == TD_DTYPE_BF16, TD_ERR_USAGE,
+             "%s: the products' type must be float32 or bf16", "flash_bwd"); /* float32 here either way */
   if (B == 0 || T == 0 || NH == 0) return TD_OK;
   fa_call f;
   fa_setup(&f, q, kk, v, ldq, ldkv, B, T, NH, KV, HS, pos, doc);

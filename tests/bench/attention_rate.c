@@ -46,10 +46,11 @@ int main(int argc, char **argv) {
                     3 * C, 3 * C, B, T, NH, NH, HS, NULL);
     t[2] = now();
     s |= k->flash_fwd(k, out, lse, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, NH, HS, NULL,
-                      NULL);
+                      NULL, TD_DTYPE_F32);
     t[3] = now();
     s |= k->flash_bwd(k, dqkv, dqkv + C, dqkv + 2 * C, D, dout, out, lse, qkv,
-                      qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, NH, HS, NULL, NULL);
+                      qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, NH, HS, NULL, NULL,
+                      TD_DTYPE_F32);
     t[4] = now();
     if (s != TD_OK) {
       fprintf(stderr, "attention_rate: %s\n", td_error_message());
