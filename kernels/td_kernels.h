@@ -191,11 +191,13 @@ struct td_kernels {
    * int32, the first key position row t of sequence b sees (its document's
    * start, 0 ≤ doc ≤ td_pos_at(pos, t)); NULL: 0. mt, the products' type:
    * TD_DTYPE_F32 exact float32; TD_DTYPE_BF16 (a model computing in bf16)
-   * lets a back-end with tensor-core kernels round Q, K, V, dO and the
-   * probabilities to bf16 for its products (float32 sums and statistics) —
-   * the CUDA back-end for head sizes that are multiples of 16; the CPU
-   * computes in float32 either way. Deterministic: the same bits at every
-   * thread count and run. NULL when the back-end has none. */
+   * with a head size that is a multiple of 16 (td_kernels_flash_bf16):
+   * Q, K, V, dO, the probabilities P of P·V and Pᵀ·dO and the dS of dS·K
+   * are rounded to bf16 for the products (the device's tensor cores), sums
+   * and statistics stay float32, D is made from P, and dK's dS is float32
+   * (the device's hi + lo parts) — every back-end the same math; other head
+   * sizes float32. Deterministic: the same bits at every thread count and
+   * run. NULL when the back-end has none. */
   td_status (*flash_fwd)(td_kernels *k, float *out, float *lse, const float *q,
                          const float *kk, const float *v, int64_t ldq, int64_t ldkv, int64_t B,
                          int64_t T, int64_t NH, int64_t KV, int64_t HS, const td_pos *pos,
@@ -290,6 +292,10 @@ td_status td_kernels_pos_args(const char *op, const td_pos *pos, int64_t T);
 td_status td_kernels_rope_args(int64_t B, int64_t T, int64_t H, int64_t HS, int64_t ld,
                                float theta);
 td_status td_kernels_xent_args(int64_t N, int64_t Vs, int64_t Vvalid);
+/* Whether flash_fwd/flash_bwd compute their products in bf16: mt bf16 and
+ * a head size that is a multiple of the 16-wide tensor-core tile — on
+ * every back-end, so that the CPU computes what a device does. */
+int td_kernels_flash_bf16(td_dtype mt, int64_t HS);
 td_status td_kernels_copy2d_args(int64_t rows, int64_t cols, int64_t ldd, int64_t lds);
 
 /* Create the CPU back-end with `threads` OpenMP threads (0: leave as is). */

@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/td_bf16.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/cpu_simd.h"
 
@@ -54,12 +55,14 @@ typedef struct {
   int64_t tile_t0[2]; /* the runs of query rows: [t0, t0 + len) */
   int64_t tile_len[2];
   int64_t run_tiles[2]; /* tiles of each run */
+  int bf; /* bf16 products (td_kernels_flash_bf16): operands rounded as staged */
 } fa_call;
 
 static void fa_setup(fa_call *f, const float *q, const float *kk, const float *v, int64_t ldq,
                      int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS,
-                     const td_pos *pos, const int32_t *doc) {
+                     const td_pos *pos, const int32_t *doc, td_dtype mt) {
   memset(f, 0, sizeof *f);
+  f->bf = td_kernels_flash_bf16(mt, HS);
   f->q = q, f->kk = kk, f->v = v, f->doc = doc, f->pos = pos;
   f->ldq = ldq, f->ldkv = ldkv, f->B = B, f->T = T, f->NH = NH, f->KV = KV, f->HS = HS;
   f->G = NH / KV, f->Tk = td_pos_len(pos, T), f->C = NH * HS;
@@ -154,9 +157,11 @@ TD_CPU_CLONES static void mk(float *restrict C, int64_t ldc, const float *restri
 
 /* dst (nc × BR) = the first nr columns... the transpose of src's (nr × BC)
  * tile's first nc columns. */
-static void transpose(float *restrict dst, const float *restrict src, int64_t nr, int64_t nc) {
+static void transpose(float *restrict dst, const float *restrict src, int64_t nr, int64_t nc,
+                      int bf) {
   for (int64_t i = 0; i < nr; i++)
-    for (int64_t c = 0; c < nc; c++) dst[c * BR + i] = src[i * BC + c];
+    for (int64_t c = 0; c < nc; c++)
+      dst[c * BR + i] = bf ? td_bf16_round(src[i * BC + c]) : src[i * BC + c];
 }
 
 /* The mask of a score tile (S NULL: only the answer): S[i, c] = −inf where
@@ -205,27 +210,69 @@ TD_CPU_CLONES static void tile_ds(float *dP, const float *P, const float *D, int
   }
 }
 
+/* The online softmax of one row of a score tile under bf16 products, as
+ * the device's tensor-core forward makes it: in two halves of BC/2 keys
+ * (its key tiles), each half's probabilities exp(s − m) taken against the
+ * running maximum m after that half and rounded to bf16 (P·V's operand),
+ * the sum l of the unrounded ones; the first half's rounded values then
+ * scaled by the second half's rescale factor (in float32), which is what
+ * the device's rescaled output accumulator amounts to. The rounding of P
+ * depends on the maximum it is taken against, so the halves must be the
+ * device's tiles for the two back-ends to compute the same P. */
+static void row_softmax_bf16(float *s, float *m, float *l, float *o, int64_t HSP, float scale) {
+  enum { H = BC / 2 };
+  float mcur = *m, lcur = *l, a12 = 1.0f, alpha[2];
+  for (int h = 0; h < 2; h++) {
+    float *x = s + h * H, mx = mcur, sum = 0.0f;
+    for (int c = 0; c < H; c++) mx = x[c] * scale > mx ? x[c] * scale : mx;
+    alpha[h] = mx == mcur ? 1.0f : mcur - mx < -87.0f ? 0.0f : td_cpu_expf(mcur - mx);
+    for (int c = 0; c < H; c++) {
+      float e = 0.0f;
+      if (mx != -INFINITY) {
+        float y = scale * x[c] - mx; /* −inf (masked) stays −inf */
+        e = y < -87.0f ? 0.0f : td_cpu_expf(y);
+      }
+      sum += e;
+      x[c] = td_bf16_round(e);
+    }
+    lcur = lcur * alpha[h] + sum;
+    mcur = mx;
+    a12 *= alpha[h];
+  }
+  if (alpha[1] != 1.0f)
+    for (int c = 0; c < H; c++) s[c] *= alpha[1];
+  if (a12 != 1.0f)
+    for (int64_t d = 0; d < HSP; d++) o[d] *= a12;
+  *m = mcur, *l = lcur;
+}
+
+/* A tile's nr rows rounded to bf16 (bf16 products). */
+static void tile_round(float *S, int64_t nr) {
+  for (int64_t i = 0; i < nr * BC; i++) S[i] = td_bf16_round(S[i]);
+}
+
 /* Rows [t0, t0 + n) of head column block `col` (HS floats from column
  * col·HS) of a (B, T, ·) array of row stride ld, sequence b, into dst
  * (BR rows of HSP floats: columns past HS and rows past n are 0). */
 static void load_rows(float *dst, const float *src, int64_t ld, int64_t b, int64_t T,
-                      int64_t t0, int64_t n, int64_t col, int64_t HS, int64_t HSP) {
+                      int64_t t0, int64_t n, int64_t col, int64_t HS, int64_t HSP, int bf) {
   for (int64_t i = 0; i < BR; i++) {
     float *o = dst + i * HSP;
     if (i < n) memcpy(o, src + (b * T + t0 + i) * ld + col * HS, (size_t)HS * sizeof(float));
     memset(o + (i < n ? HS : 0), 0, (size_t)(i < n ? HSP - HS : HSP) * sizeof(float));
+    for (int64_t d = 0; bf && i < n && d < HS; d++) o[d] = td_bf16_round(o[d]);
   }
 }
 
 /* The same rows transposed: dst (HS × BC), element (d, c) = row c's d;
  * columns past n are 0. */
 static void load_cols(float *dst, const float *src, int64_t ld, int64_t b, int64_t T,
-                      int64_t t0, int64_t n, int64_t col, int64_t HS) {
+                      int64_t t0, int64_t n, int64_t col, int64_t HS, int bf) {
   for (int64_t d = 0; d < HS; d++) {
     float *o = dst + d * BC;
     const float *x = src + (b * T + t0) * ld + col * HS + d;
     int64_t c = 0;
-    for (; c < n; c++) o[c] = x[c * ld];
+    for (; c < n; c++) o[c] = bf ? td_bf16_round(x[c * ld]) : x[c * ld];
     for (; c < BC; c++) o[c] = 0.0f;
   }
 }
@@ -278,10 +325,10 @@ static td_status fa_pack_make(td_kernels *k, fa_pack *p, const fa_call *f, const
   for (int64_t u = 0; u < units; u++) {
     int64_t b = u / (f->KV * p->nkt), kv = u / p->nkt % f->KV, j0 = u % p->nkt * BC;
     int64_t nc = f->Tk - j0 < BC ? f->Tk - j0 : BC;
-    if (p->kt) load_cols(p->kt + u * HS * BC, f->kk, f->ldkv, b, f->Tk, j0, nc, kv, HS);
-    if (p->vt) load_cols(p->vt + u * HS * BC, f->v, f->ldkv, b, f->Tk, j0, nc, kv, HS);
-    if (p->kr) load_rows(p->kr + u * BC * HSP, f->kk, f->ldkv, b, f->Tk, j0, nc, kv, HS, HSP);
-    if (p->vr) load_rows(p->vr + u * BC * HSP, f->v, f->ldkv, b, f->Tk, j0, nc, kv, HS, HSP);
+    if (p->kt) load_cols(p->kt + u * HS * BC, f->kk, f->ldkv, b, f->Tk, j0, nc, kv, HS, f->bf);
+    if (p->vt) load_cols(p->vt + u * HS * BC, f->v, f->ldkv, b, f->Tk, j0, nc, kv, HS, f->bf);
+    if (p->kr) load_rows(p->kr + u * BC * HSP, f->kk, f->ldkv, b, f->Tk, j0, nc, kv, HS, HSP, f->bf);
+    if (p->vr) load_rows(p->vr + u * BC * HSP, f->v, f->ldkv, b, f->Tk, j0, nc, kv, HS, HSP, f->bf);
   }
   return TD_OK;
 }
@@ -318,7 +365,7 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
              "%s: the products' type must be float32 or bf16", "flash_fwd"); /* float32 here either way */
   if (B == 0 || T == 0 || NH == 0) return TD_OK;
   fa_call f;
-  fa_setup(&f, q, kk, v, ldq, ldkv, B, T, NH, KV, HS, pos, doc);
+  fa_setup(&f, q, kk, v, ldq, ldkv, B, T, NH, KV, HS, pos, doc, mt);
   int64_t units = B * NH * f.ntiles, HSP = (HS + 15) / 16 * 16, W = tile_floats(HSP);
   int failed = 0;
   fa_pack pk;
@@ -337,7 +384,7 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
       int64_t kv = h / f.G, t0, nr, lo, hi;
       fa_tile(&f, it, &t0, &nr);
       fa_keys(&f, b, t0, nr, &lo, &hi);
-      load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
+      load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP, f.bf);
       memset(O, 0, (size_t)(BR * HSP) * sizeof(float));
       for (int64_t i = 0; i < nr; i++) m[i] = -INFINITY, l[i] = 0.0f;
       for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
@@ -347,7 +394,9 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
         Vr = fa_tile_of(&pk, pk.vr, &f, b, kv, j0, BC * HSP);
         mk(S, BC, Qt, HSP, Kt, BC, nr, BC, HS, 0); /* Q·Kᵀ */
         tile_mask(&f, S, b, t0, nr, j0, nc);
-        for (int64_t i = 0; i < nr; i++) { /* the online softmax, row i */
+        for (int64_t i = 0; f.bf && i < nr; i++)
+          row_softmax_bf16(S + i * BC, &m[i], &l[i], O + i * HSP, HSP, f.scale);
+        for (int64_t i = 0; !f.bf && i < nr; i++) { /* the online softmax, row i */
           float *s = S + i * BC, mx = -INFINITY, sum = 0.0f;
 #pragma omp simd reduction(max : mx)
           for (int c = 0; c < BC; c++) mx = s[c] > mx ? s[c] : mx;
@@ -365,6 +414,8 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
             s[c] = e;
             sum += e;
           }
+          if (f.bf) /* P·V's operand; the sum keeps the float32 e */
+            for (int c = 0; c < BC; c++) s[c] = td_bf16_round(s[c]);
           l[i] = l[i] * alpha + sum;
           m[i] = mx;
           if (alpha != 1.0f) {
@@ -419,23 +470,24 @@ static void qtile_bwd(const fa_call *f, const fa_pack *pk, const fa_bwd_tiles *x
   const float *L = lse + (b * NH + h) * T, *D = delta + (b * NH + h) * T;
   fa_tile(f, it, &t0, &nr);
   fa_keys(f, b, t0, nr, &lo, &hi);
-  load_rows(x->Qt, f->q, f->ldq, b, T, t0, nr, h, HS, HSP);
-  load_rows(x->Gt, dout, f->C, b, T, t0, nr, h, HS, HSP);
+  load_rows(x->Qt, f->q, f->ldq, b, T, t0, nr, h, HS, HSP, f->bf);
+  load_rows(x->Gt, dout, f->C, b, T, t0, nr, h, HS, HSP, f->bf);
   memset(x->Acc, 0, (size_t)(BR * HSP) * sizeof(float));
   for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
     int64_t nc = f->Tk - j0 < BC ? f->Tk - j0 : BC;
     if (!tile_p_dp(f, pk, x->Qt, x->Gt, L, b, kv, t0, nr, j0, x->S, x->dP)) continue;
     if (dVall) {
-      transpose(x->Pt, x->S, nr, nc);
+      transpose(x->Pt, x->S, nr, nc, f->bf);
       mk(dVall + j0 * HSP, HSP, x->Pt, BR, x->Gt, HSP, nc, HSP, nr, 1); /* dV += Pᵀ·dO */
     }
     tile_ds(x->dP, x->S, D + t0, nr, f->scale);
+    /* dK's dS stays float32 (the device's hi + lo bf16 parts); dQ's is
+     * rounded under bf16 products */
+    if (dKall) transpose(x->Pt, x->dP, nr, nc, 0);
+    if (f->bf) tile_round(x->dP, nr);
     const float *Kr = fa_tile_of(pk, pk->kr, f, b, kv, j0, BC * HSP);
     mk(x->Acc, HSP, x->dP, BC, Kr, HSP, nr, HSP, nc, 1); /* dQ += dS·K */
-    if (dKall) {
-      transpose(x->Pt, x->dP, nr, nc);
-      mk(dKall + j0 * HSP, HSP, x->Pt, BR, x->Qt, HSP, nc, HSP, nr, 1); /* dK += dSᵀ·Q */
-    }
+    if (dKall) mk(dKall + j0 * HSP, HSP, x->Pt, BR, x->Qt, HSP, nc, HSP, nr, 1); /* dK += dSᵀ·Q */
   }
   for (int64_t i = 0; i < nr; i++)
     memcpy(dq + (b * T + t0 + i) * f->ldq + h * HS, x->Acc + i * HSP, (size_t)HS * sizeof(float));
@@ -451,8 +503,12 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
              "%s: the products' type must be float32 or bf16", "flash_bwd"); /* float32 here either way */
   if (B == 0 || T == 0 || NH == 0) return TD_OK;
   fa_call f;
-  fa_setup(&f, q, kk, v, ldq, ldkv, B, T, NH, KV, HS, pos, doc);
+  fa_setup(&f, q, kk, v, ldq, ldkv, B, T, NH, KV, HS, pos, doc, mt);
   int64_t C = f.C, rows = B * NH * T;
+  /* bf16 products: D from the probabilities, as the device's tensor-core
+   * kernels make it (O from rounded probabilities would not make Σ_j dS_j
+   * vanish) */
+  if (f.bf) out = NULL;
   /* D = rowsum(dO ∘ O), (B, NH, T) — from O when given */
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; r++) {
@@ -494,8 +550,8 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
       float *D = delta + (b * NH + h) * T;
       fa_tile(&f, it, &t0, &nr);
       fa_keys(&f, b, t0, nr, &lo, &hi);
-      load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
-      load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP);
+      load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP, f.bf);
+      load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP, f.bf);
       for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
         if (!tile_p_dp(&f, &pk, Qt, Gt, L, b, kv, t0, nr, j0, S, dP)) continue;
         for (int64_t i = 0; i < nr; i++) {
@@ -528,13 +584,13 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
           fa_tile(&f, it, &t0, &nr);
           fa_keys(&f, b, t0, nr, &lo, &hi);
           if (hi < j0 || lo >= j0 + nc || !tile_mask(&f, NULL, b, t0, nr, j0, nc)) continue;
-          load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP);
-          load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP);
+          load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP, f.bf);
+          load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP, f.bf);
           tile_p_dp(&f, &pk, Qt, Gt, L, b, kv, t0, nr, j0, S, dP);
-          transpose(Pt, S, nr, nc);
+          transpose(Pt, S, nr, nc, f.bf);
           mk(dV, HSP, Pt, BR, Gt, HSP, nc, HSP, nr, 1); /* dV += Pᵀ·dO */
           tile_ds(dP, S, D + t0, nr, f.scale);
-          transpose(Pt, dP, nr, nc);
+          transpose(Pt, dP, nr, nc, 0);
           mk(dK, HSP, Pt, BR, Qt, HSP, nc, HSP, nr, 1); /* dK += dSᵀ·Q */
         }
       }

@@ -604,9 +604,7 @@ __global__ void __launch_bounds__(64)
 
 /* The tensor-core kernels serve a bf16 model whose head size is a
  * multiple of the 16-wide WMMA tile. */
-static bool fa_tensor_cores(int64_t HS, td_dtype mt) {
-  return mt == TD_DTYPE_BF16 && HS % 16 == 0;
-}
+static bool fa_tensor_cores(int64_t HS, td_dtype mt) { return td_kernels_flash_bf16(mt, HS); }
 
 /* The shared checks (kernels/args.c) and this kernel's limits. Document
  * starts are not checked here (they live on the device): the caller's

@@ -10,11 +10,12 @@
  * without the forward's output (D from the probabilities, as for a model
  * that kept it in bf16); dK summing to 0 over the keys (a key bias's
  * gradient). And determinism: the same bits at 1, 2 and 3 threads and from
- * run to run. Cases with bf16 products (mt = TD_DTYPE_BF16): on a device
- * with tensor-core kernels, against the reference of the bf16-rounded
- * operands at bounds that allow for the rounded probabilities (1e-2
- * forward, 2e-2 backward, dK's sum over the keys 1e-4: dS goes in as two
- * bf16 parts); on the CPU (float32 either way) at the float32 bounds.
+ * run to run. Cases with bf16 products (mt = TD_DTYPE_BF16, head sizes
+ * multiple of 16: the device's tensor cores, the CPU the same math):
+ * against the reference of the bf16-rounded operands at bounds that allow
+ * for the rounded probabilities (1e-2 forward, 2e-2 backward, dK's sum over
+ * the keys 1e-4: dS goes in as two bf16 parts), a device against the CPU
+ * at 5e-4; HS 24 stays float32.
  * Prints one line per check and
  * "N passed, M failed"; exits non-zero on any failure.
  *   test_flash [cpu|cuda]   (default cpu; cuda: 77 without a device) */
@@ -236,13 +237,12 @@ static float bf16_round(float x) {
 static float same(float x) { return x; }
 
 static void test_case(td_kernels *k, fcase c, int fd) {
-  /* the products in bf16 where this back-end has them: the CUDA back-end's
-   * tensor-core kernels (head sizes multiple of 16) */
-  int dev_bf16 = c.bf16 && strcmp(k->name, "cpu") != 0 && c.HS % 16 == 0;
+  /* the products in bf16: every back-end, for head sizes multiple of 16 */
+  int dev_bf16 = td_kernels_flash_bf16(c.bf16 ? TD_DTYPE_BF16 : TD_DTYPE_F32, c.HS);
   /* bounds: float32 products, or bf16 ones (P, dS rounded to 8 bits) */
   double t_fwd = dev_bf16 ? 1e-2 : 2e-6, t_bwd = dev_bf16 ? 2e-2 : 1e-5;
   double t_sum = dev_bf16 ? 1e-4 : 1e-5, t_mat = dev_bf16 ? 3e-2 : 2e-5;
-  double t_cpu = dev_bf16 ? 3e-2 : 1e-5;
+  double t_cpu = dev_bf16 ? 5e-4 : 1e-5; /* the same math: a P near a bf16 tie may round apart */
   fref r;
   memset(&r, 0, sizeof r);
   r.c = c;
@@ -286,7 +286,7 @@ static void test_case(td_kernels *k, fcase c, int fd) {
            (long long)B, (long long)T, (long long)c.NH, (long long)c.KV, (long long)c.HS,
            (long long)c.padq, (long long)c.padkv, c.cp == 2 ? " cp2" : c.cp == 4 ? " cp4" : "",
            c.docs ? " docs" : "", c.noout ? " no-out" : "",
-           !c.bf16 ? "" : dev_bf16 ? " bf16-products" : " bf16 (float32 here)");
+           !c.bf16 ? "" : dev_bf16 ? " bf16-products" : " bf16 (float32: HS % 16)");
 
   fres o = res_new(&r);
   if (!run_flash(k, &r, q, kk, v, g, &o)) goto done;
