@@ -58,5 +58,3 @@ td_status td_kernels_copy2d_args(int64_t rows, int64_t cols, int64_t ldd, int64_
              (long long)rows, (long long)cols, (long long)ldd, (long long)lds);
   return TD_OK;
 }
-
-int td_kernels_flash_bf16(td_dtype mt, int64_t HS) { return mt == TD_DTYPE_BF16 && HS % 16 == 0; }

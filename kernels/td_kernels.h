@@ -295,7 +295,9 @@ td_status td_kernels_xent_args(int64_t N, int64_t Vs, int64_t Vvalid);
 /* Whether flash_fwd/flash_bwd compute their products in bf16: mt bf16 and
  * a head size that is a multiple of the 16-wide tensor-core tile — on
  * every back-end, so that the CPU computes what a device does. */
-int td_kernels_flash_bf16(td_dtype mt, int64_t HS);
+static inline int td_kernels_flash_bf16(td_dtype mt, int64_t HS) {
+  return mt == TD_DTYPE_BF16 && HS % 16 == 0;
+}
 td_status td_kernels_copy2d_args(int64_t rows, int64_t cols, int64_t ldd, int64_t lds);
 
 /* Create the CPU back-end with `threads` OpenMP threads (0: leave as is). */

@@ -292,6 +292,23 @@ static td_status report(const td_config *cfg, const td_grid *g, const rank_info 
            strcmp(cfg->training_recompute, "attention") == 0
                ? " only while its backward runs (training.recompute: attention)"
                : "");
+  {
+    const td_param *wte = td_registry_find(reg, TD_PK_WTE, -1);
+    int64_t Vs = wte->local_shape[0], N = td_config_micro_batch(cfg) * dm.T / cfg->parallel_cp;
+    int64_t R = cfg->model_head_chunk < N ? cfg->model_head_chunk : N;
+    char lb[32], fb[32];
+    human_bytes(4.0 * (double)N * (double)Vs, lb, sizeof lb);
+    human_bytes(4.0 * (double)R * (double)Vs, fb, sizeof fb);
+    if (strcmp(cfg->model_head, "fused") == 0)
+      printf("head: fused: logits, loss and gradient in chunks of %lld rows — (%lld, %lld) float32 "
+             "logits at once, %s, where materialized keeps (%lld, %lld) = %s per micro-batch in "
+             "flight; the backward computes each chunk's logits again (one more head matmul)\n",
+             (long long)R, (long long)R, (long long)Vs, fb, (long long)N, (long long)Vs, lb);
+    else
+      printf("head: materialized: each micro-batch in flight keeps its (%lld, %lld) float32 "
+             "logits, %s (model.head: fused keeps %s)\n",
+             (long long)N, (long long)Vs, lb, fb);
+  }
   if (cfg->parallel_pp > 1) {
     td_sched_sim sim;
     TD_CHECK(td_pipe_predict(cfg, &sim));

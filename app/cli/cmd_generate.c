@@ -238,6 +238,7 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
     memset(in, 0, (size_t)T * sizeof(int32_t));
     memcpy(in, ctx + start, (size_t)len * sizeof(int32_t));
     double unused = 0.0;
+    td_model_want_logits(t->model, len - 1); /* the fused head computes only its chunk */
     TD_CHECK_GOTO(td_pipe_forward(t->pipe, in, NULL, &unused));
     int32_t tok = 0;
     if (t->grid->pp_rank == last) {

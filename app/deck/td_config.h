@@ -52,10 +52,16 @@
   X(model, rope_theta, FLOAT, "10000", 1, 1.0e12, NULL, 0, "rotary embedding base (llama)")  \
   X(model, tie_embeddings, STR, "auto", 0, 0, "auto|true|false", 0,                          \
     "the output head is the token embedding (auto: gpt2 true, llama false)")                 \
-  X(model, attention, STR, "materialized", 0, 0, "fused|materialized", 0,                   \
+  X(model, attention, STR, "fused", 0, 0, "fused|materialized", 0,                   \
     "attention kernels: fused (FlashAttention-2: keeps one log-sum-exp per query row, "     \
     "recomputes the probabilities in backward) or materialized (keeps the (B, heads, T, T) " \
     "probabilities)")                                                                        \
+  X(model, head, STR, "fused", 0, 0, "fused|materialized", 0,                        \
+    "output head and cross-entropy: fused (logits, loss and gradient in chunks of "          \
+    "model.head_chunk rows, recomputed in backward) or materialized (keeps the (B·T, V/tp) " \
+    "float32 logits)")                                                                       \
+  X(model, head_chunk, INT, "256", 1, 1048576, NULL, 0,                                      \
+    "rows of logits the fused head holds at once: (head_chunk, V/tp) float32")               \
   X(model, init_from, STR, "", 0, 0, NULL, 0,                                                \
     "start from these weights: safetensors (Hugging Face, trident export), a model folder "  \
     "(model.safetensors or a sharded index, config.json checked) or llm.c .bin; empty: random") \
@@ -156,7 +162,8 @@ td_status td_config_to_text(const td_config *cfg, char **out);
 /* The schema as a Markdown table (`trident check --schema`, docs/decks.md). */
 void td_config_print_schema(FILE *out);
 /* Names of model keys whose values differ, comma-separated, in buf ("" if
- * the models match). */
+ * the models match); model.init_from and the kernels' choices
+ * (model.attention, model.head, model.head_chunk) are not the model. */
 void td_config_model_diff(const td_config *a, const td_config *b, char *buf, size_t cap);
 
 /* The model's shapes, from the deck (global; the one place the registry, the

@@ -116,7 +116,7 @@ static td_status alloc_slot(td_model *m, td_acts *a) {
   ACTM(lnf, Nl * C);
   ACT(lnf_mean, (m->llama ? 0 : 1) * Nl);
   ACT(lnf_rstd, Nl);
-  ACT(logits, m->last_stage ? N * m->Vs : 1);
+  ACT(logits, m->last_stage && !m->fused_head ? N * m->Vs : 1); /* fused: m->hlog */
   ACT(rowmax, N);
   ACT(sumexp, 2 * N); /* sumexp and tlogit adjacent: one all-reduce */
   a->tlogit = a->sumexp + N;
@@ -190,6 +190,7 @@ static td_status alloc_buffers(td_model *m) {
   if (m->k && !(m->counts = calloc((size_t)2 * groups, sizeof(int))))
     TD_FAIL(TD_ERR_NOMEM, "out of memory for the model");
   SCR(dln, N * C);
+  if (any_last && m->fused_head) SCR(hlog, (m->head_rows < N ? m->head_rows : N) * m->Vs);
   SCR(dqkv, N * m->C3);
   SCR(datty, N * m->Cl);
   SCR(dfch, N * m->F * (m->llama ? 3 : 1)); /* llama: d gate, d up, d (silu(gate)·up) */
@@ -198,8 +199,10 @@ static td_status alloc_buffers(td_model *m) {
   if (m->at == TD_DTYPE_BF16) { /* the widest gradient a matmul reads */
     int64_t w = C > m->C3 ? C : m->C3;
     w = w > m->F ? w : m->F;
-    if (any_last && m->Vs > w) w = m->Vs;
-    TD_CHECK(dev_alloc(m, &m->dmm, N * w, 2, "backward scratch dmm (bf16 gradients)"));
+    int64_t n = N * w; /* and the head's gradient: all rows, or one fused chunk */
+    int64_t hr = m->fused_head ? (m->head_rows < N ? m->head_rows : N) : N;
+    if (any_last && hr * m->Vs > n) n = hr * m->Vs;
+    TD_CHECK(dev_alloc(m, &m->dmm, n, 2, "backward scratch dmm (bf16 gradients)"));
   }
   if (m->k) /* host memory, not counted: 12 bytes a row */
     TD_CHECK(td_alloc((void **)&m->rowstat_host, (size_t)3 * N * sizeof(float), "loss statistics"));
@@ -279,6 +282,8 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->recompute = strcmp(cfg->training_recompute, "blocks") == 0;
   m->fused_att = strcmp(cfg->model_attention, "fused") == 0;
   m->recompute_att = !m->fused_att && strcmp(cfg->training_recompute, "attention") == 0;
+  m->fused_head = strcmp(cfg->model_head, "fused") == 0;
+  m->head_rows = cfg->model_head_chunk, m->logits_row = -1;
   if (m->fused_att && k && (!k->flash_fwd || !k->flash_bwd))
     TD_FAIL_GOTO(TD_ERR_DECK, "model.attention: fused: the %s back-end has no fused attention "
                  "kernels in this build; use model.attention: materialized", k->name);
@@ -317,7 +322,8 @@ void td_model_destroy(td_model **mp) {
         if (bufs[j]) m->k->free(m->k, bufs[j]);
     }
     void *scr[] = {m->dres, m->dtmp, m->dln,    m->dqkv, m->datty, m->dfch, m->datt_scratch,
-                   m->dmm,  m->att_re, m->xg, m->gsp,  m->kvl,  m->kvg,  m->kvf, m->dkvf};
+                   m->dmm,  m->att_re, m->xg, m->gsp,  m->kvl,  m->kvg,  m->kvf, m->dkvf,
+                   m->hlog};
     for (size_t j = 0; j < sizeof scr / sizeof scr[0]; ++j)
       if (scr[j]) m->k->free(m->k, scr[j]);
   }
@@ -399,6 +405,87 @@ static td_param_kind head_kind(const td_model *m) { return m->tied ? TD_PK_WTE :
  * the head is tied to it. */
 static int uses_unit0(const td_model *m) { return m->first_stage || (m->last_stage && m->tied); }
 
+static td_status loss_of(td_model *m, td_acts *a, double *loss_sum);
+
+/* The vocabulary entries of this rank's shard that exist (the padding of
+ * the last shard has none). */
+static int64_t vocab_valid(const td_model *m) {
+  return m->V - m->v0 < m->Vs ? (m->V - m->v0 > 0 ? m->V - m->v0 : 0) : m->Vs;
+}
+
+/* The cross-entropy statistics of rows [r0, r0 + n) from their logits
+ * (n, Vs): the row maximum over the whole vocabulary (a max over tp), then
+ * this shard's Σexp(logit - max) and target logit (summed over tp later,
+ * in loss_of). */
+static td_status xent_stats(td_model *m, td_acts *a, const float *logits, int64_t r0, int64_t n) {
+  td_kernels *k = m->k;
+  int64_t vvalid = vocab_valid(m);
+  float *rowmax = a->rowmax + r0;
+  TD_CHECK(k->xent_rowmax(k, rowmax, logits, n, m->Vs, vvalid));
+  if (m->grid->tp > 1 && m->dc_tp) {
+    TD_CHECK(td_dcomm_allreduce_joined(m->dc_tp, rowmax, n, 1, m->stats));
+  } else if (m->grid->tp > 1) {
+    TD_CHECK(k->sync(k));
+    TD_CHECK(td_coll_allreduce_f32_staged(m->grid->tp_comm, k, rowmax, m->host_stage, n, MPI_MAX,
+                                          m->stats));
+  }
+  return k->xent_sumexp(k, a->sumexp + r0, a->tlogit + r0, logits, rowmax, a->targets + r0,
+                        m->v0, n, m->Vs, vvalid);
+}
+
+/* The head's rows [r0, r0 + n) of xf (all N rows of the head's input, type
+ * at): their logits (n, Vs) in m->hlog. */
+static td_status head_chunk_logits(td_model *m, const void *xf, int64_t r0, int64_t n) {
+  size_t es = td_dtype_size(m->at);
+  const char *x = (const char *)xf + (size_t)r0 * (size_t)m->C * es;
+  TD_CHECK(td_model_mm(m, 0, 1, n, m->Vs, m->C, x, m->at, td_model_pw(m, head_kind(m), -1), m->pt,
+                       0.0f, m->hlog));
+  return td_model_poll(m);
+}
+
+/* The fused head's forward (model.head: fused): chunk by chunk, the logits
+ * and (with targets) their statistics; without targets only the chunk of
+ * m->logits_row, for td_model_logits_at. */
+static td_status head_fused_fwd(td_model *m, td_acts *a, int targets) {
+  int64_t N = m->B * m->T, R = m->head_rows < N ? m->head_rows : N;
+  const void *xf = NULL;
+  TD_CHECK(td_model_col_in(m, a->lnf, &xf));
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    int64_t n = N - r0 < R ? N - r0 : R;
+    if (!targets && !(m->logits_row >= r0 && m->logits_row < r0 + n)) continue;
+    TD_CHECK(head_chunk_logits(m, xf, r0, n));
+    if (targets) TD_CHECK(xent_stats(m, a, m->hlog, r0, n));
+  }
+  return TD_OK;
+}
+
+/* The fused head's backward: per chunk, the logits again, their gradient in
+ * place, the input gradient's rows (m->dln) and the weight gradient —
+ * summed into the gradient itself, or under a split backward into a stash
+ * of the weight's size W adds (the chunks' logits are gone by then). */
+static td_status head_fused_bwd(td_model *m, td_acts *a, float loss_scale) {
+  td_kernels *k = m->k;
+  int64_t N = m->B * m->T, C = m->C, R = m->head_rows < N ? m->head_rows : N;
+  size_t es = td_dtype_size(m->at);
+  const void *xf = NULL, *d = NULL;
+  float *gw = NULL;
+  TD_CHECK(td_model_col_in(m, a->lnf, &xf));
+  TD_CHECK(td_model_wdst(m, head_kind(m), -1, &gw));
+  const void *w = td_model_pw(m, head_kind(m), -1);
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    int64_t n = N - r0 < R ? N - r0 : R;
+    const char *x = (const char *)xf + (size_t)r0 * (size_t)C * es;
+    TD_CHECK(head_chunk_logits(m, xf, r0, n));
+    TD_CHECK(k->xent_bwd(k, m->hlog, m->hlog, a->rowmax + r0, a->sumexp + r0, a->targets + r0,
+                         m->v0, loss_scale, n, m->Vs, vocab_valid(m)));
+    TD_CHECK(td_model_mm_grad(m, m->hlog, n * m->Vs, &d));
+    TD_CHECK(td_model_mm(m, 1, 0, m->Vs, C, n, d, m->at, x, m->at, 1.0f, gw));
+    TD_CHECK(td_model_mm(m, 0, 0, n, C, m->Vs, d, m->at, w, m->pt, 0.0f, m->dln + r0 * C));
+    TD_CHECK(td_model_poll(m));
+  }
+  return TD_OK;
+}
+
 static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
                               const int32_t *targets, double *loss_sum) {
   td_kernels *k = m->k;
@@ -442,6 +529,12 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
     TD_CHECK(k->layernorm_fwd(k, a->lnf, at, a->lnf_mean, a->lnf_rstd, last,
                               td_model_pw(m, TD_PK_LNF_W, -1), td_model_pw(m, TD_PK_LNF_B, -1), pt,
                               Nl, C));
+  if (m->fused_head) {
+    TD_CHECK(head_fused_fwd(m, a, targets != NULL));
+    TD_CHECK(hook(m, 0, U, TD_PHASE_FORWARD));
+    if (uses_unit0(m)) TD_CHECK(hook(m, 0, 0, TD_PHASE_FORWARD));
+    return targets ? loss_of(m, a, loss_sum) : TD_OK;
+  }
   const void *xf = NULL; /* the head reads all N rows */
   TD_CHECK(td_model_col_in(m, a->lnf, &xf));
   TD_CHECK(td_model_mm(m, 0, 1, N, m->Vs, C, xf, at, td_model_pw(m, head_kind(m), -1), pt, 0.0f,
@@ -452,17 +545,15 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
   if (!targets) return TD_OK;
 
   /* Vocabulary-parallel cross-entropy: max, then Σexp and the target logit. */
-  int64_t vvalid = m->V - m->v0 < m->Vs ? (m->V - m->v0 > 0 ? m->V - m->v0 : 0) : m->Vs;
-  TD_CHECK(k->xent_rowmax(k, a->rowmax, a->logits, N, m->Vs, vvalid));
-  if (m->grid->tp > 1 && m->dc_tp) {
-    TD_CHECK(td_dcomm_allreduce_joined(m->dc_tp, a->rowmax, N, 1, m->stats));
-  } else if (m->grid->tp > 1) {
-    TD_CHECK(k->sync(k));
-    TD_CHECK(td_coll_allreduce_f32_staged(m->grid->tp_comm, k, a->rowmax, m->host_stage, N,
-                                          MPI_MAX, m->stats));
-  }
-  TD_CHECK(k->xent_sumexp(k, a->sumexp, a->tlogit, a->logits, a->rowmax, a->targets, m->v0,
-                          N, m->Vs, vvalid));
+  TD_CHECK(xent_stats(m, a, a->logits, 0, N));
+  return loss_of(m, a, loss_sum);
+}
+
+/* The loss of the slot's rows from their statistics: Σexp summed over tp,
+ * then Σ log Σexp + max - target logit over the valid rows. */
+static td_status loss_of(td_model *m, td_acts *a, double *loss_sum) {
+  td_kernels *k = m->k;
+  int64_t N = m->B * m->T;
   TD_CHECK(td_model_tp_sum(m, a->sumexp, 2 * N));
   float *hs = m->rowstat_host;
   TD_CHECK(k->to_host(k, hs, a->rowmax, (size_t)N * sizeof(float)));
@@ -489,6 +580,8 @@ const float *td_model_stage_output(const td_model *m, int slot) {
 }
 
 int td_model_head_slot(const td_model *m) { return m->chunks[m->nchunks - 1].slot0; }
+
+void td_model_want_logits(td_model *m, int64_t pos) { m->logits_row = pos; }
 
 const float *td_model_input_grad(const td_model *m) { return m->dres; }
 
@@ -522,8 +615,12 @@ static size_t wl_bytes(const td_model *m, int64_t *nops) {
     }
   }
   if (m->last_stage) {
-    if (m->at != TD_DTYPE_F32) PIECE(N * m->Vs, at);
-    if (m->sp) PIECE(N * C, at); /* lnf gathered */
+    if (m->fused_head) { /* the head's weight gradient, summed over the chunks in B */
+      PIECE(m->Vs * C, 4);
+    } else {
+      if (m->at != TD_DTYPE_F32) PIECE(N * m->Vs, at);
+      if (m->sp) PIECE(N * C, at); /* lnf gathered */
+    }
     PIECE(C, 4), PIECE(C, 4);
     ops += 5;
   }
@@ -558,22 +655,25 @@ static td_status backward_impl(td_model *m, int slot, float loss_scale, const fl
   if (uses_unit0(m)) TD_CHECK(bhook(m, 1, 0));
   if (m->last_stage) {
     TD_CHECK(bhook(m, 1, U));
-    int64_t vvalid = m->V - m->v0 < m->Vs ? (m->V - m->v0 > 0 ? m->V - m->v0 : 0) : m->Vs;
-    float *dl = a->logits; /* gradient in place */
     float *gw = NULL, *gb = NULL;
-    TD_CHECK(k->xent_bwd(k, dl, a->logits, a->rowmax, a->sumexp, a->targets, m->v0,
-                         loss_scale, N, m->Vs, vvalid));
-    TD_CHECK(td_model_mm_grad(m, dl, N * m->Vs, &d));
-    /* d is the slot's logits in float32 (kept until W), a scratch rounding in bf16;
-     * the head's input: the slot's lnf, or (sequence parallel) gathered again */
-    const void *xf = NULL;
     const float *dx = NULL;
-    TD_CHECK(td_model_col_in(m, a->lnf, &xf));
-    TD_CHECK(td_model_wmm(m, 1, 0, m->Vs, C, N, d, at == TD_DTYPE_F32, xf, !m->sp, head_kind(m),
-                          -1));
-    TD_CHECK(td_model_mm(m, 0, 0, N, C, m->Vs, d, at, td_model_pw(m, head_kind(m), -1), pt, 0.0f,
-                         m->dln));
-    TD_CHECK(td_model_poll(m));
+    if (m->fused_head) {
+      TD_CHECK(head_fused_bwd(m, a, loss_scale));
+    } else {
+      float *dl = a->logits; /* gradient in place */
+      TD_CHECK(k->xent_bwd(k, dl, a->logits, a->rowmax, a->sumexp, a->targets, m->v0,
+                           loss_scale, N, m->Vs, vocab_valid(m)));
+      TD_CHECK(td_model_mm_grad(m, dl, N * m->Vs, &d));
+      /* d is the slot's logits in float32 (kept until W), a scratch rounding in bf16;
+       * the head's input: the slot's lnf, or (sequence parallel) gathered again */
+      const void *xf = NULL;
+      TD_CHECK(td_model_col_in(m, a->lnf, &xf));
+      TD_CHECK(td_model_wmm(m, 1, 0, m->Vs, C, N, d, at == TD_DTYPE_F32, xf, !m->sp,
+                            head_kind(m), -1));
+      TD_CHECK(td_model_mm(m, 0, 0, N, C, m->Vs, d, at, td_model_pw(m, head_kind(m), -1), pt,
+                           0.0f, m->dln));
+      TD_CHECK(td_model_poll(m));
+    }
     TD_CHECK(td_model_col_grad(m, &dx));
     const float *last = m->L_count > 0 ? a->res3 + (m->L_count - 1) * Nl * C : x;
     TD_CHECK(k->zero(k, m->dres, (size_t)Nl * C * sizeof(float)));
@@ -677,9 +777,17 @@ td_status td_model_logits_at(td_model *m, int slot, int64_t pos, float *out) {
   int64_t Vs = m->Vs;
   float *shard = NULL;
   td_status st = TD_OK;
+  const float *row = a->logits + pos * Vs;
+  if (m->fused_head) { /* the forward left the chunk of m->logits_row in hlog */
+    int64_t N = m->B * m->T, R = m->head_rows < N ? m->head_rows : N;
+    if (pos != m->logits_row)
+      TD_FAIL(TD_ERR_INTERNAL, "the fused head computed the logits of row %lld, not %lld",
+              (long long)m->logits_row, (long long)pos);
+    row = m->hlog + (pos % R) * Vs;
+  }
   TD_CHECK(td_alloc((void **)&shard, (size_t)Vs * m->grid->tp * sizeof(float), "logits"));
   /* The in-place all-gather expects each rank's block at its own offset. */
-  TD_CHECK_GOTO(k->to_host(k, shard + m->v0, a->logits + pos * Vs, (size_t)Vs * sizeof(float)));
+  TD_CHECK_GOTO(k->to_host(k, shard + m->v0, row, (size_t)Vs * sizeof(float)));
   if (m->grid->tp > 1) {
     int n = 0;
     TD_CHECK_GOTO(td_mpi_count(Vs, &n));

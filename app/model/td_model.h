@@ -145,6 +145,15 @@ struct td_model {
    * per query row (acts' att is (B, NH, T) per layer) and recompute the
    * probabilities in backward; recompute_att is then 0: nothing to drop */
   int fused_att;
+  /* model.head: fused — the head's matmul and the cross-entropy run in
+   * chunks of head_rows rows of the micro-batch through the one (head_rows,
+   * Vs) float32 buffer hlog: the forward keeps the rows' statistics only
+   * (rowmax, sumexp, tlogit), the backward recomputes each chunk's logits;
+   * the slots keep no logits. A forward without targets (generation)
+   * computes the chunk of row logits_row (td_model_want_logits; -1: none) */
+  int fused_head;
+  int64_t head_rows, logits_row;
+  float *hlog;
   /* split backward (parallel.pp_schedule: zb-h1): per slot the list of
    * weight-gradient work its B recorded for W, with copies of the gradients
    * it reads (block.c, model_internal.h); wcur the list B fills now, defer
@@ -267,5 +276,8 @@ int td_model_head_slot(const td_model *m);
  * copies V floats (full vocabulary, gathered over tp) to host out. Collective
  * on tp_comm. */
 td_status td_model_logits_at(td_model *m, int slot, int64_t pos, float *out);
+/* The row td_model_logits_at will read after the next forward without
+ * targets: the fused head computes only its chunk (-1: none). */
+void td_model_want_logits(td_model *m, int64_t pos);
 
 #endif

@@ -417,7 +417,10 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
   double fused_f = fused ? 6.0 * A * T / tp : 0.0;
   if (fused) attn = 0;
   double rec_f = (blocks ? blk_f : attn ? 2.0 * A * T / tp : 0.0) + fused_f;
-  r->hw_flops = r->model_flops + rec_f * tp * (double)d.L * tokens;
+  /* the fused head (model.head: fused) computes its logits again in backward */
+  int fused_head = strcmp(c->model_head, "fused") == 0;
+  r->hw_flops = r->model_flops + rec_f * tp * (double)d.L * tokens +
+                (fused_head ? head_f * tp * tokens : 0.0);
 
   /* matmul rate: small shapes (the rows of a micro-batch or the width per tp
    * rank below small_matmul_dim) reach a lower fraction of peak */
@@ -494,15 +497,17 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
       int mc = td_sched_model_chunk(s, stage, k);
       td_config_chunk_layers(c, mc, &first, &count);
       double toks = (double)B * T / cp;
-      double f = toks * (double)count * blk_s;
-      if (mc == pp * s->v - 1) f += toks * head_f / rate;
+      double f = toks * (double)count * blk_s, hf = 0.0;
+      if (mc == pp * s->v - 1) hf = toks * head_f / rate, f += hf;
       double rec = toks * (double)count *
                    ((blocks ? blk_s : attn ? 2.0 * A * T / tp / att_rate : 0.0) + fused_f / att_rate);
+      if (fused_head) rec += hf;
       double cm = comm_micro * (double)count;
       fs[stage * s->v + k] = f + cm / 3.0;
-      if (split) {
-        bs[stage * s->v + k] = f + rec + cm / 3.0;
-        ws[stage * s->v + k] = f + cm / 3.0;
+      if (split) { /* the fused head's weight gradient is summed in B, chunk by chunk */
+        double hw = fused_head ? hf : 0.0;
+        bs[stage * s->v + k] = f + rec + hw + cm / 3.0;
+        ws[stage * s->v + k] = f - hw + cm / 3.0;
       } else {
         bs[stage * s->v + k] = 2.0 * f + rec + 2.0 * cm / 3.0;
         ws[stage * s->v + k] = 0.0;

@@ -46,7 +46,7 @@ td_add_grid_test(NAME cp_gpt2_cp2_bf16 LABELS context_parallel precision
 td_add_grid_test(NAME cp_llama_cp2_recompute_attention LABELS context_parallel recompute llama
   ARGS --run-set training.recompute=attention ${TD_CP_LLAMA}
        ${TD_GRID_BIN} ${TD_CP_LLAMA_WORK} cp_llama_cp2_recompute_attention ${TD_GRID_REF}
-       1,1,1,0,0,2)
+       1,1,1,0,0,2 --set model.attention=materialized)
 td_add_grid_test(NAME cp_gpt2_cp2_recompute_blocks LABELS context_parallel recompute
   ARGS --run-set training.recompute=blocks
        ${TD_GRID_BIN} ${TD_GRID_WORK} cp_gpt2_cp2_recompute_blocks ${TD_GRID_REF} 1,1,1,0,2,2)

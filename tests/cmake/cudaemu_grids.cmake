@@ -95,11 +95,17 @@ if(TD_CUDA_EMULATE)
   # (RoPE, GQA's causal mask) of the rank's two chunks
   td_cudaemu_grid(llama_cp2 ${_cu} ${_llama}
     ${TD_GRID_BIN} ${_cu_work} llama_cp2 1,1,1,0 1,1,1,0,0,2 ${_small})
-  # the fused attention (kernels/cuda/flash.cu) in training, against the
-  # CPU's fused kernels: T 80 (two row tiles of the device kernels), LLaMA
-  # (grouped-query heads) on one rank in fp32 and bf16 (the forward's output
-  # kept in bf16 feeds the backward's D), and at cp 2 (the kernels' positions)
-  set(_fused --set model.attention=fused --set model.seq_len=80)
+  # Every grid above runs the defaults, the fused attention
+  # (kernels/cuda/flash.cu) and the fused head; here T 80 (two row tiles of
+  # the device kernels) with the head in chunks of 56 rows (a short last
+  # chunk), LLaMA (grouped-query heads) on one rank in fp32 and bf16 (the
+  # forward's output kept in bf16 feeds the backward's D), and at cp 2 (the
+  # kernels' positions); and the materialized attention and head (the
+  # reference kernels) on one rank
+  set(_fused --set model.seq_len=80 --set model.head_chunk=56)
+  td_cudaemu_grid(materialized_gpt2_1rank ${_cu}
+    ${TD_GRID_BIN} ${_cu_work} materialized_gpt2_1rank 1,1,1,0 1,1,1,0 ${_small}
+    --set model.attention=materialized --set model.head=materialized)
   td_cudaemu_grid(fused_llama_1rank ${_cu} ${_llama}
     ${TD_GRID_BIN} ${_cu_work} fused_llama_1rank 1,1,1,0 1,1,1,0 ${_small} ${_fused})
   td_cudaemu_grid(fused_gpt2_1rank_bf16 ${_cu} ${_bf16_tol}

@@ -26,17 +26,21 @@ td_add_grid_test(NAME recompute_llama_pp2_gpipe LABELS recompute llama
 # 2022): every layer keeps all it kept but its attention probabilities
 # (B, heads, T, T), recomputed before each attention backward from the kept
 # Q, K — bit-identical to none, both families, one rank, (dp 2, pp 2) 1F1B
-# and pp 2 zb-h1 (the recomputation inside B of a split backward).
+# and pp 2 zb-h1 (the recomputation inside B of a split backward). The
+# materialized attention: the fused one keeps no probabilities to drop.
 set(TD_RCA --bitwise --run-set training.recompute=attention)
+set(TD_MAT --set model.attention=materialized)
 td_add_grid_test(NAME recompute_attention_gpt2_np1 LABELS recompute
-  ARGS ${TD_RCA} ${TD_GRID_BIN} ${TD_GRID_WORK} recompute_attention_gpt2_np1 1,1,1,0 1,1,1,0)
+  ARGS ${TD_RCA} ${TD_GRID_BIN} ${TD_GRID_WORK} recompute_attention_gpt2_np1 1,1,1,0 1,1,1,0
+       ${TD_MAT})
 td_add_grid_test(NAME recompute_attention_gpt2_212 LABELS recompute
   ARGS ${TD_RCA} ${TD_GRID_BIN} ${TD_GRID_WORK} recompute_attention_gpt2_212 2,1,2,0,2 2,1,2,0,2
-       --set training.global_batch=16)
+       --set training.global_batch=16 ${TD_MAT})
 td_add_grid_test(NAME recompute_attention_llama_np1 LABELS recompute llama
   ARGS ${TD_RCA} --deck ${PROJECT_SOURCE_DIR}/inputs/llama-tiny.yaml ${TD_GRID_BIN}
-       ${CMAKE_CURRENT_BINARY_DIR}/llama_grid recompute_attention_llama_np1 1,1,1,0 1,1,1,0)
+       ${CMAKE_CURRENT_BINARY_DIR}/llama_grid recompute_attention_llama_np1 1,1,1,0 1,1,1,0
+       ${TD_MAT})
 td_add_grid_test(NAME recompute_attention_llama_zbh1 LABELS recompute llama
   ARGS ${TD_RCA} --deck ${PROJECT_SOURCE_DIR}/inputs/llama-tiny.yaml ${TD_GRID_BIN}
        ${CMAKE_CURRENT_BINARY_DIR}/llama_grid recompute_attention_llama_zbh1 1,1,2,1,2 1,1,2,1,2
-       --set parallel.pp_schedule=zb-h1 --set training.precision=bf16)
+       --set parallel.pp_schedule=zb-h1 --set training.precision=bf16 ${TD_MAT})

@@ -42,7 +42,8 @@ td_add_grid_test(NAME sp_gpt2_tp2_recompute_blocks LABELS tensor_parallel recomp
        ${TD_GRID_BIN} ${TD_GRID_WORK} sp_gpt2_tp2_recompute_blocks ${TD_GRID_REF} 1,2,1,0,2)
 td_add_grid_test(NAME sp_llama_tp2_recompute_attention LABELS tensor_parallel recompute llama
   ARGS ${TD_SP} --run-set training.recompute=attention ${TD_SP_LLAMA}
-       ${TD_GRID_BIN} ${TD_SP_LLAMA_WORK} sp_llama_tp2_recompute_attention ${TD_GRID_REF} 1,2,1,0)
+       ${TD_GRID_BIN} ${TD_SP_LLAMA_WORK} sp_llama_tp2_recompute_attention ${TD_GRID_REF} 1,2,1,0
+       --set model.attention=materialized)
 
 td_add_grid_test(NAME staged_sp_tp2 LABELS tensor_parallel staging
   ARGS --bitwise --steps 10 --run-env TD_TEST_STAGED=1

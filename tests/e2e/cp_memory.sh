@@ -2,8 +2,9 @@
 # cp_memory.sh TRIDENT WORKDIR — context parallelism's memory at T = 4096.
 #
 # A small GPT-2 (2 layers, dim 64, 4 heads) on sequences of 4096 tokens, four
-# sequences a step: the attention scores (heads, T, T) dominate, as they do
-# for long sequences. At cp 1 (one rank) and cp 4 (four ranks):
+# sequences a step, with the materialized attention: the attention scores
+# (heads, T, T) dominate, as they do for long sequences without the fused
+# kernels. At cp 1 (one rank) and cp 4 (four ranks):
 #   - `trident check --json`: the largest rank's activation bytes; cp 4 must
 #     hold at most 0.35 of cp 1's (each rank keeps T/cp rows of every
 #     activation and (heads, T/cp, T) scores, plus the gathered keys and
@@ -25,6 +26,7 @@ for cp in 1 4; do
   rm -rf "$dir" && mkdir -p "$dir" # a fresh run: resume: never refuses an old one
   args=("$src/inputs/tiny.yaml" --set "data.train=$corpus" --set model.seq_len=4096
         --set model.layers=2 --set model.dim=64 --set model.heads=4 --set parallel.cp=$cp
+        --set model.attention=materialized
         --set training.global_batch=4 --set training.steps=2 --set schedule.warmup=1
         --set checkpoint.every=0 --set checkpoint.resume=never --set eval.every=0
         --set "run.out_dir=$dir")

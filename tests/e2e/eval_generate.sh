@@ -6,8 +6,9 @@
 #    protocol of docs/architecture.md, on 1 rank and on a (dp 2) and a (tp 2) grid;
 #  - `trident generate` with a fixed seed prints the same text twice, and the
 #    same text on every grid (tp 2, pp 2, tp 2 x pp 2) as on 1 rank, for
-#    GPT-2 and LLaMA, sampled and greedy; another seed changes it; cp 2 is
-#    refused with exit 2.
+#    GPT-2 and LLaMA, sampled and greedy, and with the materialized head
+#    and attention as with the fused defaults; another seed changes it; cp 2
+#    is refused with exit 2.
 set -uo pipefail
 trident=$1 mpiexec=$2 work=$3
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -68,6 +69,13 @@ for fam in "gpt2 $ckpt" "llama $lckpt"; do
       other=$(sample "$1" --set parallel.$2 --set parallel.$3 --set parallel.$4)
       if [ "$one" = "$other" ]; then ok "$name generate (temperature $temp): $2 $3 $4 prints what 1 rank prints"
       else bad "$name generate (temperature $temp): $2 $3 $4 printed '$other', 1 rank '$one' ($(tail -1 gen.err))"; fi
+    done
+    # the fused head (the default) computes the chunk of the sampled row
+    # only: the same text as the materialized head, and with other chunks
+    for alt in model.head=materialized model.head_chunk=7 model.attention=materialized; do
+      other=$(sample 1 --set $alt)
+      if [ "$one" = "$other" ]; then ok "$name generate (temperature $temp): $alt prints what the defaults print"
+      else bad "$name generate (temperature $temp): $alt printed '$other', the defaults '$one' ($(tail -1 gen.err))"; fi
     done
   done
 done

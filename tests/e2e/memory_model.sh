@@ -83,7 +83,7 @@ CP=2 case_ cp2_tp2_sp_zero3 2 2 1 3 --set parallel.cp=2 --set parallel.sequence_
 # the LLaMA family (GQA, SwiGLU, untied head)
 deck=llama-tiny
 CP=4 case_ llama_cp4_recompute_attention 1 1 1 0 --set parallel.cp=4 \
-  --set training.recompute=attention
+  --set training.recompute=attention --set model.attention=materialized
 case_ llama_dp1 1 1 1 0
 case_ llama_tp2_pp2_zero1 1 2 2 1 --set parallel.micro_batch=2
 case_ llama_dp2_zero3_bf16 2 1 1 3 --set parallel.micro_batch=2 --set training.precision=bf16

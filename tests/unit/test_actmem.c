@@ -74,7 +74,7 @@ static void query(sizeq *q, int64_t s, int64_t h, int64_t a, int64_t t, int64_t 
   char text[2048];
   snprintf(text, sizeof text,
            "model: {arch: gpt2, vocab_size: %lld, seq_len: %lld, layers: %lld, dim: %lld, "
-           "heads: %lld}\n"
+           "heads: %lld, attention: materialized, head: materialized}\n"
            "parallel: {dp: 1, cp: %lld, tp: %lld, pp: 1, sequence_parallel: %s}\n"
            "data: {train: none.h5}\n"
            "training: {global_batch: %lld, steps: 1, precision: %s, recompute: %s}\n",
