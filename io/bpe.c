@@ -11,6 +11,8 @@
  * only (no MPI, no HDF5), so it also builds standalone. */
 #include "io/td_bpe.h"
 
+#include "io/bpe_internal.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -57,6 +59,10 @@ struct td_bpe {
   td_bpe_pair *pairs;       /* merge ranks, open addressing */
   size_t pair_mask;
   int heap_ok;              /* vocab.bpe is well ordered (load_merges) */
+  int file_kind;            /* LLaMA 3: TD_BPE_FILE_*; 0 for GPT-2's two files */
+  int32_t *special;         /* LLaMA 3's special tokens (bytes in tok_bytes, not in vocab) */
+  size_t nspecial;
+  unsigned char special_first[256]; /* some special token starts with this byte */
   unsigned char cls[65536]; /* class of each BMP code point (astral: utf8proc) */
   char hash[65];
   /* the piece cache */
@@ -75,8 +81,8 @@ struct td_bpe {
 /* ---- files and SHA-256 --------------------------------------------------------- */
 
 /* Read a whole file (any kind a read loop can read). */
-static td_status read_all(const char *path, const char *what, unsigned char **out,
-                          size_t *n) {
+td_status td_bpe__read_all(const char *path, const char *what, unsigned char **out,
+                           size_t *n) {
   td_status st = TD_OK;
   unsigned char *buf = NULL;
   size_t len = 0, cap = 0;
@@ -318,10 +324,9 @@ static size_t utf8_sanitize(const unsigned char *s, size_t n, unsigned char *o,
 
 /* ---- the byte alphabet (encoder.py's bytes_to_unicode) -------------------------- */
 
-#define TD_BPE_ALPHABET_END 0x144 /* code points of the alphabet are below */
 
 /* cp_to_byte[cp] = the byte code point cp stands for, or -1. */
-static void byte_alphabet(int16_t cp_to_byte[TD_BPE_ALPHABET_END]) {
+void td_bpe__alphabet(int16_t cp_to_byte[TD_BPE_ALPHABET_END]) {
   int extra = 0;
   for (int c = 0; c < TD_BPE_ALPHABET_END; c++) cp_to_byte[c] = -1;
   for (int by = 0; by < 256; by++) {
@@ -331,7 +336,7 @@ static void byte_alphabet(int16_t cp_to_byte[TD_BPE_ALPHABET_END]) {
 }
 
 /* Messages: s shown as text, control bytes as \xNN, cut after ~60 bytes. */
-static const char *show(const unsigned char *s, size_t n, char *buf, size_t cap) {
+const char *td_bpe__show(const unsigned char *s, size_t n, char *buf, size_t cap) {
   size_t w = 0;
   for (size_t i = 0; i < n && w + 8 < cap; i++) {
     if (w > 60 && (s[i] & 0xC0) != 0x80) {
@@ -351,8 +356,8 @@ static const char *show(const unsigned char *s, size_t n, char *buf, size_t cap)
 /* The bytes a string of the alphabet (valid UTF-8) stands for, written to o
  * (room for n bytes); returns their count, or -1 with *bad the first code
  * point outside the alphabet. */
-static long alphabet_to_bytes(const int16_t *cp_to_byte, const unsigned char *s, size_t n,
-                              unsigned char *o, uint32_t *bad) {
+long td_bpe__alphabet_decode(const int16_t *cp_to_byte, const unsigned char *s, size_t n,
+                             unsigned char *o, uint32_t *bad) {
   size_t i = 0, w = 0;
   while (i < n) {
     uint32_t c = utf8_next(s, &i);
@@ -634,12 +639,12 @@ static td_status load_encoder(td_bpe *b, const char *path, const unsigned char *
     }
     TD_CHECK_GOTO(json_string(&j));
     uint32_t bad = 0;
-    long k = alphabet_to_bytes(cp_to_byte, j.str, j.nstr, b->tok_bytes + nbytes, &bad);
+    long k = td_bpe__alphabet_decode(cp_to_byte, j.str, j.nstr, b->tok_bytes + nbytes, &bad);
     if (k < 0) {
       st = json_error(&j, at, __LINE__, __func__,
                       "key \"%s\" has U+%04X, which is not in GPT-2's byte alphabet "
                       "(bytes_to_unicode: U+0021..U+007E, U+00A1..U+00AC, U+00AE..U+0143)",
-                      show(j.str, j.nstr, shown, sizeof shown), bad);
+                      td_bpe__show(j.str, j.nstr, shown, sizeof shown), bad);
       goto done;
     }
     if (k == 0) {
@@ -740,14 +745,14 @@ static td_status merge_symbol(const td_bpe *b, const char *path, size_t line,
                               unsigned char *tmp, int32_t *id) {
   char shown[128];
   uint32_t bad = 0;
-  long k = alphabet_to_bytes(cp_to_byte, s, n, tmp, &bad);
+  long k = td_bpe__alphabet_decode(cp_to_byte, s, n, tmp, &bad);
   if (k < 0)
     TD_FAIL(TD_ERR_DATA, "%s:%zu: symbol \"%s\" has U+%04X, which is not in GPT-2's byte alphabet",
-            path, line, show(s, n, shown, sizeof shown), bad);
+            path, line, td_bpe__show(s, n, shown, sizeof shown), bad);
   *id = vocab_find(b, tmp, (size_t)k);
   if (*id < 0)
     TD_FAIL(TD_ERR_DATA, "%s:%zu: symbol \"%s\" is not a key of encoder.json", path, line,
-            show(s, n, shown, sizeof shown));
+            td_bpe__show(s, n, shown, sizeof shown));
   return TD_OK;
 }
 
@@ -782,7 +787,7 @@ static td_status js_comma_pairs(td_bpe *b, const char *path, int32_t line, int32
       st = td_error_set(TD_ERR_DATA, __FILE__, __LINE__, __func__,
                         "%s:%d: dialect gpt3-encoder: the pair (\"%s\", ...) would merge into a "
                         "string that is not in encoder.json; cannot emulate it",
-                        path, line, show(k, p, shown, sizeof shown));
+                        path, line, td_bpe__show(k, p, shown, sizeof shown));
       break;
     }
     const td_bpe_pair *old = pair_find(b, a, c);
@@ -814,7 +819,7 @@ static td_status load_merges(td_bpe *b, const char *path, const unsigned char *s
 
   if (n < 8 || memcmp(s, "#version", 8) != 0)
     TD_FAIL_GOTO(TD_ERR_DATA, "%s:1: expected the header line \"#version: ...\", found \"%s\"",
-                 path, show(s, n < 40 ? n : 40, shown, sizeof shown));
+                 path, td_bpe__show(s, n < 40 ? n : 40, shown, sizeof shown));
   const unsigned char *nl = memchr(s, '\n', n);
   if (!nl) TD_FAIL_GOTO(TD_ERR_DATA, "%s:1: the header line has no newline", path);
   size_t i = (size_t)(nl - s) + 1, line = 1;
@@ -835,7 +840,7 @@ static td_status load_merges(td_bpe *b, const char *path, const unsigned char *s
     const unsigned char *sp = memchr(p, ' ', len);
     if (!sp || sp == p || sp == p + len - 1 || memchr(sp + 1, ' ', len - (size_t)(sp - p) - 1))
       TD_FAIL_GOTO(TD_ERR_DATA, "%s:%zu: expected two symbols separated by one space, found \"%s\"",
-                   path, line, show(p, len, shown, sizeof shown));
+                   path, line, td_bpe__show(p, len, shown, sizeof shown));
     int32_t l, r;
     size_t nleft = (size_t)(sp - p);
     TD_CHECK_GOTO(merge_symbol(b, path, line, p, nleft, cp_to_byte, tmp, &l));
@@ -846,7 +851,7 @@ static td_status load_merges(td_bpe *b, const char *path, const unsigned char *s
     int32_t m = vocab_find(b, tmp, nl_ + nr_);
     if (m < 0)
       TD_FAIL_GOTO(TD_ERR_DATA, "%s:%zu: \"%s\" merges into a token that is not in encoder.json",
-                   path, line, show(p, len, shown, sizeof shown));
+                   path, line, td_bpe__show(p, len, shown, sizeof shown));
     if (rank == INT32_MAX) TD_FAIL_GOTO(TD_ERR_DATA, "%s:%zu: too many merges", path, line);
     pair_set(b, l, r, rank, m);
     own[2 * rank] = l;
@@ -914,7 +919,7 @@ static void build_classes(td_bpe *b) {
   for (uint32_t c = 0; c < 65536; c++)
     b->cls[c] = (unsigned char)(c >= 0xD800 && c <= 0xDFFF ? CLS_O : category_class(c));
   for (size_t k = 0; k < sizeof white / sizeof *white; k++) b->cls[white[k]] = CLS_S;
-  b->cls[b->dialect == TD_BPE_GPT2 ? 0x85 : 0xFEFF] = CLS_S;
+  b->cls[b->dialect == TD_BPE_GPT2 || b->dialect == TD_BPE_LLAMA3 ? 0x85 : 0xFEFF] = CLS_S;
 }
 
 static inline int cls_at(const td_bpe *b, const unsigned char *s, size_t *i) {
@@ -923,7 +928,81 @@ static inline int cls_at(const td_bpe *b, const unsigned char *s, size_t *i) {
   return c < 65536 ? b->cls[c] : category_class(c);
 }
 
+/* The end of the run of class cl that starts at k. */
+static size_t class_run(const td_bpe *b, const unsigned char *s, size_t n, size_t k, int cl) {
+  while (k < n) {
+    size_t t = k;
+    if (cls_at(b, s, &t) != cl) break;
+    k = t;
+  }
+  return k;
+}
+
+/* LLaMA 3's contractions after the apostrophe at s[i - 1]: the end, or 0. */
+static size_t llama3_contraction(const td_bpe *b, const unsigned char *s, size_t n, size_t i) {
+  if (i >= n) return 0;
+  unsigned char d = s[i] | 0x20;
+  if (d == 's' || d == 't' || d == 'm' || d == 'd') return i + 1;
+  /* U+017F LONG S folds to s under Unicode case folding (Rust's regex,
+   * Oniguruma); the JavaScript port spells the class [sS] */
+  if (b->dialect == TD_BPE_LLAMA3 && s[i] == 0xC5 && i + 1 < n && s[i + 1] == 0xBF) return i + 2;
+  if (i + 1 < n) {
+    unsigned char e = s[i + 1] | 0x20;
+    if ((d == 'r' && e == 'e') || (d == 'v' && e == 'e') || (d == 'l' && e == 'l')) return i + 2;
+  }
+  return 0;
+}
+
+/* LLaMA 3's pre-tokenizer (td_bpe.h), one alternative after another. */
+static size_t llama3_pretoken_end(const td_bpe *b, const unsigned char *s, size_t n, size_t i) {
+  unsigned char c = s[i];
+  if (c == '\'') { /* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
+    size_t e = llama3_contraction(b, s, n, i + 1);
+    if (e) return e;
+  }
+  size_t k = i;
+  int cl = cls_at(b, s, &k);
+  /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+  if (cl == CLS_L) return class_run(b, s, n, k, CLS_L);
+  if (cl != CLS_N && c != '\r' && c != '\n' && k < n) {
+    size_t t = k;
+    if (cls_at(b, s, &t) == CLS_L) return class_run(b, s, n, t, CLS_L);
+  }
+  /* \p{N}{1,3} */
+  if (cl == CLS_N) {
+    for (int m = 1; m < 3 && k < n; m++) {
+      size_t t = k;
+      if (cls_at(b, s, &t) != CLS_N) break;
+      k = t;
+    }
+    return k;
+  }
+  /* " ?[^\s\p{L}\p{N}]+[\r\n]*" */
+  size_t j = c == ' ' ? i + 1 : i;
+  if (j < n) {
+    size_t t = j;
+    if (cls_at(b, s, &t) == CLS_O) {
+      size_t e = class_run(b, s, n, t, CLS_O);
+      while (e < n && (s[e] == '\r' || s[e] == '\n')) e++;
+      return e;
+    }
+  }
+  /* the white space run W = s[i..e) (c is white space here) */
+  size_t e = i, last = i, nl = 0;
+  while (e < n) {
+    size_t t = e;
+    if (cls_at(b, s, &t) != CLS_S) break;
+    if (s[e] == '\r' || s[e] == '\n') nl = e + 1;
+    last = e;
+    e = t;
+  }
+  if (nl) return nl;             /* \s*[\r\n]+: up to W's last line break */
+  if (e == n) return n;          /* \s+(?!\S) at the end of the text */
+  return last > i ? last : e;    /* \s+(?!\S): all but the last; else \s+ */
+}
+
 size_t td_bpe_pretoken_end(const td_bpe *b, const unsigned char *s, size_t n, size_t i) {
+  if (td_bpe_dialect_is_llama3(b->dialect)) return llama3_pretoken_end(b, s, n, i);
   unsigned char c = s[i];
   if (c == '\'' && i + 1 < n) {
     unsigned char d = s[i + 1];
@@ -1102,6 +1181,11 @@ static td_status scratch_reserve(td_bpe *b, size_t m) {
 static td_status bpe_piece(td_bpe *b, const unsigned char *p, size_t m, int32_t **ids,
                            size_t *nids, size_t *cap) {
   if (m == 1) return ids_append(ids, nids, cap, &b->byte_id[p[0]], 1);
+  int llama3 = b->file_kind != 0;
+  if (llama3) { /* ignore_merges: a piece that is a token is that token */
+    int32_t id = vocab_find(b, p, m);
+    if (id >= 0) return ids_append(ids, nids, cap, &id, 1);
+  }
   uint64_t h = 0;
   size_t slot = 0;
   int cacheable = m <= TD_BPE_CACHE_KEY_MAX;
@@ -1117,8 +1201,10 @@ static td_status bpe_piece(td_bpe *b, const unsigned char *p, size_t m, int32_t 
   TD_CHECK(scratch_reserve(b, m));
   int32_t *sym = b->sym;
   for (size_t k = 0; k < m; k++) sym[k] = b->byte_id[p[k]];
-  int heap = b->heap_ok && m > TD_BPE_HEAP_MIN &&
-             (b->dialect == TD_BPE_GPT2 || !memchr(p, ',', m));
+  /* LLaMA 3: always the queue, which is what Hugging Face's and the JS
+   * port's BPE are (lowest rank, then leftmost) */
+  int heap = llama3 || (b->heap_ok && m > TD_BPE_HEAP_MIN &&
+                        (b->dialect == TD_BPE_GPT2 || !memchr(p, ',', m)));
   size_t k = heap ? bpe_heap(b, sym, m) : bpe_rescan(b, sym, m);
   if (cacheable) {
     if (b->cache_n >= TD_BPE_CACHE_ENTRIES || b->cache_key_used + m > TD_BPE_CACHE_KEY_BYTES ||
@@ -1158,8 +1244,8 @@ td_status td_bpe_load_dialect(const char *encoder_json_path, const char *merges_
   TD_REQUIRE(out && encoder_json_path && merges_path, TD_ERR_USAGE,
              "td_bpe_load: NULL argument");
   *out = NULL;
-  TD_CHECK_GOTO(read_all(encoder_json_path, "encoder.json", &ej, &nej));
-  TD_CHECK_GOTO(read_all(merges_path, "vocab.bpe", &mb, &nmb));
+  TD_CHECK_GOTO(td_bpe__read_all(encoder_json_path, "encoder.json", &ej, &nej));
+  TD_CHECK_GOTO(td_bpe__read_all(merges_path, "vocab.bpe", &mb, &nmb));
   TD_CHECK_GOTO(td_bpe_load_mem(encoder_json_path, ej, nej, merges_path, mb, nmb, dialect, out));
 done:
   free(ej);
@@ -1186,8 +1272,8 @@ td_status td_bpe_load_mem(const char *encoder_name, const unsigned char *ej, siz
   TD_REQUIRE(out && encoder_name && merges_name && (ej || !nej) && (mb || !nmb), TD_ERR_USAGE,
              "td_bpe_load: NULL argument");
   *out = NULL;
-  TD_REQUIRE(td_bpe_dialect_name(dialect), TD_ERR_USAGE, "td_bpe_load: unknown dialect %d",
-             (int)dialect);
+  TD_REQUIRE(td_bpe_dialect_name(dialect) && !td_bpe_dialect_is_llama3(dialect), TD_ERR_USAGE,
+             "td_bpe_load: dialect %d is not a GPT-2 one", (int)dialect);
   b = calloc(1, sizeof *b);
   if (!b) TD_FAIL(TD_ERR_NOMEM, "out of memory for a tokenizer");
   b->dialect = dialect;
@@ -1200,7 +1286,7 @@ td_status td_bpe_load_mem(const char *encoder_name, const unsigned char *ej, siz
   sha256_update(&sh, mb, nmb);
   sha256_hex(&sh, b->hash);
 
-  byte_alphabet(cp_to_byte);
+  td_bpe__alphabet(cp_to_byte);
   TD_CHECK_GOTO(load_encoder(b, encoder_name, ej, nej, cp_to_byte));
   TD_CHECK_GOTO(load_merges(b, merges_name, mb, nmb, cp_to_byte));
   build_classes(b);
@@ -1214,6 +1300,176 @@ td_status td_bpe_load_mem(const char *encoder_name, const unsigned char *ej, siz
   b = NULL;
 done:
   td_bpe_destroy(&b);
+  return st;
+}
+
+/* ---- LLaMA 3: the tables from a parsed file (io/bpe_llama3.c) ------------------------ */
+
+static td_status tok_error(const td_bpe_spec *sp, const td_bpe_tok *t, int line, const char *func,
+                           const char *what, ...) __attribute__((format(printf, 5, 6)));
+static td_status tok_error(const td_bpe_spec *sp, const td_bpe_tok *t, int line, const char *func,
+                           const char *what, ...) {
+  char msg[300], where[64];
+  va_list ap;
+  va_start(ap, what);
+  vsnprintf(msg, sizeof msg, what, ap);
+  va_end(ap);
+  if (t->col > 0)
+    snprintf(where, sizeof where, "%lld:%lld", (long long)t->line, (long long)t->col);
+  else
+    snprintf(where, sizeof where, "%lld", (long long)t->line);
+  return td_error_set(TD_ERR_DATA, __FILE__, line, func, "%s:%s: %s", sp->name, where, msg);
+}
+
+static td_status llama3_build(td_bpe *b, const td_bpe_spec *sp) {
+  td_status st = TD_OK;
+  char shown[128];
+  size_t nall = sp->ntok + sp->nspecial, nbytes = 0;
+  int32_t maxid = -1;
+  if (sp->ntok == 0) TD_FAIL(TD_ERR_DATA, "%s: the file holds no tokens", sp->name);
+  for (size_t k = 0; k < nall; k++) {
+    const td_bpe_tok *t = k < sp->ntok ? &sp->tok[k] : &sp->special[k - sp->ntok];
+    if (t->id > maxid) maxid = t->id;
+    nbytes += t->len;
+  }
+  b->vocab_size = (int64_t)maxid + 1;
+  b->tok_bytes = malloc(nbytes + 1);
+  b->tok_off = malloc((size_t)b->vocab_size * sizeof *b->tok_off);
+  b->tok_len = malloc((size_t)b->vocab_size * sizeof *b->tok_len);
+  b->vocab_mask = pow2_at_least(2 * sp->ntok) - 1;
+  b->vocab = malloc((b->vocab_mask + 1) * sizeof *b->vocab);
+  b->special = malloc((sp->nspecial + 1) * sizeof *b->special);
+  if (!b->tok_bytes || !b->tok_off || !b->tok_len || !b->vocab || !b->special)
+    TD_FAIL(TD_ERR_NOMEM, "out of memory reading %s", sp->name);
+  for (int64_t i = 0; i < b->vocab_size; i++) b->tok_len[i] = -1;
+  memset(b->vocab, 0xFF, (b->vocab_mask + 1) * sizeof *b->vocab);
+  size_t off = 0;
+  for (size_t k = 0; k < nall; k++) {
+    int special = k >= sp->ntok;
+    const td_bpe_tok *t = special ? &sp->special[k - sp->ntok] : &sp->tok[k];
+    if (t->len == 0) return tok_error(sp, t, __LINE__, __func__, "an empty token cannot be one");
+    if (b->tok_len[t->id] >= 0)
+      return tok_error(sp, t, __LINE__, __func__, "id %d is given to two tokens", t->id);
+    memcpy(b->tok_bytes + off, t->bytes, t->len);
+    b->tok_off[t->id] = (uint32_t)off;
+    b->tok_len[t->id] = (int32_t)t->len;
+    off += t->len;
+    if (special) {
+      b->special[b->nspecial++] = t->id;
+      b->special_first[t->bytes[0]] = 1;
+      continue;
+    }
+    int32_t other = vocab_find(b, t->bytes, t->len);
+    if (other >= 0)
+      return tok_error(sp, t, __LINE__, __func__, "the token \"%s\" is given twice (ids %d and %d)",
+                       td_bpe__show(t->bytes, t->len, shown, sizeof shown), other, t->id);
+    size_t i = hash_bytes(t->bytes, t->len) & b->vocab_mask;
+    while (b->vocab[i] >= 0) i = (i + 1) & b->vocab_mask;
+    b->vocab[i] = t->id;
+  }
+  for (int by = 0; by < 256; by++) {
+    unsigned char one = (unsigned char)by;
+    if ((b->byte_id[by] = vocab_find(b, &one, 1)) < 0)
+      TD_FAIL(TD_ERR_DATA, "%s: no token for the byte 0x%02X: every single byte must be a token",
+              sp->name, by);
+  }
+  /* merge pairs: tokenizer.json's list, or every split of every token into
+   * two tokens, ranked by the joined token's rank (tiktoken's rule) */
+  size_t npairs = sp->nmerges;
+  if (!sp->merges)
+    for (size_t k = 0; k < sp->ntok; k++) npairs += sp->tok[k].len > 1 ? sp->tok[k].len - 1 : 0;
+  b->pair_mask = pow2_at_least(2 * npairs + 2) - 1;
+  b->pairs = malloc((b->pair_mask + 1) * sizeof *b->pairs);
+  if (!b->pairs) TD_FAIL(TD_ERR_NOMEM, "out of memory for the merges of %s", sp->name);
+  for (size_t i = 0; i <= b->pair_mask; i++) b->pairs[i].key = TD_BPE_NO_PAIR;
+  unsigned char *tmp = NULL;
+  if (sp->merges) {
+    size_t maxlen = 0;
+    for (size_t k = 0; k < sp->ntok; k++) maxlen = sp->tok[k].len > maxlen ? sp->tok[k].len : maxlen;
+    if (!(tmp = malloc(2 * maxlen + 1))) TD_FAIL(TD_ERR_NOMEM, "out of memory reading %s", sp->name);
+    for (size_t k = 0; k < sp->nmerges; k++) {
+      const td_bpe_merge *mg = &sp->merges[k];
+      td_bpe_tok at = {NULL, 0, 0, mg->line, mg->col};
+      int32_t l = vocab_find(b, mg->l, mg->nl), r = vocab_find(b, mg->r, mg->nr);
+      if (l < 0 || r < 0) {
+        st = tok_error(sp, &at, __LINE__, __func__, "merge %zu: \"%s\" is not a token of model.vocab",
+                       k, l < 0 ? td_bpe__show(mg->l, mg->nl, shown, sizeof shown)
+                                : td_bpe__show(mg->r, mg->nr, shown, sizeof shown));
+        break;
+      }
+      memcpy(tmp, mg->l, mg->nl);
+      memcpy(tmp + mg->nl, mg->r, mg->nr);
+      int32_t merged = vocab_find(b, tmp, (size_t)mg->nl + mg->nr);
+      if (merged < 0) {
+        st = tok_error(sp, &at, __LINE__, __func__,
+                       "merge %zu joins to \"%s\", which is not a token of model.vocab", k,
+                       td_bpe__show(tmp, (size_t)mg->nl + mg->nr, shown, sizeof shown));
+        break;
+      }
+      pair_set(b, l, r, (int32_t)k, merged);
+    }
+    free(tmp);
+    TD_CHECK(st);
+  } else {
+    for (size_t k = 0; k < sp->ntok; k++) {
+      const td_bpe_tok *t = &sp->tok[k];
+      for (uint32_t c = 1; c < t->len; c++) {
+        int32_t l = vocab_find(b, t->bytes, c), r = vocab_find(b, t->bytes + c, t->len - c);
+        if (l >= 0 && r >= 0) pair_set(b, l, r, t->id, t->id);
+      }
+    }
+  }
+  b->heap_ok = 1;
+  b->file_kind = sp->kind;
+  return TD_OK;
+}
+
+td_status td_bpe_load_llama3_mem(const char *name, const unsigned char *s, size_t n,
+                                 td_bpe_dialect dialect, td_bpe **out) {
+  td_status st = TD_OK;
+  td_bpe *b = NULL;
+  td_bpe_spec sp = {0};
+  unsigned char *arena = NULL;
+  TD_REQUIRE(out && name && (s || !n), TD_ERR_USAGE, "td_bpe_load_llama3: NULL argument");
+  *out = NULL;
+  TD_REQUIRE(td_bpe_dialect_is_llama3(dialect), TD_ERR_USAGE,
+             "td_bpe_load_llama3: dialect %d is not a LLaMA 3 one", (int)dialect);
+  b = calloc(1, sizeof *b);
+  if (!b) TD_FAIL(TD_ERR_NOMEM, "out of memory for a tokenizer");
+  b->dialect = dialect;
+  b->text[0] = copy_text(s, n);
+  b->text[1] = copy_text(s, 0);
+  if (!b->text[0] || !b->text[1]) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory for a tokenizer");
+  td_sha256 sh;
+  sha256_init(&sh);
+  sha256_update(&sh, s, n);
+  sha256_hex(&sh, b->hash);
+  TD_CHECK_GOTO(td_bpe__llama3_parse(name, s, n, &sp, &arena));
+  TD_CHECK_GOTO(llama3_build(b, &sp));
+  build_classes(b);
+  b->slots = calloc(TD_BPE_CACHE_SLOTS, sizeof *b->slots);
+  b->cache_keys = malloc(TD_BPE_CACHE_KEY_BYTES);
+  b->cache_ids = malloc(TD_BPE_CACHE_IDS * sizeof *b->cache_ids);
+  if (!b->slots || !b->cache_keys || !b->cache_ids)
+    TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory for the tokenizer's cache");
+  *out = b;
+  b = NULL;
+done:
+  td_bpe__spec_free(&sp);
+  free(arena);
+  td_bpe_destroy(&b);
+  return st;
+}
+
+td_status td_bpe_load_llama3(const char *path, td_bpe_dialect dialect, td_bpe **out) {
+  td_status st = TD_OK;
+  unsigned char *s = NULL;
+  size_t n = 0;
+  TD_REQUIRE(path && out, TD_ERR_USAGE, "td_bpe_load_llama3: NULL argument");
+  *out = NULL;
+  TD_CHECK(td_bpe__read_all(path, "the tokenizer file", &s, &n));
+  st = td_bpe_load_llama3_mem(path, s, n, dialect, out);
+  free(s);
   return st;
 }
 
@@ -1239,12 +1495,46 @@ void td_bpe_destroy(td_bpe **bp) {
   free(b->clean);
   free(b->text[0]);
   free(b->text[1]);
+  free(b->special);
   free(b);
   *bp = NULL;
 }
 
+/* The longest special token at s[i..n): its length (0: none) and id. */
+static size_t special_at(const td_bpe *b, const unsigned char *s, size_t n, size_t i,
+                         int32_t *id) {
+  size_t best = 0;
+  for (size_t k = 0; k < b->nspecial; k++) {
+    int32_t t = b->special[k];
+    size_t len = (size_t)b->tok_len[t];
+    const unsigned char *tb = b->tok_bytes + b->tok_off[t];
+    if (len > best && len <= n - i && tb[0] == s[i] && memcmp(tb, s + i, len) == 0) {
+      best = len;
+      *id = t;
+    }
+  }
+  return best;
+}
+
+/* Pre-tokenize and BPE s[0..n) (valid UTF-8, no special tokens). */
+static td_status encode_plain(td_bpe *b, const unsigned char *s, size_t n, int32_t **ids,
+                              size_t *nids, size_t *cap) {
+  for (size_t i = 0; i < n;) {
+    size_t e = td_bpe_pretoken_end(b, s, n, i);
+    TD_CHECK(bpe_piece(b, s + i, e - i, ids, nids, cap));
+    i = e;
+  }
+  return TD_OK;
+}
+
 td_status td_bpe_encode(td_bpe *b, const unsigned char *text, size_t n, int32_t **ids,
                         size_t *nids, size_t *cap) {
+  TD_CHECK(td_bpe_encode_text(b, text, n, 1, ids, nids, cap));
+  return TD_OK;
+}
+
+td_status td_bpe_encode_text(td_bpe *b, const unsigned char *text, size_t n, int specials,
+                             int32_t **ids, size_t *nids, size_t *cap) {
   TD_REQUIRE(b && ids && nids && cap && (text || n == 0), TD_ERR_USAGE,
              "td_bpe_encode: NULL argument");
   const unsigned char *s = text;
@@ -1262,12 +1552,22 @@ td_status td_bpe_encode(td_bpe *b, const unsigned char *text, size_t n, int32_t 
     s = b->clean;
     n = m;
   }
+  if (!specials || b->nspecial == 0) return encode_plain(b, s, n, ids, nids, cap);
+  /* the text between special tokens is pre-tokenized on its own */
+  size_t seg = 0;
   for (size_t i = 0; i < n;) {
-    size_t e = td_bpe_pretoken_end(b, s, n, i);
-    TD_CHECK(bpe_piece(b, s + i, e - i, ids, nids, cap));
-    i = e;
+    int32_t id;
+    size_t len = b->special_first[s[i]] ? special_at(b, s, n, i, &id) : 0;
+    if (!len) {
+      i++;
+      continue;
+    }
+    TD_CHECK(encode_plain(b, s + seg, i - seg, ids, nids, cap));
+    TD_CHECK(ids_append(ids, nids, cap, &id, 1));
+    i += len;
+    seg = i;
   }
-  return TD_OK;
+  return encode_plain(b, s + seg, n - seg, ids, nids, cap);
 }
 
 td_status td_bpe_decode(const td_bpe *b, const int32_t *ids, size_t n, char **out,
@@ -1303,8 +1603,20 @@ const char *td_bpe_dialect_name(td_bpe_dialect d) {
   switch (d) {
     case TD_BPE_GPT2: return "gpt2";
     case TD_BPE_GPT3_ENCODER: return "gpt3-encoder";
+    case TD_BPE_LLAMA3: return "llama3";
+    case TD_BPE_LLAMA3_JS: return "llama3-js";
   }
   return NULL;
+}
+
+int td_bpe_dialect_is_llama3(td_bpe_dialect d) {
+  return d == TD_BPE_LLAMA3 || d == TD_BPE_LLAMA3_JS;
+}
+
+const char *td_bpe_file_name(const td_bpe *b) {
+  return b->file_kind == TD_BPE_FILE_TIKTOKEN  ? "tokenizer.model"
+         : b->file_kind == TD_BPE_FILE_HF_JSON ? "tokenizer.json"
+                                               : NULL;
 }
 
 td_status td_bpe_dialect_parse(const char *name, td_bpe_dialect *d) {
@@ -1313,8 +1625,13 @@ td_status td_bpe_dialect_parse(const char *name, td_bpe_dialect *d) {
     *d = TD_BPE_GPT2;
   } else if (strcmp(name, "gpt3-encoder") == 0) {
     *d = TD_BPE_GPT3_ENCODER;
+  } else if (strcmp(name, "llama3") == 0) {
+    *d = TD_BPE_LLAMA3;
+  } else if (strcmp(name, "llama3-js") == 0) {
+    *d = TD_BPE_LLAMA3_JS;
   } else {
-    TD_FAIL(TD_ERR_USAGE, "unknown tokenizer dialect '%s' (gpt2 or gpt3-encoder)", name);
+    TD_FAIL(TD_ERR_USAGE, "unknown tokenizer dialect '%s' (gpt2, gpt3-encoder, llama3 or "
+            "llama3-js)", name);
   }
   return TD_OK;
 }
@@ -1324,17 +1641,18 @@ td_status td_bpe_token_id(const td_bpe *b, const char *key, int32_t *id) {
   const unsigned char *s = (const unsigned char *)key;
   size_t n = strlen(key);
   char shown[128];
+  if (n > 0 && b->nspecial > 0 && special_at(b, s, n, 0, id) == n) return TD_OK;
   int16_t cp_to_byte[TD_BPE_ALPHABET_END];
-  byte_alphabet(cp_to_byte);
+  td_bpe__alphabet(cp_to_byte);
   unsigned char small[256], *tmp = n <= sizeof small ? small : malloc(n);
   if (!tmp) TD_FAIL(TD_ERR_NOMEM, "out of memory");
   uint32_t bad;
-  long k = utf8_valid_prefix(s, n) == n ? alphabet_to_bytes(cp_to_byte, s, n, tmp, &bad) : -1;
+  long k = utf8_valid_prefix(s, n) == n ? td_bpe__alphabet_decode(cp_to_byte, s, n, tmp, &bad) : -1;
   *id = k > 0 ? vocab_find(b, tmp, (size_t)k) : -1;
   if (tmp != small) free(tmp);
   if (*id < 0)
     TD_FAIL(TD_ERR_USAGE, "\"%s\" is not a key of the tokenizer's encoder.json",
-            show(s, n, shown, sizeof shown));
+            td_bpe__show(s, n, shown, sizeof shown));
   return TD_OK;
 }
 

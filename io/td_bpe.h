@@ -101,7 +101,52 @@ typedef struct td_bpe td_bpe;
 typedef enum {
   TD_BPE_GPT2 = 0,          /* OpenAI's encoder.py (regex, Python) */
   TD_BPE_GPT3_ENCODER = 1,  /* npm gpt-3-encoder 1.1.4 (JavaScript) */
+  TD_BPE_LLAMA3 = 2,        /* LLaMA 3: Meta's tiktoken, Hugging Face's tokenizers */
+  TD_BPE_LLAMA3_JS = 3,     /* npm llama3-tokenizer-js 1.2.0 (JavaScript) */
 } td_bpe_dialect;
+
+/* The LLaMA 3 tokenizer (dialects TD_BPE_LLAMA3 and TD_BPE_LLAMA3_JS) from
+ * one file, recognised by its content:
+ *   - Meta's tokenizer.model (tiktoken's format): one "BASE64 RANK" line per
+ *     token, ranks 0, 1, 2, ... in order; BPE merges the adjacent pair whose
+ *     joined bytes have the lowest rank. The 256 special tokens are not in
+ *     the file: they are LLaMA 3.1's (ids 128000..128255: <|begin_of_text|>,
+ *     <|end_of_text|>, <|reserved_special_token_0|>, <|reserved_special_token_1|>,
+ *     <|finetune_right_pad_id|>, <|reserved_special_token_2|>,
+ *     <|start_header_id|>, <|end_header_id|>, <|eom_id|>, <|eot_id|>,
+ *     <|python_tag|>, then <|reserved_special_token_3|> .. _247|>);
+ *   - Hugging Face's tokenizer.json: model.vocab (byte-alphabet keys to ids),
+ *     model.merges ("a b" strings or ["a", "b"] pairs; the rank is the
+ *     position) and added_tokens (the special tokens, with their ids).
+ * Encoding (td_bpe_encode): special tokens spelled in the text become their
+ * ids (as Hugging Face's tokenizers and llama3-tokenizer-js do; tiktoken
+ * needs allowed_special="all" for that); the rest of the text, between
+ * them, is cut by the pre-tokenizer regex
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *    ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * (by hand over code points); a piece that is a token is that token
+ * (ignore_merges), any other is BPE'd. Dialects differ in \s as the GPT-2
+ * ones do (TD_BPE_LLAMA3_JS: JavaScript's, with U+FEFF, without U+0085) and
+ * in the contractions' case folding (TD_BPE_LLAMA3 also folds U+017F LONG S
+ * to s, as Rust's and Oniguruma's (?i) do; the JS port knows [sS] only).
+ * Messages name the file and line (tokenizer.model) or line:column
+ * (tokenizer.json). */
+td_status td_bpe_load_llama3(const char *path, td_bpe_dialect dialect, td_bpe **out);
+/* The same from the file's bytes in memory; `name` stands for the file. */
+td_status td_bpe_load_llama3_mem(const char *name, const unsigned char *s, size_t n,
+                                 td_bpe_dialect dialect, td_bpe **out);
+/* Whether the dialect is a LLaMA 3 one. */
+int td_bpe_dialect_is_llama3(td_bpe_dialect d);
+/* The name of the file a LLaMA 3 tokenizer was built from, as the /tokenizer
+ * group of datasets and checkpoints stores it: "tokenizer.model" or
+ * "tokenizer.json"; NULL for the GPT-2 dialects (two files). */
+const char *td_bpe_file_name(const td_bpe *b);
+/* Encode as td_bpe_encode does, with special tokens spelled in the text
+ * recognised (specials = 1) or encoded as ordinary text (0: what a chat's
+ * content needs, so that a message cannot forge the template's tokens). The
+ * GPT-2 dialects have none: the flag changes nothing. */
+td_status td_bpe_encode_text(td_bpe *b, const unsigned char *text, size_t n, int specials,
+                             int32_t **ids, size_t *nids, size_t *cap);
 
 /* Read encoder.json and vocab.bpe and build a tokenizer of dialect
  * TD_BPE_GPT2. Errors: unreadable file → TD_ERR_IO; malformed content →
@@ -119,7 +164,8 @@ td_status td_bpe_load_mem(const char *encoder_name, const unsigned char *encoder
                           const unsigned char *merges, size_t merges_len,
                           td_bpe_dialect dialect, td_bpe **out);
 /* The bytes the tokenizer was built from, NUL-terminated: encoder.json
- * (which = 0) or vocab.bpe (1); NULL otherwise. Owned by b. */
+ * (which = 0) or vocab.bpe (1); a LLaMA 3 tokenizer's one file (0; 1 is
+ * ""); NULL otherwise. Owned by b. */
 const char *td_bpe_file_text(const td_bpe *b, int which);
 /* Free the tokenizer; accepts NULL and *b == NULL; sets *b = NULL. */
 void td_bpe_destroy(td_bpe **b);
@@ -142,18 +188,20 @@ td_status td_bpe_decode(const td_bpe *b, const int32_t *ids, size_t n, char **ou
 
 /* Largest id + 1 (50257 for GPT-2). */
 int64_t td_bpe_vocab_size(const td_bpe *b);
-/* SHA-256 of encoder.json's bytes followed by vocab.bpe's, 64 lower-case hex
+/* SHA-256 of encoder.json's bytes followed by vocab.bpe's (of a LLaMA 3
+ * tokenizer: of its file), 64 lower-case hex
  * digits: what `cat encoder.json vocab.bpe | sha256sum` prints. For datasets
  * to record beside the dialect name. Owned by b. */
 const char *td_bpe_hash(const td_bpe *b);
 td_bpe_dialect td_bpe_get_dialect(const td_bpe *b);
-/* "gpt2" or "gpt3-encoder" (NULL for an unknown value). */
+/* "gpt2", "gpt3-encoder", "llama3" or "llama3-js" (NULL for an unknown value). */
 const char *td_bpe_dialect_name(td_bpe_dialect d);
 /* Parse a dialect name as td_bpe_dialect_name prints it (TD_ERR_USAGE). */
 td_status td_bpe_dialect_parse(const char *name, td_bpe_dialect *d);
 
 /* The id of a vocabulary entry, given as its encoder.json key (UTF-8, e.g.
- * "<|endoftext|>" or "\xC4\xA0the" for " the"). Not found → TD_ERR_USAGE. */
+ * "<|endoftext|>" or "\xC4\xA0the" for " the"), or a special token's text
+ * ("<|eot_id|>"). Not found → TD_ERR_USAGE. */
 td_status td_bpe_token_id(const td_bpe *b, const char *key, int32_t *id);
 
 /* The invalid-UTF-8 rule alone: a new buffer (free with free()) holding text

@@ -18,6 +18,10 @@
  *       also compares the regex classes (\s, \p{L}, \p{N}) of every code
  *       point with the reference's ("first last class" hex ranges, from
  *       oracle.js --classes or gpt2_encoder.py --classes).
+ *   test_bpe --dialect llama3|llama3-js [--hash HEX] [--classes FILE]
+ *            TOKENIZER_FILE CORPUS EXPECTED_IDS
+ *       the same for LLaMA 3's tokenizer from its one file (tokenizer.model
+ *       or tokenizer.json; reference ids from tests/tokenizer/llama3.js).
  * One line per check, then "N passed, M failed"; exit status 1 if any
  * check failed, 2 on a usage error. */
 #include <stdarg.h>
@@ -562,6 +566,209 @@ static void offline_malformed(void) {
   free(good);
 }
 
+/* ---- LLaMA 3's files, pre-tokenizer and special tokens --------------------------- */
+
+static const char *b64(const unsigned char *s, size_t n, char *o) {
+  static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  size_t w = 0;
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t x = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0) |
+                 (i + 2 < n ? s[i + 2] : 0);
+    o[w++] = a[x >> 18 & 63];
+    o[w++] = a[x >> 12 & 63];
+    o[w++] = i + 1 < n ? a[x >> 6 & 63] : '=';
+    o[w++] = i + 2 < n ? a[x & 63] : '=';
+  }
+  o[w] = '\0';
+  return o;
+}
+
+/* pieces of text under b's pre-tokenizer, joined by '|' */
+static const char *pieces(const td_bpe *b, const char *text, char *o, size_t cap) {
+  size_t n = strlen(text), w = 0;
+  for (size_t i = 0; i < n;) {
+    size_t e = td_bpe_pretoken_end(b, (const unsigned char *)text, n, i);
+    if (i && w + 1 < cap) o[w++] = '|';
+    for (size_t k = i; k < e && w + 1 < cap; k++) o[w++] = text[k];
+    i = e;
+  }
+  o[w] = '\0';
+  return o;
+}
+
+static int expect_fail(td_status st, const char *where, const char *what) {
+  const char *m = td_error_message();
+  int ok = st == TD_ERR_DATA && m && strstr(m, where) && strstr(m, what);
+  if (!ok) printf("     message: %s\n", m ? m : "(none)");
+  return ok;
+}
+
+static void offline_llama3(void) {
+  /* tokenizer.model: the 256 bytes (ranks 0..255), then ab, abc, bc, " a" */
+  static const char *extra[] = {"ab", "abc", "bc", " a"};
+  char line[64], enc[24];
+  size_t cap = 1 << 16, w = 0;
+  char *model = malloc(cap);
+  for (int x = 0; x < 256; x++) {
+    unsigned char c = (unsigned char)x;
+    w += (size_t)snprintf(model + w, cap - w, "%s %d\n", b64(&c, 1, enc), x);
+  }
+  for (int k = 0; k < 4; k++)
+    w += (size_t)snprintf(model + w, cap - w, "%s %d\n",
+                          b64((const unsigned char *)extra[k], strlen(extra[k]), enc), 256 + k);
+  char path[4300], jpath[4300];
+  path_in(path, sizeof path, "tokenizer.model");
+  path_in(jpath, sizeof jpath, "tokenizer.json");
+  write_file(path, model, w);
+  td_bpe *b = NULL;
+  check(td_bpe_load_llama3(path, TD_BPE_LLAMA3, &b) == TD_OK,
+        "llama3: a minimal tokenizer.model loads (vocab_size %lld: 260 + 256 special)",
+        b ? (long long)td_bpe_vocab_size(b) : -1LL);
+  if (b) {
+    int want1[] = {'x', 257, 256}; /* x|ab|c|ab -> x|abc|ab (rank 256 before 257) */
+    check(encodes_to(b, "xabcab", 6, want1, 3), "llama3 tokenizer.model: \"xabcab\" -> x abc ab");
+    int want2[] = {257}; /* a piece that is a token is that token */
+    check(encodes_to(b, "abc", 3, want2, 1), "llama3: ignore_merges (\"abc\" is one token)");
+    int32_t eot = -1, bot = -1;
+    check(td_bpe_token_id(b, "<|eot_id|>", &eot) == TD_OK && eot == 260 + 9 &&
+              td_bpe_token_id(b, "<|begin_of_text|>", &bot) == TD_OK && bot == 260 &&
+              td_bpe_token_id(b, "<|reserved_special_token_247|>", &eot) == TD_OK && eot == 515,
+          "llama3 tokenizer.model: Meta's special tokens follow the ranks (eot_id %d)", eot);
+    int want3[] = {'x', 260 + 9, 'y'};
+    check(encodes_to(b, "x<|eot_id|>y", 12, want3, 3), "llama3: a special token in the text is its id");
+    int32_t *ids = NULL;
+    size_t nids = 0, icap = 0;
+    check(td_bpe_encode_text(b, (const unsigned char *)"<|eot_id|>", 10, 0, &ids, &nids, &icap) ==
+              TD_OK && nids > 1,
+          "llama3: td_bpe_encode_text(specials = 0) spells it as text (%zu ids)", nids);
+    char *dec = NULL;
+    size_t nd = 0;
+    int32_t one = 260 + 9;
+    check(td_bpe_decode(b, &one, 1, &dec, &nd) == TD_OK && strcmp(dec, "<|eot_id|>") == 0,
+          "llama3: a special token decodes to its text");
+    free(dec);
+    free(ids);
+    static const struct { const char *in, *out; } pt[] = {
+        {"12345 1234567", "123|45| |123|456|7"},
+        {"I'M here, we'Ll", "I|'M| here|,| we|'Ll"},
+        {"(word) x_id _id $x", "(word|)| x|_id| _|id| $|x"},
+        {"end.\nnext", "end|.\n|next"},
+        {"a \n b", "a| \n| b"},
+        {"a   b", "a|  | b"},
+        {"x  ", "x|  "},
+        {"a\r\n\r\nb", "a|\r\n\r\n|b"},
+        {"a \t\n  \n\tb", "a| \t\n  \n|\tb"},
+        {"x!!\n\n", "x|!!\n\n"},
+        {"'sunny 'Sx 's", "'s|unny| '|Sx| '|s"},
+        {"\xc2\xa0word \xc2\xa0\xc2\xa0", "\xc2\xa0word| \xc2\xa0\xc2\xa0"},
+    };
+    char got[256];
+    for (size_t k = 0; k < sizeof pt / sizeof *pt; k++) {
+      pieces(b, pt[k].in, got, sizeof got);
+      char sh1[200], sh2[200];
+      check(strcmp(got, pt[k].out) == 0, "llama3 pre-tokens of \"%s\": \"%s\"",
+            esc((const unsigned char *)pt[k].in, strlen(pt[k].in), sh1, sizeof sh1),
+            esc((const unsigned char *)got, strlen(got), sh2, sizeof sh2));
+    }
+    /* U+017F LONG S folds to s in Rust's and Oniguruma's (?i), not in the JS port */
+    pieces(b, "'\xc5\xbft", got, sizeof got);
+    check(strcmp(got, "'\xc5\xbf|t") == 0, "llama3: \"'\\u017Ft\" -> 'ſ|t (a contraction)");
+    td_bpe_destroy(&b);
+    check(td_bpe_load_llama3(path, TD_BPE_LLAMA3_JS, &b) == TD_OK, "llama3-js loads the same file");
+    pieces(b, "'\xc5\xbft", got, sizeof got);
+    check(strcmp(got, "'\xc5\xbft") == 0, "llama3-js: \"'\\u017Ft\" is one piece ([sS] only)");
+    td_bpe_destroy(&b);
+  }
+
+  /* the same tokens as tokenizer.json, merges in rank order */
+  const char *json_head = "{\n  \"added_tokens\": [{\"id\": 300, \"content\": \"<|eot_id|>\", "
+                          "\"special\": true}],\n  \"model\": {\"type\": \"BPE\", \"vocab\": {";
+  size_t jw = 0;
+  char *json = malloc(cap);
+  jw += (size_t)snprintf(json + jw, cap - jw, "%s", json_head);
+  for (int x = 0; x < 256; x++) {
+    unsigned char c = (unsigned char)x;
+    char sp[8];
+    spell(&c, 1, sp);
+    jw += (size_t)snprintf(json + jw, cap - jw, "%s\"%s%s\": %d", x ? ", " : "",
+                           sp[0] == '"' || sp[0] == '\\' ? "\\" : "", sp, x);
+  }
+  jw += (size_t)snprintf(json + jw, cap - jw, ", \"ab\": 256, \"abc\": 257, \"bc\": 258, "
+                         "\"\xc4\xa0" "a\": 259},\n  \"merges\": [\"a b\", [\"ab\", \"c\"], "
+                         "\"b c\", \"\xc4\xa0 a\"]}}\n");
+  write_file(jpath, json, jw);
+  check(td_bpe_load_llama3(jpath, TD_BPE_LLAMA3, &b) == TD_OK,
+        "llama3: a minimal tokenizer.json loads (merges as \"a b\" and [\"a\", \"b\"])");
+  if (b) {
+    int want1[] = {'x', 257, 256}, want3[] = {'x', 300, 'y'};
+    check(encodes_to(b, "xabcab", 6, want1, 3) && encodes_to(b, "x<|eot_id|>y", 12, want3, 3),
+          "llama3 tokenizer.json: the same ids; added_tokens are special");
+    check(td_bpe_file_name(b) && strcmp(td_bpe_file_name(b), "tokenizer.json") == 0,
+          "td_bpe_file_name: tokenizer.json");
+    td_bpe_destroy(&b);
+  }
+
+  /* malformed files: each names the file and the place */
+  static const struct { int json; const char *text, *where, *what; } bad[] = {
+      {0, "YWI= 0\n!!!! 1\n", "tokenizer.bad:2", "not base64"},
+      {0, "YWI=\n", "tokenizer.bad:1", "no space"},
+      {0, "YQ== 0\nYg== x\n", "tokenizer.bad:2", "not an integer"},
+      {0, "YQ== 0\nYg== 0\n", "tokenizer.bad:2", "id 0 is given to two tokens"},
+      {0, "YQ== 0\nYQ== 1\n", "tokenizer.bad:2", "given twice"},
+      {0, "YQ== 0\nYg== 1", "tokenizer.bad:2", "no newline"},
+      {0, "YQ== 0\n", "tokenizer.bad", "no token for the byte 0x00"},
+      {0, "", "tokenizer.bad", "empty"},
+      {1, "{\"model\": {\"vocab\": {}, \"merges\": []}", "tokenizer.bad:1:", "expected ',' or '}'"},
+      {1, "{\"a\": 1}", "tokenizer.bad:1:1", "no \"model\" object"},
+      {1, "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}, \"merges\": []}}", "tokenizer.bad:1:",
+       "model.type"},
+      {1, "{\"model\": {\"vocab\": {\"a\": 0, \"\xe4\xb8\xad\": 1}, \"merges\": []}}",
+       "tokenizer.bad:1:", "U+4E2D"},
+      {1, "{\"model\": {\"vocab\": {\"a\": 0,\n\"a\": 1}, \"merges\": []}}", "tokenizer.bad:2:1",
+       "given twice"},
+      {1, "{\"model\": {\"vocab\": {\"a\": 1.5}, \"merges\": []}}", "tokenizer.bad:1:",
+       "must be an integer"},
+      {1, "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": [\"a\"]}}", "tokenizer.bad:1:",
+       "merge 0 must be"},
+      {1, "{\"added_tokens\": [{\"id\": 0, \"content\": \"<x>\"}], \"model\": {\"vocab\": "
+          "{\"a\": 0}, \"merges\": []}}", "tokenizer.bad:1:", "another token in model.vocab"},
+      {1, "{\"model\": {\"vocab\": {\"a\xff\": 0}, \"merges\": []}}", "tokenizer.bad:1:",
+       "invalid UTF-8"},
+  };
+  char bpath[4300];
+  path_in(bpath, sizeof bpath, "tokenizer.bad");
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    write_file(bpath, bad[k].text, strlen(bad[k].text));
+    td_status st = td_bpe_load_llama3(bpath, TD_BPE_LLAMA3, &b);
+    check(st != TD_OK && b == NULL && expect_fail(st, bad[k].where, bad[k].what),
+          "llama3 malformed %s %zu: \"%s ... %s\"", bad[k].json ? "tokenizer.json" : "tokenizer.model",
+          k, bad[k].where, bad[k].what);
+    td_bpe_destroy(&b);
+  }
+  /* a merge of a token that is not one: the good tokenizer.json, its first merge changed */
+  char *m = strstr(json, "[\"a b\"");
+  if (m) {
+    size_t at = (size_t)(m - json);
+    char *bj = malloc(jw + 8);
+    memcpy(bj, json, at);
+    size_t bw = at + (size_t)sprintf(bj + at, "[\"a zz\"");
+    memcpy(bj + bw, m + 6, jw - at - 6);
+    bw += jw - at - 6;
+    write_file(bpath, bj, bw);
+    td_status st = td_bpe_load_llama3(bpath, TD_BPE_LLAMA3, &b);
+    check(st != TD_OK && expect_fail(st, "tokenizer.bad:4:14", "merge 0: \"zz\" is not a token"),
+          "llama3 malformed tokenizer.json: a merge of an unknown token, named with its place");
+    td_bpe_destroy(&b);
+    free(bj);
+  }
+  unlink(bpath);
+  unlink(path);
+  unlink(jpath);
+  free(model);
+  free(json);
+  (void)line;
+}
+
 /* ---- against a reference's ids ---------------------------------------------------- */
 
 static int32_t *read_ids(const char *path, size_t *n) {
@@ -635,17 +842,24 @@ static void explain(td_bpe *b, const unsigned char *text, size_t n, const int32_
   free(s);
 }
 
+/* GPT-2's two files, or LLaMA 3's one (merp NULL) */
+static td_status load(td_bpe_dialect d, const char *encp, const char *merp, td_bpe **b) {
+  if (td_bpe_dialect_is_llama3(d)) return td_bpe_load_llama3(encp, d, b);
+  return td_bpe_load_dialect(encp, merp, d, b);
+}
+
 static int against_reference(td_bpe_dialect d, const char *hash, const char *encp, const char *merp,
                              const char *corpus, const char *expected) {
   td_bpe *b = NULL;
   g_quiet = 0; /* --quiet is for the offline checks */
   double t0 = now();
-  if (td_bpe_load_dialect(encp, merp, d, &b) != TD_OK) {
+  if (load(d, encp, merp, &b) != TD_OK) {
     check(0, "load %s, %s", encp, merp);
     return 0;
   }
   double tload = now() - t0;
-  check(1, "load %s + %s (%s): vocab_size %lld, sha256 %s, %.0f ms", encp, merp, td_bpe_dialect_name(d),
+  check(1, "load %s%s%s (%s): vocab_size %lld, sha256 %s, %.0f ms", encp, merp ? " + " : "",
+        merp ? merp : "", td_bpe_dialect_name(d),
         (long long)td_bpe_vocab_size(b), td_bpe_hash(b), 1e3 * tload);
   if (hash) check(strcmp(hash, td_bpe_hash(b)) == 0, "td_bpe_hash == %s", hash);
   size_t n = 0;
@@ -738,7 +952,9 @@ static char trident_class(const td_bpe *b, uint32_t c) {
     u[0] = (unsigned char)(0xF0 | c >> 18), u[1] = (unsigned char)(0x80 | (c >> 12 & 0x3F));
     u[2] = (unsigned char)(0x80 | (c >> 6 & 0x3F)), u[3] = (unsigned char)(0x80 | (c & 0x3F)), k = 4;
   }
-  static const char probe[3] = {'a', '1', '\t'}, cls[3] = {'L', 'N', 'S'};
+  /* LLaMA 3 ends a white space run at its last line break: probe with "\n" */
+  const char probe[3] = {'a', '1', td_bpe_dialect_is_llama3(td_bpe_get_dialect(b)) ? '\n' : '\t'};
+  static const char cls[3] = {'L', 'N', 'S'};
   for (int t = 0; t < 3; t++) {
     s[0] = (unsigned char)probe[t];
     memcpy(s + 1, u, k);
@@ -755,8 +971,8 @@ static char trident_class(const td_bpe *b, uint32_t c) {
 static void classes_check(td_bpe_dialect d, const char *encp, const char *merp, const char *file) {
   td_bpe *b = NULL;
   g_quiet = 0;
-  if (td_bpe_load_dialect(encp, merp, d, &b) != TD_OK) {
-    check(0, "load %s, %s", encp, merp);
+  if (load(d, encp, merp, &b) != TD_OK) {
+    check(0, "load %s", encp);
     return;
   }
   char *ref = calloc(0x110000, 1);
@@ -816,11 +1032,15 @@ int main(int argc, char **argv) {
       npos = 5;
     }
   }
-  if (npos != 0 && npos != 4) {
+  int llama3 = td_bpe_dialect_is_llama3(d), want = llama3 ? 3 : 4;
+  if (npos != 0 && npos != want) {
     fprintf(stderr, "usage: test_bpe [--dialect gpt2|gpt3-encoder] [--hash HEX] [--classes FILE] [--quiet]\n"
-                    "                [ENCODER_JSON VOCAB_BPE CORPUS EXPECTED_IDS|-]\n");
+                    "                [ENCODER_JSON VOCAB_BPE CORPUS EXPECTED_IDS|-]\n"
+                    "       test_bpe --dialect llama3|llama3-js [--hash HEX] [--classes FILE] [--quiet]\n"
+                    "                [TOKENIZER_FILE CORPUS EXPECTED_IDS|-]\n");
     return 2;
   }
+  if (llama3 && npos == 3) pos[3] = pos[2], pos[2] = pos[1], pos[1] = NULL, npos = 4;
   const char *tmp = getenv("TMPDIR");
   snprintf(g_dir, sizeof g_dir, "%s/test_bpe.XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(g_dir)) {
@@ -829,6 +1049,7 @@ int main(int argc, char **argv) {
   }
   offline_bpe();
   offline_malformed();
+  offline_llama3();
   char f[4300];
   path_in(f, sizeof f, "small_encoder.json");
   unlink(f);
