@@ -1656,6 +1656,20 @@ td_status td_bpe_token_id(const td_bpe *b, const char *key, int32_t *id) {
   return TD_OK;
 }
 
+td_status td_bpe_doc_tokens(const td_bpe *b, int32_t *bos, int32_t *eos) {
+  TD_REQUIRE(b && bos && eos, TD_ERR_USAGE, "td_bpe_doc_tokens: NULL argument");
+  int llama3 = td_bpe_dialect_is_llama3(b->dialect);
+  const char *first = llama3 ? "<|begin_of_text|>" : "<|endoftext|>";
+  *eos = -1;
+  if (td_bpe_token_id(b, first, bos) != TD_OK ||
+      (llama3 && td_bpe_token_id(b, "<|end_of_text|>", eos) != TD_OK)) {
+    td_error_clear();
+    TD_FAIL(TD_ERR_DATA, "the %s tokenizer has no %s token", td_bpe_dialect_name(b->dialect),
+            llama3 ? "<|begin_of_text|> or <|end_of_text|>" : "<|endoftext|>");
+  }
+  return TD_OK;
+}
+
 td_status td_bpe_sanitize_utf8(const unsigned char *text, size_t n, unsigned char **out,
                                size_t *out_n, size_t *nreplaced) {
   TD_REQUIRE(out && out_n && (text || n == 0), TD_ERR_USAGE,

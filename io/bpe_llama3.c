@@ -100,12 +100,16 @@ static td_status parse_tiktoken(const char *name, const unsigned char *s, size_t
     if (!nl)
       TD_FAIL(TD_ERR_DATA, "%s:%lld: the last line has no newline (a tokenizer.model line is "
               "\"BASE64 RANK\\n\"; the file may be cut short)", name, (long long)line);
+    size_t k = sp_ ? (size_t)(sp_ - s) : e;
+    long len = sp_ ? b64_decode(s + i, k - i, arena + used) : -1;
+    if (line == 1 && len <= 0) /* the wrong kind of file */
+      TD_FAIL(TD_ERR_DATA, "%s:1: not a LLaMA 3 tokenizer file: neither a Hugging Face "
+              "tokenizer.json (which starts with '{') nor a tokenizer.model of \"BASE64 RANK\" "
+              "lines (line 1 is \"%.*s\")", name, (int)(e - i > 40 ? 40 : e - i),
+              (const char *)s + i);
     if (!sp_)
-      TD_FAIL(TD_ERR_DATA, "%s:%lld: expected \"BASE64 RANK\" (a tokenizer.model of tiktoken's "
-              "format, or a Hugging Face tokenizer.json starting with '{'), found %s", name,
-              (long long)line, e == i ? "an empty line" : "no space");
-    size_t k = (size_t)(sp_ - s);
-    long len = b64_decode(s + i, k - i, arena + used);
+      TD_FAIL(TD_ERR_DATA, "%s:%lld: expected \"BASE64 RANK\", found %s", name, (long long)line,
+              e == i ? "an empty line" : "no space");
     if (len <= 0)
       TD_FAIL(TD_ERR_DATA, "%s:%lld: the token \"%.*s\" is not base64 (A-Z a-z 0-9 + /, padded "
               "with = to a multiple of 4)", name, (long long)line, (int)(k - i > 60 ? 60 : k - i),

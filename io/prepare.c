@@ -240,9 +240,10 @@ static td_status add_input(plan *p, const char *in) {
   return TD_OK;
 }
 
-/* A 1-D uint16 dataset of n tokens, chunked. */
+/* A 1-D dataset of n tokens, chunked: uint16, or uint32 when `wide` (a
+ * vocabulary over 65,536 tokens, LLaMA 3's). */
 static td_status create_tokens(hid_t f, const char *tmp, const char *name,
-                               int64_t n, hid_t *out) {
+                               int64_t n, int wide, hid_t *out) {
   td_status st = TD_OK;
   hsize_t dim = (hsize_t)n;
   hsize_t chunk = n < TD_PREPARE_CHUNK_TOKENS ? (hsize_t)n : TD_PREPARE_CHUNK_TOKENS;
@@ -254,7 +255,8 @@ static td_status create_tokens(hid_t f, const char *tmp, const char *name,
       H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0)
     TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot set up %s: %s", tmp, name,
                  td_h5_error_text());
-  *out = H5Dcreate2(f, name, H5T_STD_U16LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  *out = H5Dcreate2(f, name, wide ? H5T_STD_U32LE : H5T_STD_U16LE, space, H5P_DEFAULT, dcpl,
+                    H5P_DEFAULT);
   if (*out < 0)
     TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot create %s: %s", tmp, name,
                  td_h5_error_text());
@@ -264,15 +266,15 @@ done:
   return st;
 }
 
-/* Write n tokens at offset `at` of dataset d. */
+/* Write n tokens (of memory type mt) at offset `at` of dataset d. */
 static td_status write_tokens(hid_t d, const char *tmp, const char *name,
-                              int64_t at, const uint16_t *tok, int64_t n) {
+                              int64_t at, hid_t mt, const void *tok, int64_t n) {
   hsize_t start = (hsize_t)at, count = (hsize_t)n;
   hid_t fs = H5Dget_space(d);
   hid_t ms = H5Screate_simple(1, &count, NULL);
   herr_t e = (fs < 0 || ms < 0) ? -1
              : H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL);
-  if (e >= 0) e = H5Dwrite(d, H5T_NATIVE_UINT16, ms, fs, H5P_DEFAULT, tok);
+  if (e >= 0) e = H5Dwrite(d, mt, ms, fs, H5P_DEFAULT, tok);
   const char *why = e < 0 ? td_h5_error_text() : NULL;
   if (ms >= 0) H5Sclose(ms);
   if (fs >= 0) H5Sclose(fs);
@@ -306,7 +308,7 @@ static size_t bpe_cut(const unsigned char *t, size_t n) {
  * at [fstart[i], fstart[i+1])), tokenized into an unlinked spool file. */
 typedef struct {
   td_bpe *b;
-  int32_t eot;
+  int32_t bos, eos; /* around each document (td_bpe_doc_tokens); -1: none */
   const int64_t *fstart;
   int64_t lo, hi, total;
   int last;        /* the last rank: also the empty files at the very end */
@@ -316,7 +318,7 @@ typedef struct {
   size_t cap;
   int32_t *ids;
   size_t nids, idcap;
-  uint16_t *tok;
+  uint32_t *tok;   /* spooled as uint32, whatever the dataset's width */
   size_t tokcap;
   int64_t done;    /* bytes encoded */
   double t0, last_log;
@@ -387,7 +389,7 @@ static td_status job_flush(bpe_job *j, const char *spool_name) {
     TD_CHECK(td_alloc((void **)&j->tok, 2 * j->nids * sizeof *j->tok, "prepare token buffer"));
     j->tokcap = 2 * j->nids;
   }
-  for (size_t i = 0; i < j->nids; ++i) j->tok[i] = (uint16_t)j->ids[i];
+  for (size_t i = 0; i < j->nids; ++i) j->tok[i] = (uint32_t)j->ids[i];
   if (write_full(j->spool, j->tok, j->nids * sizeof *j->tok) != 0)
     TD_FAIL(TD_ERR_IO, "%s: cannot write tokens: %s", spool_name, strerror(errno));
   j->ntok += (int64_t)j->nids;
@@ -395,19 +397,25 @@ static td_status job_flush(bpe_job *j, const char *spool_name) {
   return TD_OK;
 }
 
-/* Encode bytes [a, e) of file i (with <|endoftext|> first when `doc` starts
- * there) into the spool, in pieces cut by bpe_cut. */
-static td_status job_piece(bpe_job *j, plan *p, int64_t i, int64_t a, int64_t e, int doc,
-                           const char *spool_name) {
-  const src *s = &p->v[i];
-  if (doc) {
-    if (j->nids == j->idcap) {
-      int32_t *g = realloc(j->ids, 1024 * sizeof *g);
-      if (!g) TD_FAIL(TD_ERR_NOMEM, "prepare: out of memory for token ids");
-      j->ids = g, j->idcap = 1024;
-    }
-    j->ids[j->nids++] = j->eot;
+/* Append one id to the pending ones. */
+static td_status job_id(bpe_job *j, int32_t id) {
+  if (j->nids == j->idcap) {
+    size_t cap = j->idcap ? 2 * j->idcap : 1024;
+    int32_t *g = realloc(j->ids, cap * sizeof *g);
+    if (!g) TD_FAIL(TD_ERR_NOMEM, "prepare: out of memory for token ids");
+    j->ids = g, j->idcap = cap;
   }
+  j->ids[j->nids++] = id;
+  return TD_OK;
+}
+
+/* Encode bytes [a, e) of file i (with the document's first token when `doc`
+ * starts there, and its last when `ends` there) into the spool, in pieces
+ * cut by bpe_cut. */
+static td_status job_piece(bpe_job *j, plan *p, int64_t i, int64_t a, int64_t e, int doc,
+                           int ends, const char *spool_name) {
+  const src *s = &p->v[i];
+  if (doc && j->bos >= 0) TD_CHECK(job_id(j, j->bos));
   if (a < e) {
     int fd = -1, own = 0;
     td_status st = TD_OK;
@@ -449,6 +457,7 @@ static td_status job_piece(bpe_job *j, plan *p, int64_t i, int64_t a, int64_t e,
     if (own) close(fd);
     TD_CHECK(st);
   }
+  if (ends && j->eos >= 0) TD_CHECK(job_id(j, j->eos));
   return job_flush(j, spool_name);
 }
 
@@ -461,7 +470,8 @@ static td_status job_run(bpe_job *j, plan *p, const char *spool_name) {
     int64_t a = fs > j->lo ? fs : j->lo, e = fe < j->hi ? fe : j->hi;
     int starts = fs >= j->lo && (fs < j->hi || (j->last && fs == j->total));
     int runs_in = fs < j->lo && fe > j->lo;
-    if (starts || runs_in) TD_CHECK(job_piece(j, p, i, a - fs, e - fs, starts, spool_name));
+    if (starts || runs_in)
+      TD_CHECK(job_piece(j, p, i, a - fs, e - fs, starts, e == fe, spool_name));
   }
   return TD_OK;
 }
@@ -523,14 +533,15 @@ static td_status job_write(bpe_job *j, hid_t dtrain, hid_t dval, const char *tmp
     int64_t c = j->ntok - k < (int64_t)m ? j->ntok - k : (int64_t)m;
     int64_t g = first + k; /* global index of the piece's first token */
     if (g < ntrain && g + c > ntrain) c = ntrain - g; /* not across the split */
-    ssize_t r = pread(j->spool, j->tok, (size_t)c * sizeof *j->tok, (off_t)(k * 2));
+    ssize_t r = pread(j->spool, j->tok, (size_t)c * sizeof *j->tok,
+                      (off_t)k * (off_t)sizeof *j->tok);
     if (r != (ssize_t)((size_t)c * sizeof *j->tok))
       TD_FAIL(TD_ERR_IO, "%s: cannot read back tokens: %s", spool_name,
               r < 0 ? strerror(errno) : "short read");
     if (g < ntrain)
-      TD_CHECK(write_tokens(dtrain, tmp, "/tokens", g, j->tok, c));
+      TD_CHECK(write_tokens(dtrain, tmp, "/tokens", g, H5T_NATIVE_UINT32, j->tok, c));
     else
-      TD_CHECK(write_tokens(dval, tmp, "/val_tokens", g - ntrain, j->tok, c));
+      TD_CHECK(write_tokens(dval, tmp, "/val_tokens", g - ntrain, H5T_NATIVE_UINT32, j->tok, c));
     k += c;
   }
   return TD_OK;
@@ -585,8 +596,8 @@ td_status td_prepare(const char *out_path, double val_fraction, int ninputs,
   memcpy(tmp + ol, ".tmp", 5);
   TD_CHECK_GOTO(td_h5_create(tmp, MPI_COMM_NULL, &f));
   tmp_made = 1;
-  TD_CHECK_GOTO(create_tokens(f, tmp, "/tokens", ntrain, &dtrain));
-  if (nval > 0) TD_CHECK_GOTO(create_tokens(f, tmp, "/val_tokens", nval, &dval));
+  TD_CHECK_GOTO(create_tokens(f, tmp, "/tokens", ntrain, 0, &dtrain));
+  if (nval > 0) TD_CHECK_GOTO(create_tokens(f, tmp, "/val_tokens", nval, 0, &dval));
   TD_CHECK_GOTO(td_h5_attr_write_i64(f, "vocab_size", 256));
   TD_CHECK_GOTO(td_h5_attr_write_str(f, "tokenizer", "bytes"));
 
@@ -621,12 +632,12 @@ td_status td_prepare(const char *out_path, double val_fraction, int ninputs,
       while (off < r) {
         if (k < ntrain) {
           int64_t m = ntrain - k < r - off ? ntrain - k : r - off;
-          TD_CHECK_GOTO(write_tokens(dtrain, tmp, "/tokens", k, tok + off, m));
+          TD_CHECK_GOTO(write_tokens(dtrain, tmp, "/tokens", k, H5T_NATIVE_UINT16, tok + off, m));
           k += m;
           off += m;
         } else {
           int64_t m = r - off;
-          TD_CHECK_GOTO(write_tokens(dval, tmp, "/val_tokens", k - ntrain, tok + off, m));
+          TD_CHECK_GOTO(write_tokens(dval, tmp, "/val_tokens", k - ntrain, H5T_NATIVE_UINT16, tok + off, m));
           k += m;
           off += m;
         }
@@ -702,10 +713,8 @@ td_status td_prepare_bpe(MPI_Comm comm, const char *out_path, double val_fractio
   TD_REQUIRE(val_fraction >= 0.0 && val_fraction < 1.0, TD_ERR_USAGE,
              "prepare: validation fraction %g for %s is outside [0, 1)", val_fraction, out_path);
   TD_REQUIRE(bpe, TD_ERR_INTERNAL, "prepare: no tokenizer for %s", out_path);
-  TD_REQUIRE(td_bpe_vocab_size(bpe) <= 65536, TD_ERR_USAGE,
-             "prepare: the tokenizer has %lld tokens; datasets hold uint16 ids (<= 65536)",
-             (long long)td_bpe_vocab_size(bpe));
-  TD_CHECK(td_bpe_token_id(bpe, "<|endoftext|>", &j.eot));
+  int wide = td_bpe_vocab_size(bpe) > 65536;
+  TD_CHECK(td_bpe_doc_tokens(bpe, &j.bos, &j.eos));
   td_h5_init();
   if (buffer_bytes == 0) buffer_bytes = TD_PREPARE_BUFFER_DEFAULT;
   if (buffer_bytes < TD_PREPARE_MIN_BUFFER) buffer_bytes = TD_PREPARE_MIN_BUFFER;
@@ -783,13 +792,17 @@ td_status td_prepare_bpe(MPI_Comm comm, const char *out_path, double val_fractio
   st = td_h5_create(tmp, size > 1 ? comm : MPI_COMM_NULL, &f);
   TD_CHECK_GOTO(td_agree(comm, st));
   tmp_made = 1;
-  st = create_tokens(f, tmp, "/tokens", ntrain, &dtrain);
-  if (st == TD_OK && nval > 0) st = create_tokens(f, tmp, "/val_tokens", nval, &dval);
+  st = create_tokens(f, tmp, "/tokens", ntrain, wide, &dtrain);
+  if (st == TD_OK && nval > 0) st = create_tokens(f, tmp, "/val_tokens", nval, wide, &dval);
   if (st == TD_OK) st = td_h5_attr_write_i64(f, "vocab_size", td_bpe_vocab_size(bpe));
   if (st == TD_OK)
     st = td_h5_attr_write_str(f, "tokenizer", td_bpe_dialect_name(td_bpe_get_dialect(bpe)));
   if (st == TD_OK) st = td_h5_attr_write_str(f, "tokenizer_sha256", td_bpe_hash(bpe));
-  if (st == TD_OK) st = td_h5_attr_write_i64(f, "eot_token", j.eot);
+  /* eot_token: the token that separates documents (GPT-2's <|endoftext|>
+   * before each, LLaMA 3's <|end_of_text|> after each); bos_token: LLaMA 3's
+   * <|begin_of_text|> before each */
+  if (st == TD_OK) st = td_h5_attr_write_i64(f, "eot_token", j.eos >= 0 ? j.eos : j.bos);
+  if (st == TD_OK && j.eos >= 0) st = td_h5_attr_write_i64(f, "bos_token", j.bos);
   if (st == TD_OK) { /* the tokenizer's files travel with the data (and on into checkpoints) */
     td_tokenizer_files tf;
     st = td_tokenizer_files_of(bpe, &tf);

@@ -204,6 +204,11 @@ td_status td_bpe_dialect_parse(const char *name, td_bpe_dialect *d);
  * ("<|eot_id|>"). Not found → TD_ERR_USAGE. */
 td_status td_bpe_token_id(const td_bpe *b, const char *key, int32_t *id);
 
+/* The tokens a document is wrapped in: GPT-2: <|endoftext|> before it, none
+ * after (*eos = -1); LLaMA 3: <|begin_of_text|> before, <|end_of_text|>
+ * after. TD_ERR_DATA when the vocabulary lacks them. */
+td_status td_bpe_doc_tokens(const td_bpe *b, int32_t *bos, int32_t *eos);
+
 /* The invalid-UTF-8 rule alone: a new buffer (free with free()) holding text
  * with every maximal ill-formed subpart replaced by EF BF BD; *out_n its
  * length, *nreplaced (may be NULL) how many replacements. TD_ERR_NOMEM. */

@@ -1,10 +1,11 @@
 /* td_tokenizer_h5.h — a tokenizer carried inside trident's HDF5 files.
  *
- * A dataset prepared with --tokenizer gpt2, and every checkpoint trained on
- * one, hold the group /tokenizer: the scalar string datasets "encoder.json"
- * and "vocab.bpe" (the files' bytes) and the attribute "name" (the dialect,
- * td_bpe_dialect_name). So `generate` speaks GPT-2 text from a checkpoint
- * alone, and a checkpoint names what its ids mean. */
+ * A dataset prepared with --tokenizer gpt2 or llama3, and every checkpoint
+ * trained on one, hold the group /tokenizer: the attribute "name" (the
+ * dialect, td_bpe_dialect_name) and the files' bytes as scalar string
+ * datasets — "encoder.json" and "vocab.bpe" for GPT-2, "tokenizer.model" or
+ * "tokenizer.json" for LLaMA 3. So `generate` speaks the model's text from a
+ * checkpoint alone, and a checkpoint names what its ids mean. */
 #ifndef TD_TOKENIZER_H5_H
 #define TD_TOKENIZER_H5_H
 
@@ -16,9 +17,14 @@
 /* The files of a tokenizer, NUL-terminated (free with td_tokenizer_files_free). */
 typedef struct td_tokenizer_files {
   char *name;          /* dialect name, e.g. "gpt2" */
-  char *encoder_json;
+  char *encoder_json;  /* GPT-2 */
   char *vocab_bpe;
+  char *file;          /* LLaMA 3: its one file */
+  char file_name[32];  /* "tokenizer.model" or "tokenizer.json" */
 } td_tokenizer_files;
+
+/* Whether t holds a tokenizer (read from a file that has one). */
+int td_tokenizer_files_present(const td_tokenizer_files *t);
 
 /* Write /tokenizer into file (collective on a parallel file: every rank
  * passes the same texts; only `writer` writes the data). */

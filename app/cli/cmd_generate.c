@@ -197,9 +197,17 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
   TD_CHECK(td_trainer_create(app, &cfg, 0, 0, &t));
   t->quiet = 1;
   TD_CHECK_GOTO(td_trainer_load(t, g.ckpt, 0));
-  /* a checkpoint trained on GPT-2 tokens carries its tokenizer: speak its text */
+  /* a checkpoint trained on GPT-2 or LLaMA 3 tokens carries its tokenizer:
+   * speak its text (a LLaMA 3 prompt starts with <|begin_of_text|>, as
+   * Hugging Face's tokenizer adds it) */
+  int32_t bos = -1, eos = -1;
   st = td_tokenizer_h5_read(g.ckpt, &tf);
-  if (st == TD_OK && tf.encoder_json) st = td_tokenizer_files_load(&tf, g.ckpt, &bpe);
+  if (st == TD_OK && td_tokenizer_files_present(&tf)) st = td_tokenizer_files_load(&tf, g.ckpt, &bpe);
+  if (st == TD_OK && bpe) st = td_bpe_doc_tokens(bpe, &bos, &eos);
+  if (st == TD_OK && bpe && eos >= 0 && (pids = malloc(sizeof *pids))) {
+    pids[npids++] = bos;
+    pcap = 1;
+  }
   if (st == TD_OK && bpe)
     st = td_bpe_encode(bpe, (const unsigned char *)g.prompt, strlen(g.prompt), &pids, &npids,
                        &pcap);
@@ -220,11 +228,7 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
     ctx[i] = b;
   }
   TD_CHECK_GOTO(td_agree(app->world, st)); /* every rank checked the same prompt */
-  if (plen == 0) {
-    int32_t eot = '\n';
-    if (bpe && td_bpe_token_id(bpe, "<|endoftext|>", &eot) != TD_OK) td_error_clear();
-    ctx[plen++] = eot;
-  }
+  if (plen == 0) ctx[plen++] = bpe ? bos : '\n'; /* GPT-2: <|endoftext|> */
   td_utf8 u8;
   td_utf8_init(&u8);
   if (app->rank == 0) {

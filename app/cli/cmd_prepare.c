@@ -1,7 +1,9 @@
 /* cmd_prepare.c — `trident prepare --out FILE [--val-fraction F] [--buffer-mb M]
- * [--tokenizer bytes|gpt2 --vocab encoder.json --merges vocab.bpe] INPUT...`:
- * text → token dataset with the byte-level tokenizer or GPT-2's BPE. The
- * BPE splits the input over every rank (`mpiexec -n K trident prepare`); the
+ * [--tokenizer bytes|gpt2|llama3 --vocab FILE [--merges vocab.bpe]] INPUT...`:
+ * text → token dataset with the byte-level tokenizer, GPT-2's BPE (its
+ * encoder.json and vocab.bpe) or LLaMA 3's (its tokenizer.model or
+ * tokenizer.json). The BPEs split the input over every rank (`mpiexec -n K
+ * trident prepare`); the
  * byte-level tokenizer is a copy at disk speed and runs on rank 0 (the
  * others wait and share its status). */
 #include <stdlib.h>
@@ -38,8 +40,9 @@ static td_status parse(int argc, char **argv, const char **out, double *frac, si
                 argv[i]);
     } else if (strcmp(a, "--tokenizer") == 0 && has_next) {
       t->tokenizer = argv[++i];
-      if (strcmp(t->tokenizer, "bytes") != 0 && strcmp(t->tokenizer, "gpt2") != 0)
-        TD_FAIL(TD_ERR_USAGE, "trident prepare: --tokenizer must be bytes or gpt2, got '%s'",
+      if (strcmp(t->tokenizer, "bytes") != 0 && strcmp(t->tokenizer, "gpt2") != 0 &&
+          strcmp(t->tokenizer, "llama3") != 0)
+        TD_FAIL(TD_ERR_USAGE, "trident prepare: --tokenizer must be bytes, gpt2 or llama3, got '%s'",
                 t->tokenizer);
     } else if (strcmp(a, "--vocab") == 0 && has_next) {
       t->vocab = argv[++i];
@@ -51,19 +54,23 @@ static td_status parse(int argc, char **argv, const char **out, double *frac, si
       *buf = (size_t)(mb * 1048576.0);
     } else if (a[0] == '-' && a[1] != '\0') {
       TD_FAIL(TD_ERR_USAGE, "trident prepare: unknown option '%s' (usage: trident prepare --out FILE "
-              "[--val-fraction F] [--tokenizer gpt2 --vocab encoder.json --merges vocab.bpe] "
-              "INPUT...)", a);
+              "[--val-fraction F] [--tokenizer gpt2 --vocab encoder.json --merges vocab.bpe | "
+              "--tokenizer llama3 --vocab tokenizer.model|tokenizer.json] INPUT...)", a);
     } else {
       (*inputs)[(*nin)++] = argv[i];
     }
   }
   if (!*out) TD_FAIL(TD_ERR_USAGE, "trident prepare: missing --out FILE");
-  int gpt2 = strcmp(t->tokenizer, "gpt2") == 0;
+  int gpt2 = strcmp(t->tokenizer, "gpt2") == 0, llama3 = strcmp(t->tokenizer, "llama3") == 0;
   if (gpt2 && (!t->vocab || !t->merges))
     TD_FAIL(TD_ERR_USAGE, "trident prepare: --tokenizer gpt2 needs --vocab encoder.json and "
             "--merges vocab.bpe (GPT-2's published files)");
-  if (!gpt2 && (t->vocab || t->merges))
-    TD_FAIL(TD_ERR_USAGE, "trident prepare: --vocab and --merges go with --tokenizer gpt2");
+  if (llama3 && (!t->vocab || t->merges))
+    TD_FAIL(TD_ERR_USAGE, "trident prepare: --tokenizer llama3 needs --vocab FILE (Meta's "
+            "tokenizer.model or Hugging Face's tokenizer.json) and no --merges");
+  if (!gpt2 && !llama3 && (t->vocab || t->merges))
+    TD_FAIL(TD_ERR_USAGE, "trident prepare: --vocab and --merges go with --tokenizer gpt2 or "
+            "llama3");
   if (*nin == 0) TD_FAIL(TD_ERR_USAGE, "trident prepare: no INPUT files, folders or - given");
   return TD_OK;
 }
@@ -107,8 +114,11 @@ td_status td_cmd_prepare(td_app *app, int argc, char **argv) {
   if (st == TD_OK && app->rank == 0) st = check_paths(out, nin, inputs);
   st = td_agree(app->world, st); /* rank 0 decides for all */
   td_h5_init();
-  if (st == TD_OK && strcmp(t.tokenizer, "gpt2") == 0) { /* every rank: same argv */
-    st = td_agree(app->world, td_bpe_load(t.vocab, t.merges, &bpe));
+  if (st == TD_OK && strcmp(t.tokenizer, "bytes") != 0) { /* every rank: same argv */
+    if (strcmp(t.tokenizer, "gpt2") == 0)
+      st = td_agree(app->world, td_bpe_load(t.vocab, t.merges, &bpe));
+    else
+      st = td_agree(app->world, td_bpe_load_llama3(t.vocab, TD_BPE_LLAMA3, &bpe));
     if (st == TD_OK) st = td_prepare_bpe(app->world, out, frac, nin, inputs, buf, bpe, stdout);
   } else if (st == TD_OK && app->rank == 0) {
     st = td_prepare(out, frac, nin, inputs, buf, stdout);

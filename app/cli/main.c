@@ -69,13 +69,17 @@ static const command k_commands[] = {
      "  --raw                  print the sampled tokens' bytes as they are\n"
      "  --set key.path=value   e.g. parallel.tp=2 (parallel.cp > 1 is refused)\n"},
     {"prepare", td_cmd_prepare,
-     "trident prepare --out FILE [--val-fraction F] [--tokenizer bytes|gpt2 --vocab encoder.json "
-     "--merges vocab.bpe] INPUT...",
+     "trident prepare --out FILE [--val-fraction F] [--tokenizer bytes|gpt2|llama3 --vocab FILE "
+     "[--merges vocab.bpe]] INPUT...",
      "Turn text files, folders (recursively) or - (stdin) into a token dataset (HDF5):\n"
      "/tokens, and the last F of the tokens in /val_tokens. Tokenizer: bytes (vocabulary\n"
-     "256, the default) or GPT-2's BPE from its published encoder.json and vocab.bpe\n"
-     "(vocabulary 50257; each file one document after <|endoftext|>; the files are kept\n"
-     "in /tokenizer and travel on into checkpoints).\n"},
+     "256, the default); GPT-2's BPE from its published encoder.json (--vocab) and\n"
+     "vocab.bpe (--merges) (vocabulary 50257; each file one document after\n"
+     "<|endoftext|>); or LLaMA 3's from Meta's tokenizer.model or Hugging Face's\n"
+     "tokenizer.json (--vocab, either; vocabulary 128256, uint32 ids; each file one\n"
+     "document between <|begin_of_text|> and <|end_of_text|>; special tokens spelled\n"
+     "in the text are recognised). The tokenizer's files are kept in /tokenizer and\n"
+     "travel on into checkpoints.\n"},
     {"export", td_cmd_export, "trident export --checkpoint PATH --out DIR [--dtype fp32|bf16]",
      "Write a checkpoint's model as Hugging Face files, after verifying its checksums:\n"
      "DIR/model.safetensors and DIR/config.json — GPT-2 (names transformer.*, the tied\n"

@@ -151,7 +151,7 @@ static td_status save_impl(td_trainer *t, char *path_out, size_t cap) {
   TD_CHECK_GOTO(td_h5_attr_write_i64(f, "saved_zero", c->parallel_zero));
   TD_CHECK_GOTO(td_config_to_text(c, &yaml));
   TD_CHECK_GOTO(td_h5_write_string(f, "/config", yaml, t->app->rank == 0));
-  if (t->tok.encoder_json) /* the data's tokenizer: generate speaks its text */
+  if (td_tokenizer_files_present(&t->tok)) /* the data's tokenizer: generate speaks its text */
     TD_CHECK_GOTO(td_tokenizer_h5_write(f, &t->tok, t->app->rank == 0));
   /* three buffers: parameters, then the two moments, all over the owned range */
   const char *prefix[3] = {"/model", "/optim/exp_avg", "/optim/exp_avg_sq"};

@@ -28,3 +28,12 @@ add_test(NAME prepare_gpt2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tokenizer/pr
   $<TARGET_FILE:trident> ${CMAKE_CURRENT_BINARY_DIR}/tokenizer)
 set_tests_properties(prepare_gpt2 PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 PROCESSORS 2
   LABELS "e2e;tokenizer" ENVIRONMENT "${TD_GRID_ENV}" RESOURCE_LOCK tokenizer_fetch)
+# prepare_llama3: `trident prepare --tokenizer llama3` end to end (tests/
+#   tokenizer/prepare_llama3.sh): both file kinds, pieces and 3 ranks give the
+#   same uint32 dataset, equal to llama3-tokenizer-js's ids of each document
+#   wrapped in <|begin_of_text|> / <|end_of_text|>; train, checkpoint and
+#   generate carry tokenizer.model; a wrong-kind file is exit 2.
+add_test(NAME prepare_llama3 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tokenizer/prepare_llama3.sh
+  $<TARGET_FILE:trident> ${CMAKE_CURRENT_BINARY_DIR}/tokenizer)
+set_tests_properties(prepare_llama3 PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 PROCESSORS 2
+  LABELS "e2e;tokenizer" ENVIRONMENT "${TD_GRID_ENV}" RESOURCE_LOCK tokenizer_fetch)

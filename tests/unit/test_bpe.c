@@ -711,7 +711,8 @@ static void offline_llama3(void) {
   /* malformed files: each names the file and the place */
   static const struct { int json; const char *text, *where, *what; } bad[] = {
       {0, "YWI= 0\n!!!! 1\n", "tokenizer.bad:2", "not base64"},
-      {0, "YWI=\n", "tokenizer.bad:1", "no space"},
+      {0, "YWI=\n", "tokenizer.bad:1", "not a LLaMA 3 tokenizer file"},
+      {0, "YQ== 0\nYWI=\n", "tokenizer.bad:2", "no space"},
       {0, "YQ== 0\nYg== x\n", "tokenizer.bad:2", "not an integer"},
       {0, "YQ== 0\nYg== 0\n", "tokenizer.bad:2", "id 0 is given to two tokens"},
       {0, "YQ== 0\nYQ== 1\n", "tokenizer.bad:2", "given twice"},
