@@ -99,3 +99,25 @@ print("same tokens as 1 rank" if np.array_equal(a, b) else "TOKENS DIFFER")' ben
     "$(awk -v a="$t1r" -v b="$tk" 'BEGIN{printf "%.2fx", a/b}')" "$same"
 done
 [ "$cores" -ge 2 ] || echo "(one core: no multi-rank run)"
+
+# LLaMA 3: trident prepare --tokenizer llama3 (Meta's tokenizer.model) against
+# npm's llama3-tokenizer-js 1.2.0, the same corpus, one core. trident counts
+# <|begin_of_text|> and <|end_of_text|> on top; the JS port's \s differs at
+# U+0085 and U+FEFF (the llama3-js dialect), which the corpus holds.
+bash "$here/tokenizer/fetch_llama3.sh" "$work/llama3" >/dev/null
+echo
+echo "== LLaMA 3 tokenization, one core, the same corpus"
+t0=$(date +%s.%N)
+OMP_NUM_THREADS=1 "$trident" prepare --tokenizer llama3 --vocab llama3/tokenizer.model \
+  --val-fraction 0 --out bench_l3.h5 corpus.txt > prepare_l3.log
+t1=$(date +%s.%N)
+lt=$(sed -n 's/.* = \([0-9]*\) tokens (llama3.*/\1/p' prepare_l3.log)
+lmbs=$(awk -v b="$bytes" -v a="$t0" -v c="$t1" 'BEGIN{printf "%.1f", b/(c-a)/1e6}')
+node --max-old-space-size=8192 "$here/tokenizer/llama3.js" encode llama3 corpus.txt ids_l3.txt \
+  2> oracle_l3.log
+js=$(sed -n 's/.*(\([0-9.]*\) MB\/s).*/\1/p' oracle_l3.log)
+jn=$(wc -l < ids_l3.txt)
+printf '%-34s %10s %12s %10s\n' tool "MB/s" tokens "trident is"
+printf '%-34s %10s %12s %10s\n' "trident prepare --tokenizer llama3" "$lmbs" "$lt" "-"
+printf '%-34s %10s %12s %10s\n' "llama3-tokenizer-js 1.2.0 (node $(node --version))" "$js" "$jn" \
+  "$(awk -v a="$lmbs" -v b="$js" 'BEGIN{printf "%.1fx", a/b}')"

@@ -12,7 +12,8 @@
 #       run every harness once over its corpus and regressions (-runs=0)
 #
 # Harnesses: deck, dataset, ckpt, prepare, modelfile (safetensors, llm.c files,
-# model folders), tokenizer (encoder.json, vocab.bpe). The build folder (default
+# model folders), tokenizer (encoder.json, vocab.bpe), llama3 (tokenizer.model,
+# tokenizer.json). The build folder (default
 # build-fuzz) is configured with clang, -DTD_FUZZ=ON, no CUDA, no oneDNN,
 # when it has no harnesses yet, and brought up to date every time.
 #
@@ -31,7 +32,7 @@ SECONDS_EACH=600
 REGRESS=0
 STRICT=0
 SEED=""
-ONLY="deck,dataset,ckpt,prepare,modelfile,tokenizer"
+ONLY="deck,dataset,ckpt,prepare,modelfile,tokenizer,llama3"
 BUILD=$ROOT/build-fuzz
 while [ $# -gt 0 ]; do
   case $1 in
