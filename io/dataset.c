@@ -41,7 +41,12 @@ struct td_dataset {
   hid_t file, dset, fspace;
   int is_signed;
   const char *dname;
+  hid_t mset;     /* the split's loss mask, or -1 */
+  int64_t *docs;  /* the split's document starts, or NULL */
+  int64_t ndocs;
 };
+
+static td_status open_meta(td_dataset *d, int val);
 
 static uint32_t le32(const unsigned char *b) {
   return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
@@ -151,10 +156,93 @@ static td_status open_hdf5(td_dataset *d, td_split split) {
                    p, (long long)v, (long long)d->vocab_size);
   }
   H5Eclear2(H5E_DEFAULT);
+  TD_CHECK_GOTO(open_meta(d, split == TD_SPLIT_VAL && strcmp(d->dname, "/val_tokens") == 0));
   d->format = "trident-hdf5";
 done:
   if (t >= 0) H5Tclose(t);
   return st;
+}
+
+/* The split's loss mask and document starts, when the file has them. */
+static td_status open_meta(td_dataset *d, int val) {
+  const char *p = d->path;
+  char mname[32], dname[32];
+  snprintf(mname, sizeof mname, "/%sloss_mask", val ? "val_" : "");
+  snprintf(dname, sizeof dname, "/%sdocuments", val ? "val_" : "");
+  if (td_h5_exists(d->file, mname)) {
+    int64_t dims[1];
+    int nd = 0;
+    TD_CHECK(td_h5_shape(d->file, p, mname, &nd, dims, 1));
+    if (nd != 1 || dims[0] != d->ntokens)
+      TD_FAIL(TD_ERR_DATA, "%s: %s has %lld entries; expected one per token of %s (%lld)", p,
+              mname, nd == 1 ? (long long)dims[0] : -1LL, d->dname, (long long)d->ntokens);
+    d->mset = H5Dopen2(d->file, mname, H5P_DEFAULT);
+    hid_t t = d->mset < 0 ? -1 : H5Dget_type(d->mset);
+    int okt = t >= 0 && H5Tget_class(t) == H5T_INTEGER;
+    if (t >= 0) H5Tclose(t);
+    if (!okt) TD_FAIL(TD_ERR_DATA, "%s: %s is not an integer dataset", p, mname);
+  }
+  if (td_h5_exists(d->file, dname)) {
+    int64_t dims[1];
+    int nd = 0;
+    TD_CHECK(td_h5_shape(d->file, p, dname, &nd, dims, 1));
+    if (nd != 1 || dims[0] < 1 || dims[0] > d->ntokens)
+      TD_FAIL(TD_ERR_DATA, "%s: %s has %lld entries; expected 1 to %lld document starts", p,
+              dname, nd == 1 ? (long long)dims[0] : -1LL, (long long)d->ntokens);
+    TD_CHECK(td_alloc((void **)&d->docs, (size_t)dims[0] * sizeof *d->docs, "document starts"));
+    TD_CHECK(td_h5_read(d->file, p, dname, H5T_NATIVE_INT64, 1, dims, d->docs));
+    d->ndocs = dims[0];
+    for (int64_t k = 0; k < d->ndocs; k++)
+      if ((k == 0 && d->docs[0] != 0) || (k > 0 && d->docs[k] <= d->docs[k - 1]) ||
+          d->docs[k] >= d->ntokens)
+        TD_FAIL(TD_ERR_DATA, "%s: %s[%lld] is %lld: document starts must begin at 0 and "
+                "increase, below %lld", p, dname, (long long)k, (long long)d->docs[k],
+                (long long)d->ntokens);
+  }
+  return TD_OK;
+}
+
+int td_dataset_has_mask(const td_dataset *d) { return d->mset >= 0; }
+
+int td_dataset_has_documents(const td_dataset *d) { return d->docs != NULL; }
+
+td_status td_dataset_read_meta(td_dataset *d, int64_t i, int64_t T, uint8_t *mask,
+                               int32_t *doc) {
+  int64_t nw = td_dataset_nwindows(d, T);
+  TD_REQUIRE(i >= 0 && i < nw, TD_ERR_INTERNAL, "%s: window %lld out of range [0, %lld)",
+             d->path, (long long)i, (long long)nw);
+  int64_t first = i * T, n = T + 1;
+  if (mask && d->mset < 0) memset(mask, 1, (size_t)n);
+  if (mask && d->mset >= 0) {
+    hsize_t start = (hsize_t)first, count = (hsize_t)n;
+    hid_t fs = H5Dget_space(d->mset), ms = H5Screate_simple(1, &count, NULL);
+    herr_t e = fs < 0 || ms < 0 ? -1
+               : H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL);
+    if (e >= 0) e = H5Dread(d->mset, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, mask);
+    const char *why = e < 0 ? td_h5_error_text() : NULL;
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    if (e < 0)
+      TD_FAIL(TD_ERR_DATA, "%s: window %lld: cannot read the loss mask [%lld, %lld): %s",
+              d->path, (long long)i, (long long)first, (long long)(first + n), why);
+    for (int64_t k = 0; k < n; k++) mask[k] = mask[k] != 0;
+  }
+  if (doc) {
+    /* the last document start at or before the window's first token */
+    int64_t lo = 0, hi = d->ndocs; /* docs[lo] <= first < docs[hi] */
+    while (d->docs && hi - lo > 1) {
+      int64_t mid = (lo + hi) / 2;
+      if (d->docs[mid] <= first) lo = mid;
+      else hi = mid;
+    }
+    int32_t cur = 0;
+    int64_t next = d->docs ? lo + 1 : 0;
+    for (int64_t k = 0; k < n; k++) {
+      while (d->docs && next < d->ndocs && d->docs[next] <= first + k) cur = (int32_t)(d->docs[next++] - first);
+      doc[k] = cur;
+    }
+  }
+  return TD_OK;
 }
 
 static td_status open_bin(td_dataset *d, const unsigned char *head, size_t nhead,
@@ -222,7 +310,7 @@ td_status td_dataset_open(const char *path, td_split split, int64_t vocab_size,
              (long long)vocab_size);
   TD_CHECK(td_alloc((void **)&d, sizeof *d, "dataset"));
   d->fd = -1;
-  d->file = d->dset = d->fspace = -1;
+  d->file = d->dset = d->fspace = d->mset = -1;
   d->vocab_size = vocab_size;
   size_t plen = strlen(path);
   TD_CHECK_GOTO(td_alloc((void **)&d->path, plen + 1, "dataset path"));
@@ -369,6 +457,8 @@ void td_dataset_close(td_dataset **pd) {
   td_dataset *d = *pd;
   if (d->fd >= 0) close(d->fd);
   td_h5_close(&d->fspace);
+  td_h5_close(&d->mset);
+  td_free(d->docs);
   td_h5_close(&d->dset);
   td_h5_close(&d->file);
   td_free(d->path);

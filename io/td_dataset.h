@@ -48,6 +48,21 @@ int64_t td_dataset_nwindows(const td_dataset *d, int64_t T);
  * the token index and value; i outside [0, nwindows) is TD_ERR_INTERNAL. */
 td_status td_dataset_read_window(td_dataset *d, int64_t i, int64_t T,
                                  int32_t *out);
+/* A trident file may also hold, for each split (td_prepare.h,
+ * td_prepare_records): a loss mask (/loss_mask, /val_loss_mask: uint8, 1
+ * where the token's prediction counts) and document boundaries (/documents,
+ * /val_documents: int64, the first token of each document, increasing, the
+ * first 0). Both are checked at open (length, type, order: TD_ERR_DATA
+ * naming the file and the dataset). Files without them read as "every token
+ * counts" and "one stream". */
+int td_dataset_has_mask(const td_dataset *d);
+int td_dataset_has_documents(const td_dataset *d);
+/* For window i (T+1 tokens, as td_dataset_read_window): mask (T+1 bytes, 1
+ * where the token counts: all 1 without a mask) and doc (T+1 int32: for each
+ * token, the window offset where its document starts — 0 when it started
+ * before the window, or without boundaries). Either may be NULL. */
+td_status td_dataset_read_meta(td_dataset *d, int64_t i, int64_t T, uint8_t *mask,
+                               int32_t *doc);
 /* TD_ERR_DATA "FILE (what): N tokens give W windows of T+1 tokens; one global
  * batch needs NEEDED" when nwindows(T) < needed. `what` names the role, e.g.
  * "data.train". */

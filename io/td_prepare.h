@@ -63,4 +63,54 @@ td_status td_prepare_bpe(MPI_Comm comm, const char *out_path, double val_fractio
                          int ninputs, char **inputs, size_t buffer_bytes, td_bpe *bpe,
                          FILE *log);
 
+/* The input's format (`trident prepare --format`). */
+typedef enum {
+  TD_PREPARE_TEXT = 0, /* plain text files, one document each (td_prepare, td_prepare_bpe) */
+  TD_PREPARE_JSONL,    /* one JSON object per line, its string field `field` a document */
+  TD_PREPARE_CHAT,     /* one {"messages": [{"role", "content"}, ...]} per line */
+} td_prepare_format;
+
+typedef struct {
+  td_prepare_format format;
+  const char *field; /* JSONL: the text's field (NULL: "text") */
+  int skip_bad;      /* skip malformed lines (counted, the first 5 logged) instead of refusing */
+} td_prepare_opts;
+
+/* JSON Lines (TD_PREPARE_JSONL) or chat conversations (TD_PREPARE_CHAT) →
+ * a dataset, on one process. inputs are files or "-" (standard input), read
+ * line by line (blank lines skipped). Tokenizer: bpe (GPT-2 or LLaMA 3), or
+ * NULL for bytes. Content is encoded with special tokens as text
+ * (td_bpe_encode_text, specials 0), so a message cannot forge the
+ * template's tokens.
+ *
+ * Each document (a JSONL record, or a conversation) ends with the
+ * tokenizer's end token: <|end_of_text|> (LLaMA 3, which also starts it with
+ * <|begin_of_text|>), <|endoftext|> (GPT-2), the NUL byte (bytes). A
+ * conversation is rendered with LLaMA 3's chat template —
+ * <|start_header_id|>ROLE<|end_header_id|>\n\n CONTENT(trimmed) <|eot_id|>
+ * per message — or, for GPT-2 and bytes, the plain one: "System:\n",
+ * "User:\n" or "Assistant:\n", the content, "\n\n". The loss mask is 1 on
+ * each assistant message's content and its end (<|eot_id|>, or the "\n\n"),
+ * 0 elsewhere; JSONL records have no mask (every token counts).
+ *
+ * Written: /tokens and /val_tokens (the last floor(n · val_fraction)
+ * tokens), uint16 or uint32 as the vocabulary needs; /documents and
+ * /val_documents (int64: the offset of each document's first token in its
+ * split; a document cut by the split starts the val one); /loss_mask and
+ * /val_loss_mask (uint8, chat only); attributes vocab_size, tokenizer,
+ * format ("jsonl" or "chat"), eot_token (bos_token for LLaMA 3), documents,
+ * skipped_lines, tokenizer_sha256 and /tokenizer (the BPEs). The tokens are
+ * held in memory until written (5 bytes per token).
+ *
+ * Errors (TD_ERR_DATA "FILE:LINE: ...", naming the field): a line that is
+ * not JSON (with its column), invalid UTF-8, not an object, a missing or
+ * non-string field, "messages" missing, not an array or empty, a message
+ * without role or content, a role other than system, user or assistant;
+ * with skip_bad those lines are skipped and counted (attribute
+ * skipped_lines, the first 5 logged). No record at all, or (chat) no
+ * assistant message anywhere → error. The temporary file is removed and
+ * out_path untouched on failure. */
+td_status td_prepare_records(const char *out_path, double val_fraction, int ninputs,
+                             char **inputs, td_bpe *bpe, const td_prepare_opts *o, FILE *log);
+
 #endif

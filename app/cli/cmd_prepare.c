@@ -19,12 +19,14 @@
 
 typedef struct {
   const char *tokenizer, *vocab, *merges;
+  td_prepare_opts fmt;
 } tok_args;
 
 static td_status parse(int argc, char **argv, const char **out, double *frac, size_t *buf,
                        tok_args *t, int *nin, char ***inputs) {
   *out = NULL, *frac = 0.1, *buf = TD_PREPARE_BUFFER_DEFAULT, *nin = 0;
   t->tokenizer = "bytes", t->vocab = t->merges = NULL;
+  t->fmt = (td_prepare_opts){TD_PREPARE_TEXT, NULL, 0};
   *inputs = calloc((size_t)argc + 1, sizeof(char *));
   if (!*inputs) TD_FAIL(TD_ERR_NOMEM, "out of memory");
   for (int i = 1; i < argc; ++i) {
@@ -44,6 +46,17 @@ static td_status parse(int argc, char **argv, const char **out, double *frac, si
           strcmp(t->tokenizer, "llama3") != 0)
         TD_FAIL(TD_ERR_USAGE, "trident prepare: --tokenizer must be bytes, gpt2 or llama3, got '%s'",
                 t->tokenizer);
+    } else if (strcmp(a, "--format") == 0 && has_next) {
+      const char *f = argv[++i];
+      if (strcmp(f, "text") == 0) t->fmt.format = TD_PREPARE_TEXT;
+      else if (strcmp(f, "jsonl") == 0) t->fmt.format = TD_PREPARE_JSONL;
+      else if (strcmp(f, "chat") == 0) t->fmt.format = TD_PREPARE_CHAT;
+      else
+        TD_FAIL(TD_ERR_USAGE, "trident prepare: --format must be text, jsonl or chat, got '%s'", f);
+    } else if (strcmp(a, "--field") == 0 && has_next) {
+      t->fmt.field = argv[++i];
+    } else if (strcmp(a, "--skip-bad") == 0) {
+      t->fmt.skip_bad = 1;
     } else if (strcmp(a, "--vocab") == 0 && has_next) {
       t->vocab = argv[++i];
     } else if (strcmp(a, "--merges") == 0 && has_next) {
@@ -72,6 +85,10 @@ static td_status parse(int argc, char **argv, const char **out, double *frac, si
     TD_FAIL(TD_ERR_USAGE, "trident prepare: --vocab and --merges go with --tokenizer gpt2 or "
             "llama3");
   if (*nin == 0) TD_FAIL(TD_ERR_USAGE, "trident prepare: no INPUT files, folders or - given");
+  if (t->fmt.field && t->fmt.format != TD_PREPARE_JSONL)
+    TD_FAIL(TD_ERR_USAGE, "trident prepare: --field goes with --format jsonl");
+  if (t->fmt.skip_bad && t->fmt.format == TD_PREPARE_TEXT)
+    TD_FAIL(TD_ERR_USAGE, "trident prepare: --skip-bad goes with --format jsonl or chat");
   return TD_OK;
 }
 
@@ -114,12 +131,17 @@ td_status td_cmd_prepare(td_app *app, int argc, char **argv) {
   if (st == TD_OK && app->rank == 0) st = check_paths(out, nin, inputs);
   st = td_agree(app->world, st); /* rank 0 decides for all */
   td_h5_init();
+  int records = t.fmt.format != TD_PREPARE_TEXT;
   if (st == TD_OK && strcmp(t.tokenizer, "bytes") != 0) { /* every rank: same argv */
     if (strcmp(t.tokenizer, "gpt2") == 0)
       st = td_agree(app->world, td_bpe_load(t.vocab, t.merges, &bpe));
     else
       st = td_agree(app->world, td_bpe_load_llama3(t.vocab, TD_BPE_LLAMA3, &bpe));
-    if (st == TD_OK) st = td_prepare_bpe(app->world, out, frac, nin, inputs, buf, bpe, stdout);
+  }
+  if (st == TD_OK && records) { /* JSONL and chat: rank 0 reads the lines */
+    if (app->rank == 0) st = td_prepare_records(out, frac, nin, inputs, bpe, &t.fmt, stdout);
+  } else if (st == TD_OK && bpe) {
+    st = td_prepare_bpe(app->world, out, frac, nin, inputs, buf, bpe, stdout);
   } else if (st == TD_OK && app->rank == 0) {
     st = td_prepare(out, frac, nin, inputs, buf, stdout);
   }
