@@ -40,10 +40,22 @@ static inline size_t td_dtype_size(td_dtype t) { return t == TD_DTYPE_BF16 ? 2 :
  * they computed before positions existed. */
 typedef struct td_pos {
   int64_t Tk, half, p0, p1;
+  /* Packed documents (data.attend: document), or NULL: doc[b·T + t] is the
+   * position where the document of row t of sequence b starts, 0 ≤ doc ≤
+   * td_pos_at(pos, t). The position encodings (embed_fwd/embed_bwd's wpe,
+   * rope) then see position td_pos_at(pos, t) − doc[b·T + t] — positions
+   * restart at each document — and fused attention keeps each row inside
+   * its document (flash_fwd's doc). On the back-end's memory (device). */
+  const int32_t *doc;
 } td_pos;
 /* Position of row t (0 ≤ t < T). */
 static inline int64_t td_pos_at(const td_pos *p, int64_t t) {
   return !p ? t : t < p->half ? p->p0 + t : p->p1 + (t - p->half);
+}
+/* Position of row n = b·T + t for the position encodings: td_pos_at less
+ * its document's start (td_pos.doc). */
+static inline int64_t td_pos_tok(const td_pos *p, int64_t T, int64_t n) {
+  return td_pos_at(p, n % T) - (p && p->doc ? p->doc[n] : 0);
 }
 /* Positions of the sequence: pos->Tk, or T for the identity. */
 static inline int64_t td_pos_len(const td_pos *p, int64_t T) { return p ? p->Tk : T; }
@@ -243,7 +255,8 @@ struct td_kernels {
                            const int32_t *targets, int64_t v0, int64_t N,
                            int64_t Vs, int64_t Vvalid);
   /* dlogits (N, Vs) = scale·(exp(l − rowmax)/sumexp − [v0+j = t(n)]) for
-   * j < Vvalid, 0 for padding. dlogits may alias logits. */
+   * j < Vvalid, 0 for padding; a row whose target is < 0 (masked out of the
+   * loss) is all 0. dlogits may alias logits. */
   td_status (*xent_bwd)(td_kernels *k, float *dlogits, const float *logits,
                         const float *rowmax, const float *sumexp,
                         const int32_t *targets, int64_t v0, float scale, int64_t N,

@@ -736,6 +736,10 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
             WHERE(run, name));
   if (cfg->data_train[0] == '\0')
     TD_FAIL(TD_ERR_DECK, "%s: data.train is empty", WHERE(data, train));
+  if (strcmp(cfg->data_attend, "document") == 0 && strcmp(cfg->model_attention, "fused") != 0)
+    TD_FAIL(TD_ERR_DECK, "%s: data.attend = document keeps attention inside each document "
+            "with the fused kernels' document masks: model.attention is %s (set "
+            "model.attention: fused)", WHERE(data, attend), cfg->model_attention);
   if (strcmp(cfg->optimizer_offload, "cpu") == 0 && strcmp(cfg->run_device, "cuda") != 0)
     TD_FAIL(TD_ERR_DECK, "%s: optimizer.offload = cpu moves the optimizer from a device to the "
             "host, and needs a device: run.device is %s (set run.device: cuda, or "

@@ -88,6 +88,9 @@
   X(parallel, bucket_mb, FLOAT, "25", 0.001, 1.0e6, NULL, 0, "gradient all-reduce bucket size, MiB") \
   X(data, train, STR, "", 0, 0, NULL, TD_F_REQ, "training tokens (trident HDF5, nanoGPT or llm.c .bin)") \
   X(data, val, STR, "", 0, 0, NULL, 0, "validation tokens (default: data.train's /val_tokens)") \
+  X(data, attend, STR, "causal", 0, 0, "causal|document", 0,                                  \
+    "causal: every window is one stream; document: attention stays inside each document "     \
+    "and positions restart at its start (the dataset's /documents; model.attention: fused)") \
   X(training, global_batch, INT, "", 1, TD_BIG, NULL, TD_F_REQ, "sequences per optimizer step") \
   X(training, steps, INT, "", 0, TD_BIG, NULL, TD_F_REQ, "optimizer steps")                   \
   X(training, precision, STR, "fp32", 0, 0, "fp32|bf16", 0, "compute precision")              \

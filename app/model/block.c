@@ -201,7 +201,7 @@ td_status td_model_attn_fwd(td_model *m, float *out, float *att, const float *q,
   TD_CHECK(attn_keys(m, kk, v, ldkv, &K, &V, &ld));
   if (m->fused_att)
     return m->k->flash_fwd(m->k, out, att, q, K, V, ldq, ld, m->B, m->T, m->NH, m->KV, m->HS,
-                           m->pos, NULL, m->at);
+                           m->pos, m->pos ? m->pos->doc : NULL, m->at);
   return m->k->gqa_fwd(m->k, out, att, q, K, V, ldq, ld, m->B, m->T, m->NH, m->KV, m->HS, m->pos);
 }
 
@@ -230,7 +230,8 @@ td_status td_model_attn_bwd(td_model *m, float *dq, float *dk, float *dv, const 
   if (m->fused_att)
     TD_CHECK(k->flash_bwd(k, dq, dK, dV, m->datt_scratch, dout,
                           m->at == TD_DTYPE_F32 ? (const float *)out : NULL, att, q, K, V, ldq,
-                          ld, m->B, m->T, m->NH, m->KV, m->HS, m->pos, NULL, m->at));
+                          ld, m->B, m->T, m->NH, m->KV, m->HS, m->pos,
+                          m->pos ? m->pos->doc : NULL, m->at));
   else
     TD_CHECK(k->gqa_bwd(k, dq, dK, dV, m->datt_scratch, dout, q, K, V, att, ldq, ld, m->B, m->T,
                         m->NH, m->KV, m->HS, m->pos));

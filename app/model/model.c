@@ -106,7 +106,16 @@ static void use_chunk(td_model *m, int c) {
 }
 
 /* ... the chunk a slot belongs to. */
-static void use_slot(td_model *m, int slot) { use_chunk(m, m->slot_chunk[slot]); }
+static void use_slot(td_model *m, int slot) {
+  use_chunk(m, m->slot_chunk[slot]);
+  if (m->docs) { /* the slot's document starts ride along with its positions */
+    m->pos_doc = m->pos_base ? *m->pos_base : (td_pos){m->T, m->T, 0, m->T, NULL};
+    m->pos_doc.doc = m->acts[slot].doc;
+    m->pos = &m->pos_doc;
+  }
+}
+
+void td_model_set_doc(td_model *m, const int32_t *doc) { m->doc_host = doc; }
 
 static td_status alloc_slot(td_model *m, td_acts *a) {
   int64_t N = m->B * m->T, Nl = m->Nl, L = m->L_count, C = m->C;
@@ -122,6 +131,7 @@ static td_status alloc_slot(td_model *m, td_acts *a) {
   a->tlogit = a->sumexp + N;
   ACT(inputs, N);  /* int32 tokens */
   ACT(targets, N);
+  if (m->docs) ACT(doc, N);
   return TD_OK;
 }
 
@@ -268,9 +278,11 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->B = B, m->T = m->Tk / m->cp, m->C = cfg->model_dim, m->V = cfg->model_vocab_size;
   if (m->cp > 1) { /* chunks cp_rank and 2·cp − 1 − cp_rank of 2·cp */
     int64_t c = m->T / 2;
-    m->pos_cp = (td_pos){m->Tk, c, grid->cp_rank * c, (2 * m->cp - 1 - grid->cp_rank) * c};
+    m->pos_cp = (td_pos){m->Tk, c, grid->cp_rank * c, (2 * m->cp - 1 - grid->cp_rank) * c, NULL};
     m->pos = &m->pos_cp;
   }
+  m->pos_base = m->pos;
+  m->docs = strcmp(cfg->data_attend, "document") == 0;
   m->NH = d.H / tp, m->KV = d.KV / tp, m->HS = d.HS;
   m->Cl = m->NH * m->HS, m->C3 = (m->NH + 2 * m->KV) * m->HS, m->F = d.F / tp;
   td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);
@@ -495,6 +507,12 @@ static td_status forward_impl(td_model *m, int slot, const int32_t *inputs,
   size_t tokbytes = (size_t)N * sizeof(int32_t);
   if (m->first_stage) TD_CHECK(k->to_device(k, a->inputs, inputs, tokbytes));
   if (targets && m->last_stage) TD_CHECK(k->to_device(k, a->targets, targets, tokbytes));
+  m->tgt_host = targets;
+  if (m->docs) {
+    TD_REQUIRE(m->doc_host, TD_ERR_INTERNAL, "model: data.attend: document but no document "
+               "starts for this micro-batch (td_model_set_doc)");
+    TD_CHECK(k->to_device(k, a->doc, m->doc_host, tokbytes));
+  }
 
   float *x = a->encoded;
   td_dtype pt = m->pt, at = m->at;
@@ -559,7 +577,9 @@ static td_status loss_of(td_model *m, td_acts *a, double *loss_sum) {
   TD_CHECK(k->to_host(k, hs, a->rowmax, (size_t)N * sizeof(float)));
   TD_CHECK(k->to_host(k, hs + N, a->sumexp, (size_t)2 * N * sizeof(float)));
   double s = 0.0;
-  for (int64_t i = 0; i < m->valid_rows && i < N; ++i) s += log((double)hs[N + i]) + (double)hs[i] - (double)hs[2 * N + i];
+  const int32_t *tg = m->tgt_host; /* a target < 0 is masked out of the loss */
+  for (int64_t i = 0; i < m->valid_rows && i < N; ++i)
+    if (!tg || tg[i] >= 0) s += log((double)hs[N + i]) + (double)hs[i] - (double)hs[2 * N + i];
   *loss_sum = s;
   return TD_OK;
 }

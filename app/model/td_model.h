@@ -40,7 +40,9 @@ typedef struct td_acts {
   float *lnf_mean, *lnf_rstd;      /* (N), (N) */
   float *logits;                   /* (N, V/tp) last stage; gradient in place */
   float *rowmax, *sumexp, *tlogit; /* (N) cross-entropy statistics */
-  int32_t *inputs, *targets;       /* (N) tokens of this micro-batch */
+  int32_t *inputs, *targets;       /* (N) tokens of this micro-batch (target < 0: not in
+                                      the loss) */
+  int32_t *doc;                    /* (N) document starts (data.attend: document), else NULL */
 } td_acts;
 
 typedef struct td_model td_model;
@@ -106,6 +108,15 @@ struct td_model {
    * kvg's order and reduce-scattered to kvl */
   const td_pos *pos;
   td_pos pos_cp;
+  /* data.attend: document: each slot's rows carry their document starts
+   * (td_pos.doc = the slot's acts.doc): pos points at pos_doc, made from
+   * pos_base (cp's, or NULL) by use_slot; doc_host is the next forward's
+   * (td_model_set_doc) */
+  int docs;
+  const td_pos *pos_base;
+  td_pos pos_doc;
+  const int32_t *doc_host;
+  const int32_t *tgt_host; /* the forward's targets (host), for loss_of's mask */
   int cp;
   int64_t Tk; /* model.seq_len: the keys of every sequence */
   float *kvl, *kvg, *kvf, *dkvf;
@@ -279,5 +290,9 @@ td_status td_model_logits_at(td_model *m, int slot, int64_t pos, float *out);
 /* The row td_model_logits_at will read after the next forward without
  * targets: the fused head computes only its chunk (-1: none). */
 void td_model_want_logits(td_model *m, int64_t pos);
+/* data.attend: document: the document starts (B·T int32, host, this rank's
+ * rows: the position where each row's document starts) of the micro-batch
+ * the next td_model_forward computes; kept with its slot for the backward. */
+void td_model_set_doc(td_model *m, const int32_t *doc);
 
 #endif

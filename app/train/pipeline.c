@@ -461,8 +461,8 @@ static td_status send_grad(td_pipe *p, int c, int64_t j) {
                  &p->req_grad[slot]);
 }
 
-td_status td_pipe_train(td_pipe *p, double *loss_sum) {
-  double G = (double)p->e.cfg->training_global_batch * (double)p->e.cfg->model_seq_len;
+td_status td_pipe_train(td_pipe *p, double loss_tokens, double *loss_sum) {
+  double G = loss_tokens;
   const td_sched_action *a = p->sched->acts[p->stage];
   int64_t n = p->sched->count[p->stage];
   *loss_sum = 0.0;

@@ -361,6 +361,9 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
             "\"comm_inter_ms\": %.3f",
             (long long)mx[9], (long long)mx[10], cms_in, cms_out);
     fprintf(t->metrics, ", \"comm_step_bytes\": %lld", (long long)mx[11]);
+    /* the step's tokens, and those its loss counts (the loss mask's) */
+    fprintf(t->metrics, ", \"step_tokens\": %lld, \"loss_tokens\": %.0f",
+            (long long)(c->training_global_batch * c->model_seq_len), t->loss_tokens);
     if (pp > 1 && pp <= 256) {
       fprintf(t->metrics, ", \"pp_idle\": [");
       for (int i = 0; i < pp; ++i) fprintf(t->metrics, "%s%.4f", i ? ", " : "", fr[i]);

@@ -81,10 +81,11 @@ int64_t td_pipe_bytes(int pp, int stage, int v, int nslots, int64_t N, int64_t C
 void td_pipe_destroy(td_pipe **p);
 
 /* Run the forwards and backwards of the step's micro-batches (this dp
- * rank's windows, handed over by env->load_micro). *loss_sum: Σ per-position losses on the last
- * stage, 0 elsewhere. Collective on pp_comm and tp_comm (and dp_comm through
- * the ZeRO hooks). */
-td_status td_pipe_train(td_pipe *p, double *loss_sum);
+ * rank's windows, handed over by env->load_micro); the gradient is of the
+ * loss sum over loss_tokens (the global batch's counted targets: the mean).
+ * *loss_sum: Σ per-position losses on the last stage, 0 elsewhere.
+ * Collective on pp_comm and tp_comm (and dp_comm through the ZeRO hooks). */
+td_status td_pipe_train(td_pipe *p, double loss_tokens, double *loss_sum);
 /* Forward-only pass of one micro-batch (evaluation, generation): the stage
  * chain passes activations down; the last stage returns the loss sum.
  * Collective on pp_comm and tp_comm. */

@@ -73,6 +73,12 @@ typedef struct td_trainer {
   int64_t B, accum;    /* micro-batch, micro-batches per step per rank */
   int64_t *windows;    /* (global_batch) window indices of the current step */
   int32_t *tok_in, *tok_tgt, *tok_win; /* host (B·T), (B·T), (G/dp)·(T+1) */
+  /* the windows' loss masks and document starts (td_dataset_read_meta, as
+   * tok_win) and the micro-batch's rows' document starts (B·T), when the
+   * data has a mask or data.attend is document (else NULL) */
+  uint8_t *mask_win;
+  int32_t *doc_win, *tok_doc;
+  double loss_tokens;  /* the last step's: targets counted in the loss over the global batch */
   FILE *metrics;       /* rank 0 */
   struct td_tb *tb;    /* rank 0, when logging.tensorboard is set */
   int threads;
@@ -123,6 +129,9 @@ double td_lr_at(const td_config *cfg, int64_t s);
 td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr);
 /* Validation loss by the docs/architecture.md protocol. Collective on the world. */
 td_status td_trainer_eval(td_trainer *t, double *loss, int64_t *ntokens);
+/* Targets counted in the loss among the n windows read last (their masks; T
+ * per window without one). */
+int64_t td_trainer_loss_tokens(const td_trainer *t, int64_t n);
 /* Read the windows w[0..n) of d into t->tok_win (rows of T+1 tokens,
  * n ≤ global_batch/dp) and agree on the outcome: a window one rank cannot
  * read (a file changed under the run) ends every rank with that rank's

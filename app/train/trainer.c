@@ -122,6 +122,16 @@ static td_status open_data(td_trainer *t, int need_train, int need_val) {
     st = td_dataset_open(c->data_val, TD_SPLIT_VAL, c->model_vocab_size, &t->val);
     if (st == TD_OK) st = td_dataset_require_windows(t->val, c->model_seq_len, 1, "data.val");
   }
+  /* data.attend: document reads the datasets' document boundaries */
+  td_dataset *ds[2] = {t->train, t->val};
+  const char *role[2] = {"data.train", "data.val"};
+  for (int i = 0; i < 2 && st == TD_OK; i++)
+    if (ds[i] && strcmp(c->data_attend, "document") == 0 && !td_dataset_has_documents(ds[i]))
+      st = td_error_set(TD_ERR_DATA, __FILE__, __LINE__, __func__,
+                        "%s (%s): data.attend = document needs the dataset's document "
+                        "boundaries (/documents), which this file has not (prepare it with "
+                        "`trident prepare --format jsonl` or `--format chat`, or set "
+                        "data.attend: causal)", td_dataset_path(ds[i]), role[i]);
   return st;
 }
 
@@ -511,6 +521,14 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
                   (size_t)(c->training_global_batch / t->grid->dp) *
                       (size_t)(c->model_seq_len + 1) * sizeof(int32_t),
                   "tokens");
+  int meta = strcmp(c->data_attend, "document") == 0 ||
+             (t->train && td_dataset_has_mask(t->train)) || (t->val && td_dataset_has_mask(t->val));
+  if (st == TD_OK && meta) {
+    size_t nw = (size_t)(c->training_global_batch / t->grid->dp) * (size_t)(c->model_seq_len + 1);
+    st = td_alloc((void **)&t->mask_win, nw, "loss masks");
+    if (st == TD_OK) st = td_alloc((void **)&t->doc_win, nw * sizeof(int32_t), "document starts");
+    if (st == TD_OK) st = td_alloc((void **)&t->tok_doc, (size_t)N * sizeof(int32_t), "document starts");
+  }
   TD_CHECK_GOTO(td_agree(app->world, st));
 done:
   if (st != TD_OK) {
@@ -547,6 +565,9 @@ void td_trainer_destroy(td_trainer **tp) {
   td_free(t->tok_in);
   td_free(t->tok_tgt);
   td_free(t->tok_win);
+  td_free(t->mask_win);
+  td_free(t->doc_win);
+  td_free(t->tok_doc);
   td_free(t->ckpt_stage);
   if (t->metrics) fclose(t->metrics);
   td_tb_close(&t->tb);
@@ -556,10 +577,21 @@ void td_trainer_destroy(td_trainer **tp) {
 td_status td_trainer_read_windows(td_trainer *t, td_dataset *d, const int64_t *w, int64_t n) {
   int64_t T = t->cfg.model_seq_len;
   td_status st = TD_OK;
-  for (int64_t b = 0; b < n && st == TD_OK; ++b)
+  for (int64_t b = 0; b < n && st == TD_OK; ++b) {
     st = td_dataset_read_window(d, w[b], T, t->tok_win + b * (T + 1));
+    if (st == TD_OK && t->mask_win)
+      st = td_dataset_read_meta(d, w[b], T, t->mask_win + b * (T + 1), t->doc_win + b * (T + 1));
+  }
   TD_CHECK(td_agree(t->app->world, st));
   return TD_OK;
+}
+
+int64_t td_trainer_loss_tokens(const td_trainer *t, int64_t n) {
+  int64_t T = t->cfg.model_seq_len, s = 0;
+  if (!t->mask_win) return n * T;
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t k = 1; k <= T; ++k) s += t->mask_win[b * (T + 1) + k];
+  return s;
 }
 
 /* Fill the host token buffers of a micro-batch from rows [first, first+n) of
@@ -575,8 +607,19 @@ static void load_micro(td_trainer *t, int64_t first, int64_t n) {
       int64_t at = runs[r][0], p = runs[r][1], len = r == 0 ? half : Tl - half;
       memcpy(t->tok_in + b * Tl + at, win + p, (size_t)len * sizeof(int32_t));
       memcpy(t->tok_tgt + b * Tl + at, win + p + 1, (size_t)len * sizeof(int32_t));
+      if (!t->mask_win) continue;
+      /* a target the mask leaves out is -1 (no loss, no gradient); the
+       * rows' document starts are window positions, as the rows' are */
+      int64_t w = first + (b < n ? b : n - 1);
+      const uint8_t *mk = t->mask_win + w * (T + 1);
+      const int32_t *dc = t->doc_win + w * (T + 1);
+      for (int64_t i = 0; i < len; ++i) {
+        if (!mk[p + 1 + i]) t->tok_tgt[b * Tl + at + i] = -1;
+        t->tok_doc[b * Tl + at + i] = dc[p + i];
+      }
     }
   }
+  if (t->tok_doc) td_model_set_doc(t->model, t->tok_doc);
 }
 
 /* Σ g² over the model's gradients in a canonical order: per tensor (its
@@ -610,7 +653,6 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
   td_kernels *k = t->k;
   int64_t G = c->training_global_batch, T = c->model_seq_len, dp = t->grid->dp;
   int64_t per_rank = G / dp;
-  double global_tokens = (double)G * (double)T;
   int tid_fwd = td_timer_id(&t->timers, "forward+backward");
   int tid_opt = td_timer_id(&t->timers, "optimizer"), tid_data = td_timer_id(&t->timers, "data");
 
@@ -620,11 +662,18 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
   TD_CHECK(td_sampler_next(t->sampler, G, t->windows));
   TD_CHECK(td_trainer_read_windows(t, t->train, t->windows + t->grid->dp_rank * per_rank,
                                     per_rank));
+  /* the loss is the mean over the global batch's targets the mask keeps:
+   * their count summed over the data-parallel replicas (the cp ranks of a
+   * replica read the same windows) */
+  double loss_tokens = (double)td_trainer_loss_tokens(t, per_rank);
+  TD_CHECK(td_coll_allreduce_f64(t->grid->dp_comm, &loss_tokens, 1, MPI_SUM,
+                                 &t->gstats[TD_GROUP_DP]));
+  t->loss_tokens = loss_tokens;
   td_timer_stop(&t->timers, tid_data);
   TD_CHECK(td_zero_begin_step(t->zero, t->accum));
   double loss_sum = 0.0;
   td_timer_start(&t->timers, tid_fwd);
-  TD_CHECK(td_pipe_train(t->pipe, &loss_sum));
+  TD_CHECK(td_pipe_train(t->pipe, loss_tokens > 0 ? loss_tokens : 1.0, &loss_sum));
   TD_CHECK(k->sync(k));
   td_timer_stop(&t->timers, tid_fwd);
   /* Gradients: summed over data-parallel replicas (each holds Σ over its slice). */
@@ -634,7 +683,7 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
                                  &t->gstats[TD_GROUP_DP]));
   TD_CHECK(td_coll_allreduce_f64(t->grid->pp_comm, &loss_sum, 1, MPI_SUM,
                                  &t->gstats[TD_GROUP_PP])); /* last stage's */
-  *loss = loss_sum / global_tokens;
+  *loss = loss_tokens > 0 ? loss_sum / loss_tokens : 0.0;
 
   double ss = 0.0;
   TD_CHECK(grad_sumsq(t, &ss));
@@ -683,6 +732,7 @@ td_status td_trainer_eval(td_trainer *t, double *loss, int64_t *ntokens) {
   int64_t per = (total + dp - 1) / dp, nmicro = (per + t->B - 1) / t->B; /* same on every rank */
   int64_t *w = t->windows; /* global_batch ≥ B entries */
   double sum = 0.0;
+  int64_t counted = 0; /* the targets the masks keep, this replica's */
   for (int64_t j = 0; j < nmicro; ++j) {
     int64_t first = lo + j * t->B, n = hi - first;
     if (n > t->B) n = t->B;
@@ -692,6 +742,7 @@ td_status td_trainer_eval(td_trainer *t, double *loss, int64_t *ntokens) {
     }
     for (int64_t b = 0; b < t->B; ++b) w[b] = first + (b < n ? b : 0);
     TD_CHECK(td_trainer_read_windows(t, t->val, w, n > 0 ? n : 1));
+    counted += td_trainer_loss_tokens(t, n > 0 ? n : 0);
     load_micro(t, 0, n > 0 ? n : 1);
     m->valid_rows = n * m->T; /* the rows of n sequences this rank holds */
     double ls = 0.0;
@@ -702,7 +753,9 @@ td_status td_trainer_eval(td_trainer *t, double *loss, int64_t *ntokens) {
   }
   TD_CHECK(td_coll_allreduce_f64(t->grid->dpcp_comm, &sum, 1, MPI_SUM, &t->gstats[TD_GROUP_DP]));
   TD_CHECK(td_coll_allreduce_f64(t->grid->pp_comm, &sum, 1, MPI_SUM, &t->gstats[TD_GROUP_PP]));
-  *ntokens = total * T;
-  *loss = sum / (double)(total * T);
+  double cnt = (double)counted;
+  TD_CHECK(td_coll_allreduce_f64(t->grid->dp_comm, &cnt, 1, MPI_SUM, &t->gstats[TD_GROUP_DP]));
+  *ntokens = (int64_t)cnt;
+  *loss = cnt > 0 ? sum / cnt : 0.0;
   return TD_OK;
 }

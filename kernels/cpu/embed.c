@@ -17,7 +17,7 @@ td_status td_cpu_embed_fwd(td_kernels *k, float *out, const int32_t *tokens,
       float *o = out + n * C;
       int64_t v = (int64_t)tokens[n] - v0;
       const td_bf16 *e = (v >= 0 && v < Vs) ? wte + v * C : NULL;
-      const td_bf16 *p = wpe ? wpe + td_pos_at(pos, n % T) * C : NULL;
+      const td_bf16 *p = wpe ? wpe + td_pos_tok(pos, T, n) * C : NULL;
       for (int64_t c = 0; c < C; c++)
         o[c] = (e ? td_bf16_to_f32(e[c]) : 0.0f) + (p ? td_bf16_to_f32(p[c]) : 0.0f);
     }
@@ -29,7 +29,7 @@ td_status td_cpu_embed_fwd(td_kernels *k, float *out, const int32_t *tokens,
     float *o = out + n * C;
     int64_t v = (int64_t)tokens[n] - v0;
     const float *e = (v >= 0 && v < Vs) ? wte + v * C : NULL;
-    const float *p = wpe ? wpe + td_pos_at(pos, n % T) * C : NULL;
+    const float *p = wpe ? wpe + td_pos_tok(pos, T, n) * C : NULL;
     if (e && p) {
 #pragma omp simd
       for (int64_t c = 0; c < C; c++) o[c] = e[c] + p[c];
@@ -72,7 +72,23 @@ td_status td_cpu_embed_bwd(td_kernels *k, float *dwte, float *dwpe, const float 
       for (int64_t c = 0; c < cn; c++) g[c] += d[c];
     }
   }
-  if (dwpe) {
+  if (dwpe && pos && pos->doc) {
+    /* packed documents: rows repeat across sequences and documents; threads
+     * own column blocks and add in (t, b) order (the order below for
+     * distinct rows) */
+#pragma omp parallel for schedule(static) if (N * C > 32768)
+    for (int64_t blk = 0; blk < nblk; blk++) {
+      int64_t c0 = blk * TD_EMBED_COLS;
+      int64_t cn = C - c0 < TD_EMBED_COLS ? C - c0 : TD_EMBED_COLS;
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t b = 0; b < B; b++) {
+          float *g = dwpe + td_pos_tok(pos, T, b * T + t) * C + c0;
+          const float *d = dout + (b * T + t) * C + c0;
+#pragma omp simd
+          for (int64_t c = 0; c < cn; c++) g[c] += d[c];
+        }
+    }
+  } else if (dwpe) {
 #pragma omp parallel for schedule(static) if (N * C > 32768)
     for (int64_t t = 0; t < T; t++) {
       float *g = dwpe + td_pos_at(pos, t) * C;

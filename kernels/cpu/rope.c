@@ -62,7 +62,7 @@ td_status td_cpu_rope(td_kernels *k, float *x, int64_t B, int64_t T, int64_t H, 
   float sg = inverse ? -1.0f : 1.0f;
 #pragma omp parallel for schedule(static) if (rows * H * HS > 16384)
   for (int64_t r = 0; r < rows; r++) {
-    int64_t p = td_pos_at(pos, r % T);
+    int64_t p = td_pos_tok(pos, T, r);
     for (int64_t h = 0; h < H; h++)
       rope_head(x + r * ld + h * HS, cs + p * half, sn + p * half, sg, half);
   }

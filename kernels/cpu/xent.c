@@ -73,8 +73,9 @@ td_status td_cpu_xent_bwd(td_kernels *k, float *dlogits, const float *logits,
 #pragma omp parallel for schedule(static) if (N * Vs > 32768)
   for (int64_t n = 0; n < N; n++) {
     float mx = rowmax[n], se = sumexp[n];
-    /* No real column anywhere (or an empty sum): probabilities are 0. */
-    float f = (mx == -INFINITY || !(se > 0.0f)) ? 0.0f : scale / se;
+    /* No real column anywhere (or an empty sum): probabilities are 0; a
+     * target < 0 (masked out of the loss) has no gradient. */
+    float f = (mx == -INFINITY || !(se > 0.0f) || targets[n] < 0) ? 0.0f : scale / se;
     row_softmax_grad(dlogits + n * Vs, logits + n * Vs, Vs, f == 0.0f ? 0 : Vvalid, mx, f);
     int64_t j = (int64_t)targets[n] - v0;
     if (j >= 0 && j < Vvalid) dlogits[n * Vs + j] -= scale;

@@ -112,11 +112,15 @@ __device__ __forceinline__ void td_st(__nv_bfloat16 *p, int64_t i, float v) {
 /* pos, or for NULL the identity of T rows ({Tk = T, half = T, p0 = 0}), as a
  * value a kernel takes by copy. */
 static inline td_pos td_cuda_pos(const td_pos *pos, int64_t T) {
-  return pos ? *pos : td_pos{T, T, 0, T};
+  return pos ? *pos : td_pos{T, T, 0, T, NULL};
 }
 /* td_pos_at on the device, for a td_pos from td_cuda_pos. */
 __device__ __forceinline__ int64_t td_pos_at_dev(const td_pos &p, int64_t t) {
   return t < p.half ? p.p0 + t : p.p1 + (t - p.half);
+}
+/* td_pos_tok on the device: row n = b·T + t's position less its document's start. */
+__device__ __forceinline__ int64_t td_pos_tok_dev(const td_pos &p, int64_t T, int64_t n) {
+  return td_pos_at_dev(p, n % T) - (p.doc ? (int64_t)p.doc[n] : 0);
 }
 
 /* exp(x) with x clamped to [−87, 88] (NaN stays NaN), as the CPU's

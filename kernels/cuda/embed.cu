@@ -27,11 +27,11 @@ static __global__ void embed_fwd_kernel(float *__restrict__ out,
   bool e = v >= 0 && v < Vs;
   float o = 0.0f;
   if (e && wpe)
-    o = td_ld(wte, v * C + c) + td_ld(wpe, td_pos_at_dev(pos, n % T) * C + c);
+    o = td_ld(wte, v * C + c) + td_ld(wpe, td_pos_tok_dev(pos, T, n) * C + c);
   else if (e)
     o = td_ld(wte, v * C + c);
   else if (wpe)
-    o = td_ld(wpe, td_pos_at_dev(pos, n % T) * C + c);
+    o = td_ld(wpe, td_pos_tok_dev(pos, T, n) * C + c);
   out[idx] = o;
 }
 
@@ -84,6 +84,21 @@ static __global__ void embed_bwd_wpe_kernel(float *__restrict__ dwpe,
   float acc = *g;
   for (int64_t b = 0; b < B; b++) acc += dout[(b * T + t) * C + c];
   *g = acc;
+}
+
+/* Packed documents (pos.doc): dwpe[p(b, t), c] += dout[b·T+t, c] in (t, b)
+ * order, p = td_pos_tok_dev — rows repeat across documents, so one thread
+ * per column walks every row in the CPU's order. */
+static __global__ void embed_bwd_wpe_doc_kernel(float *__restrict__ dwpe,
+                                                const float *__restrict__ dout, int64_t B,
+                                                int64_t T, td_pos pos, int64_t C) {
+  int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t b = 0; b < B; b++) {
+      int64_t n = b * T + t;
+      dwpe[td_pos_tok_dev(pos, T, n) * C + c] += dout[n * C + c];
+    }
 }
 
 /* Bytes rounded up to the workspace alignment. */
@@ -163,7 +178,13 @@ td_status td_cuda_embed_bwd(td_kernels *k, float *dwte, float *dwpe, const float
     TD_CUDA_LAUNCHED("embed_bwd_runs");
   }
 
-  if (dwpe) {
+  if (dwpe && pos && pos->doc) {
+    unsigned nb;
+    TD_CHECK(td_cuda_blocks(C, TD_CUDA_THREADS, "embed_bwd wpe", &nb));
+    embed_bwd_wpe_doc_kernel<<<nb, TD_CUDA_THREADS, 0, st>>>(dwpe, dout, B, T,
+                                                             td_cuda_pos(pos, T), C);
+    TD_CUDA_LAUNCHED("embed_bwd_wpe_doc");
+  } else if (dwpe) {
     unsigned nb;
     TD_CHECK(td_cuda_blocks(T * C, TD_CUDA_THREADS, "embed_bwd wpe", &nb));
     embed_bwd_wpe_kernel<<<nb, TD_CUDA_THREADS, 0, st>>>(dwpe, dout, B, T, td_cuda_pos(pos, T),

@@ -32,7 +32,7 @@ static __global__ void rope_kernel(float *__restrict__ x, const float *__restric
   int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= rows * H * hh) return;
   int64_t i = idx % hh, rh = idx / hh;
-  int64_t h = rh % H, r = rh / H, t = td_pos_at_dev(pos, r % T);
+  int64_t h = rh % H, r = rh / H, t = td_pos_tok_dev(pos, T, r);
   float *xp = x + r * ld + h * (2 * hh) + i, *yp = xp + hh;
   float c = cs[t * hh + i], si = sg * sn[t * hh + i];
   float a = *xp, b = *yp;

@@ -64,7 +64,8 @@ static __global__ void xent_bwd_kernel(float *dlogits, const float *logits,
   const float *l = logits + n * Vs;
   float *d = dlogits + n * Vs;
   float mx = rowmax[n], se = sumexp[n];
-  float f = (mx == -INFINITY || !(se > 0.0f)) ? 0.0f : scale / se;
+  /* a target < 0 (masked out of the loss) has no gradient */
+  float f = (mx == -INFINITY || !(se > 0.0f) || targets[n] < 0) ? 0.0f : scale / se;
   int64_t Vr = f == 0.0f ? 0 : V;
   int64_t jt = (int64_t)targets[n] - v0;
   for (int64_t j = threadIdx.x; j < Vs; j += blockDim.x) {

@@ -250,7 +250,7 @@ static void test_case(td_kernels *k, fcase c, int fd) {
   r.Tk = c.T;
   if (c.cp) { /* rank 1 of cp: chunks 1 and 2·cp − 2 of 2·cp, T/2 rows each */
     int64_t h = c.T / 2;
-    r.pos = (td_pos){(int64_t)c.cp * c.T, h, h, (2 * c.cp - 2) * h};
+    r.pos = (td_pos){(int64_t)c.cp * c.T, h, h, (2 * c.cp - 2) * h, NULL};
     r.pp = &r.pos, r.Tk = r.pos.Tk;
   }
   int64_t B = c.B, T = c.T, nq = B * T * r.ldq, nkv = B * r.Tk * r.ldkv, no = B * T * r.C;

@@ -1050,7 +1050,7 @@ static void test_adamw(td_kernels *k, int64_t n) {
  * its T = 2c rows. */
 static td_pos cp_pos(int64_t Tk, int64_t cp, int64_t i) {
   int64_t c = Tk / (2 * cp);
-  return (td_pos){Tk, c, i * c, (2 * cp - 1 - i) * c};
+  return (td_pos){Tk, c, i * c, (2 * cp - 1 - i) * c, NULL};
 }
 
 /* dst (B, T, width) = the rows of src (B, Tk, width) at the positions of pos,
@@ -1243,12 +1243,12 @@ static void test_embed_pos(td_kernels *k, int64_t B, int64_t Tk, int64_t C, int6
  * ones with TD_ERR_USAGE, as do the ops given them. */
 static void test_pos_usage(td_kernels *k) {
   static const td_pos bad[] = {
-      {16, 4, 4, 6},  /* p0 + half > p1: the runs overlap */
-      {16, 9, 0, 9},  /* half > T */
-      {16, 4, -1, 8}, /* p0 < 0 */
-      {16, 4, 0, 13}, /* the second run ends past Tk */
+      {16, 4, 4, 6, NULL},  /* p0 + half > p1: the runs overlap */
+      {16, 9, 0, 9, NULL},  /* half > T */
+      {16, 4, -1, 8, NULL}, /* p0 < 0 */
+      {16, 4, 0, 13, NULL}, /* the second run ends past Tk */
   };
-  const td_pos good = {16, 4, 4, 8};
+  const td_pos good = {16, 4, 4, 8, NULL};
   float buf[512] = {0}, att[512] = {0};
   int ok = td_kernels_pos_args("test", NULL, 8) == TD_OK;
   ok &= td_kernels_pos_args("test", &good, 8) == TD_OK;

@@ -465,7 +465,7 @@ static void test_attention(void) {
  * c = Tk/(2·cp) rows each (T = 2c rows). */
 static td_pos cp_pos(int64_t Tk, int64_t cp, int64_t i) {
   int64_t c = Tk / (2 * cp);
-  return (td_pos){Tk, c, i * c, (2 * cp - 1 - i) * c};
+  return (td_pos){Tk, c, i * c, (2 * cp - 1 - i) * c, NULL};
 }
 
 /* gqa fwd and bwd, rope and embed fwd and bwd of a rank's rows (pos, both
