@@ -51,6 +51,8 @@ typedef struct {
   hid_t file;
   int64_t S, G, T;
   int32_t *batches; /* (S, G, T+1) */
+  uint8_t *masks;   /* (S, G, T+1) loss masks, when the data has them or documents */
+  int32_t *docs;    /* (S, G, T+1) document starts (td_dataset_read_meta) */
   double *losses, *norms, *lrs;
 } dump_state;
 
@@ -87,6 +89,11 @@ static td_status dump_begin(td_trainer *t, dump_state *d) {
   d->S = c->training_steps, d->G = c->training_global_batch, d->T = c->model_seq_len;
   TD_CHECK(td_alloc((void **)&d->batches, (size_t)(d->S * d->G * (d->T + 1)) * sizeof(int32_t),
                     "dump batches"));
+  if (t->mask_win) {
+    TD_CHECK(td_alloc((void **)&d->masks, (size_t)(d->S * d->G * (d->T + 1)), "dump masks"));
+    TD_CHECK(td_alloc((void **)&d->docs, (size_t)(d->S * d->G * (d->T + 1)) * sizeof(int32_t),
+                      "dump documents"));
+  }
   TD_CHECK(td_alloc((void **)&d->losses, (size_t)(d->S + 1) * 3 * sizeof(double), "dump losses"));
   d->norms = d->losses + d->S + 1;
   d->lrs = d->norms + d->S + 1;
@@ -124,12 +131,20 @@ static td_status dump_batch(td_trainer *t, dump_state *d, int64_t s) {
   for (int64_t g = 0; g < d->G; ++g)
     TD_CHECK(td_dataset_read_window(t->train, t->windows[g], T,
                                     d->batches + (s * d->G + g) * (T + 1)));
+  for (int64_t g = 0; d->masks && g < d->G; ++g)
+    TD_CHECK(td_dataset_read_meta(t->train, t->windows[g], T, d->masks + (s * d->G + g) * (T + 1),
+                                  d->docs + (s * d->G + g) * (T + 1)));
   return TD_OK;
 }
 
 static td_status dump_end(td_trainer *t, dump_state *d) {
   int64_t dims3[3] = {d->S, d->G, d->T + 1}, dims1[1] = {d->S};
   TD_CHECK(td_h5_write(d->file, "/batches", H5T_NATIVE_INT32, 3, dims3, d->batches));
+  if (d->masks) {
+    TD_CHECK(td_h5_write(d->file, "/masks", H5T_NATIVE_UINT8, 3, dims3, d->masks));
+    if (strcmp(t->cfg.data_attend, "document") == 0)
+      TD_CHECK(td_h5_write(d->file, "/docs", H5T_NATIVE_INT32, 3, dims3, d->docs));
+  }
   TD_CHECK(td_h5_write(d->file, "/losses", H5T_NATIVE_DOUBLE, 1, dims1, d->losses));
   TD_CHECK(td_h5_write(d->file, "/grad_norms", H5T_NATIVE_DOUBLE, 1, dims1, d->norms));
   TD_CHECK(td_h5_write(d->file, "/lrs", H5T_NATIVE_DOUBLE, 1, dims1, d->lrs));
@@ -142,6 +157,8 @@ static void dump_free(td_trainer *t, dump_state *d) {
   t->grad_snapshot = NULL;
   if (d->file >= 0) td_h5_close(&d->file);
   td_free(d->batches);
+  td_free(d->masks);
+  td_free(d->docs);
   td_free(d->losses);
 }
 

@@ -15,6 +15,13 @@ DUMP.h5 is written by `trident train DECK --dump FILE`:
   /model/<name>        initial parameters, float32, global shapes
   /batches             int32 (S, global_batch, T+1); inputs [:, :T], targets [:, 1:]
   /losses /grad_norms /lrs   float64 (S); grad norm is before clipping
+  /masks, /docs        (optional) uint8 and int32 (S, global_batch, T+1): each
+                       token's loss mask and its document's start in the window
+                       (a chat dataset; data.attend: document). The oracle then
+                       computes every document of every window on its own
+                       (positions from 0, attention inside it) and the loss as
+                       the mean over the targets the mask keeps — the packed
+                       batch must equal the sum over its documents.
   /grad/<name>         float32 gradient of step 0's loss (before clipping)
   /model_after/<name>  parameters after step 0's update
 
@@ -47,6 +54,7 @@ import tempfile
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_ref as G  # noqa: E402
@@ -97,6 +105,8 @@ def read_dump(path):
             if k not in f:
                 raise BadInput("%s: missing dataset /%s" % (path, k))
             d[k] = f[k][()]
+        for k in ["masks", "docs"]:
+            d[k] = f[k][()] if k in f else None
         d["arch"] = str(_attr(f, "arch")) if "arch" in f.attrs else "gpt2"
         if d["arch"] == "llama":
             d["llama"] = {"kv_heads": int(_attr(f, "kv_heads")),
@@ -144,8 +154,45 @@ def _rel(a, b):
 
 
 def _batch(d, s):
+    """Inputs and targets of step s; a target the loss mask leaves out is -1."""
     w = torch.from_numpy(d["batches"][s].astype(np.int64))
-    return w[:, :-1].contiguous(), w[:, 1:].contiguous()
+    tgt = w[:, 1:].clone()
+    if d["masks"] is not None:
+        tgt[torch.from_numpy(d["masks"][s][:, 1:] == 0)] = -1
+    return w[:, :-1].contiguous(), tgt.contiguous()
+
+
+def _model(d, s):
+    """The forward of step s: the model's own, or — with masks or documents —
+    one that computes each document of each window separately (positions
+    from 0, attention inside it) and averages the cross-entropy over the
+    targets the mask keeps, over the whole batch."""
+    M = d["M"]
+    if d["masks"] is None and d["docs"] is None:
+        return M.forward
+    docs = d["docs"][s] if d["docs"] is not None else None
+
+    def fwd(params, idx, cfg, targets=None, mask=None):
+        B, T = idx.shape
+        count = int((targets >= 0).sum())
+        total = None
+        for b in range(B):
+            st = docs[b][:T] if docs is not None else np.zeros(T, dtype=np.int64)
+            bounds = [t for t in range(T) if t == 0 or st[t] != st[t - 1]] + [T]
+            for lo, hi in zip(bounds[:-1], bounds[1:]):
+                if st[lo] != lo and lo != 0:
+                    raise BadInput("/docs: step %d window %d: token %d starts a document at %d"
+                                   % (s, b, lo, st[lo]))
+                logits, _ = M.forward(params, idx[b:b + 1, lo:hi], cfg)
+                tg = targets[b, lo:hi]
+                keep = tg >= 0
+                if bool(keep.any()):
+                    part = F.cross_entropy(logits[0][keep], tg[keep], reduction="sum")
+                    total = part if total is None else total + part
+        if total is None:
+            total = sum(p.sum() * 0.0 for p in params.values())
+        return None, total / max(count, 1)
+    return fwd
 
 
 def _opt(d, params):
@@ -182,7 +229,12 @@ def check_dump(path, max_steps=None, log=print, verbose=True):
     # ---- (a) step-0 loss and (b) gradients ---------------------------------
     P = M.to_torch(d["model"], torch.float64)
     idx, tgt = _batch(d, 0)
-    _, loss = M.forward(P, idx, cfg, tgt)
+    if d["masks"] is not None:
+        log("  packed: %d windows of step 0 hold %d document starts; the loss counts %d of "
+            "their %d targets" % (idx.shape[0], 0 if d["docs"] is None else int(
+                sum(len(set(r[:-1].tolist())) for r in d["docs"][0])),
+                int((tgt >= 0).sum()), tgt.numel()))
+    _, loss = _model(d, 0)(P, idx, cfg, tgt)
     loss.backward()
     loss0 = loss.item()
     e = _rel(float(d["losses"][0]), loss0)
@@ -282,7 +334,8 @@ def check_dump(path, max_steps=None, log=print, verbose=True):
     wl = wg = 0.0
     for s in range(nrep):
         idx, tgt = _batch(d, s)
-        l, gn = M.train_step(R, opt, idx, tgt, cfg, _lr(d, s), d["grad_clip"], mask)
+        l, gn = G.train_step(R, opt, idx, tgt, cfg, _lr(d, s), d["grad_clip"], mask,
+                             model=_model(d, s))
         el = _rel(float(d["losses"][s]), l)
         eg = _rel(float(d["grad_norms"][s]), gn)
         ok = el <= TOL_LOSS and eg <= TOL_GNORM
