@@ -44,12 +44,19 @@ static const command k_commands[] = {
      "                         (default 8)\n"
      "  --json                 print each rank's memory (bytes, as training allocates it) as\n"
      "                         one JSON object instead of the report\n"},
-    {"eval", td_cmd_eval, "trident eval DECK [--checkpoint PATH] [--json] [--set ...]",
+    {"eval", td_cmd_eval,
+     "trident eval DECK [--checkpoint PATH] [--json] [--task choice FILE [--scores OUT]] "
+     "[--set ...]",
      "Validation loss of a checkpoint (default: the latest of checkpoint.dir) over the first\n"
-     "eval.batches × training.global_batch windows of the validation tokens.\n"
+     "eval.batches × training.global_batch windows of the validation tokens: the mean over\n"
+     "the targets a chat dataset's loss mask keeps (all of them otherwise).\n"
      "  --checkpoint PATH      the checkpoint to evaluate: a file, a checkpoint folder or a\n"
      "                         run folder (their latest)\n"
-     "  --json                 print one JSON object with step, val_loss, val_tokens\n"},
+     "  --json                 print one JSON object with step, val_loss, val_tokens\n"
+     "  --task choice FILE     multiple choice instead (HellaSwag's JSONL: ctx, endings,\n"
+     "                         label): each ending scored by the mean loss of its tokens\n"
+     "                         after the context; prints acc and acc_norm (per byte)\n"
+     "  --scores OUT           with --task: each example's mean losses, as JSON lines\n"},
     {"generate", td_cmd_generate,
      "trident generate --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature T] "
      "[--top-k K] [--seed S] [--raw]",

@@ -26,6 +26,9 @@ td_status td_app_deck_args(const char *cmd, int argc, char **argv, td_deck_args 
       if (!strchr(a, '=') && i + 1 < argc && argv[i + 1][0] != '-' && out->nrest < 64 &&
           strcmp(a, "--json") != 0 && strcmp(a, "--schema") != 0)
         out->rest[out->nrest++] = argv[++i];
+      /* `eval --task NAME FILE`: the task's file too */
+      if (strcmp(a, "--task") == 0 && i + 1 < argc && argv[i + 1][0] != '-' && out->nrest < 64)
+        out->rest[out->nrest++] = argv[++i];
     } else if (!out->deck) {
       out->deck = a;
     } else {

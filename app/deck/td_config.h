@@ -123,7 +123,10 @@
   X(logging, tensorboard, STR, "", 0, 0, NULL, 0,                                           \
     "TensorBoard event folder, written by rank 0 (true: <out_dir>/tb; empty or false: off)") \
   X(eval, every, INT, "0", 0, TD_BIG, NULL, 0, "evaluate every N steps (0: only at the end)")  \
-  X(eval, batches, INT, "8", 1, TD_BIG, NULL, 0, "evaluation windows = batches × global_batch")
+  X(eval, batches, INT, "8", 1, TD_BIG, NULL, 0, "evaluation windows = batches × global_batch") \
+  X(eval, choice, STR, "", 0, 0, NULL, 0,                                                     \
+    "a multiple-choice file (HellaSwag's JSONL: ctx, endings, label) scored at every "        \
+    "evaluation: choice_acc and choice_acc_norm in the metrics and TensorBoard")
 
 #define TD_DECK_SECTIONS(X) \
   X(run) X(model) X(parallel) X(data) X(training) X(optimizer) X(schedule) \

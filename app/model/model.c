@@ -117,6 +117,8 @@ static void use_slot(td_model *m, int slot) {
 
 void td_model_set_doc(td_model *m, const int32_t *doc) { m->doc_host = doc; }
 
+const double *td_model_row_losses(const td_model *m) { return m->last_stage ? m->row_loss : NULL; }
+
 static td_status alloc_slot(td_model *m, td_acts *a) {
   int64_t N = m->B * m->T, Nl = m->Nl, L = m->L_count, C = m->C;
   ACT(encoded, Nl * C);
@@ -214,8 +216,10 @@ static td_status alloc_buffers(td_model *m) {
     if (any_last && hr * m->Vs > n) n = hr * m->Vs;
     TD_CHECK(dev_alloc(m, &m->dmm, n, 2, "backward scratch dmm (bf16 gradients)"));
   }
-  if (m->k) /* host memory, not counted: 12 bytes a row */
+  if (m->k) { /* host memory, not counted: 20 bytes a row */
     TD_CHECK(td_alloc((void **)&m->rowstat_host, (size_t)3 * N * sizeof(float), "loss statistics"));
+    TD_CHECK(td_alloc((void **)&m->row_loss, (size_t)N * sizeof(double), "row losses"));
+  }
   /* Staging (the back-end's memory is not host memory): the host copy the
    * model's all-reduces go through — over tp the (N, C) partial sums and the
    * cross-entropy statistics (2N), over embed_comm the tied wte's gradient
@@ -349,6 +353,7 @@ void td_model_destroy(td_model **mp) {
   free(m->slot_chunk);
   free(m->counts);
   td_free(m->rowstat_host);
+  td_free(m->row_loss);
   td_free(m->host_stage);
   free(m->unit_begin);
   free(m->unit_end);
@@ -578,8 +583,13 @@ static td_status loss_of(td_model *m, td_acts *a, double *loss_sum) {
   TD_CHECK(k->to_host(k, hs + N, a->sumexp, (size_t)2 * N * sizeof(float)));
   double s = 0.0;
   const int32_t *tg = m->tgt_host; /* a target < 0 is masked out of the loss */
-  for (int64_t i = 0; i < m->valid_rows && i < N; ++i)
-    if (!tg || tg[i] >= 0) s += log((double)hs[N + i]) + (double)hs[i] - (double)hs[2 * N + i];
+  for (int64_t i = 0; i < N; ++i) {
+    double l = 0.0;
+    if (i < m->valid_rows && (!tg || tg[i] >= 0))
+      l = log((double)hs[N + i]) + (double)hs[i] - (double)hs[2 * N + i];
+    m->row_loss[i] = l;
+    s += l;
+  }
   *loss_sum = s;
   return TD_OK;
 }

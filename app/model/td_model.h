@@ -190,6 +190,8 @@ struct td_model {
   float *dres, *dtmp, *dln, *dqkv, *datty, *dfch, *datt_scratch;
   void *dmm;             /* bf16: a gradient rounded for the matmuls that read it */
   float *rowstat_host;   /* (3N) host staging for cross-entropy statistics */
+  double *row_loss;      /* (N) host: each row's loss in the last forward with targets
+                            (last stage; 0 for a target < 0): td_model_row_losses */
   int staged;            /* the back-end's memory is not host memory: MPI gets host copies */
   struct td_dcomm *dc_tp, *dc_embed; /* device collectives over tp_comm and embed_comm
                             (set by the trainer when it uses them), else NULL: MPI */
@@ -294,5 +296,9 @@ void td_model_want_logits(td_model *m, int64_t pos);
  * rows: the position where each row's document starts) of the micro-batch
  * the next td_model_forward computes; kept with its slot for the backward. */
 void td_model_set_doc(td_model *m, const int32_t *doc);
+/* Each row's loss (B·T doubles, row b·T + t of this rank's rows; 0 where the
+ * target is < 0 or beyond valid_rows) of the last forward with targets, on
+ * the last stage (NULL elsewhere). Valid until the next forward. */
+const double *td_model_row_losses(const td_model *m);
 
 #endif

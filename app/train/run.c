@@ -10,11 +10,13 @@
 #include <time.h>
 
 #include "app/train/td_checkpoint.h"
+#include "app/train/td_choice.h"
 #include "app/train/td_signals.h"
 #include "app/train/td_trainer.h"
 #include "io/td_ckpt.h"
 #include "io/td_h5.h"
 #include "io/td_tb.h"
+#include "io/td_tokenizer_h5.h"
 #include "parallel/td_mpi.h"
 #include "parallel/td_watchdog.h"
 
@@ -357,6 +359,7 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
   printf("step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | ETA %s",
          (long long)t->step, (long long)c->training_steps, loss, lr, norm, step_s * 1e3, tps, eta);
   if (has_val) printf(" | val %.4f", val_loss);
+  if (has_val && t->has_choice) printf(" | choice acc %.4f", t->choice_acc);
   printf("\n");
   fflush(stdout);
   if (t->metrics) {
@@ -394,6 +397,9 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
       fprintf(t->metrics, "]");
     }
     if (has_val) fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
+    if (has_val && t->has_choice)
+      fprintf(t->metrics, ", \"choice_acc\": %.9g, \"choice_acc_norm\": %.9g", t->choice_acc,
+              t->choice_acc_norm);
     fprintf(t->metrics, "}\n");
     fflush(t->metrics);
   }
@@ -442,9 +448,33 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
       TB("pipeline/bubble_measured", bm);
     }
     if (has_val) TB("loss_metrics/val_loss", val_loss);
+    if (has_val && t->has_choice) {
+      TB("eval/choice_acc", t->choice_acc);
+      TB("eval/choice_acc_norm", t->choice_acc_norm);
+    }
 #undef TB
     TD_CHECK(td_tb_scalars(t->tb, t->step, n, tags, v));
   }
+  return TD_OK;
+}
+
+/* eval.choice: its examples (tokenized with data.train's tokenizer) loaded
+ * once, scored at every evaluation (t->has_choice). Collective. */
+static td_status choice_eval(td_trainer *t) {
+  t->has_choice = 0;
+  if (!t->cfg.eval_choice[0]) return TD_OK;
+  if (!t->choice) {
+    td_status st = TD_OK;
+    td_bpe *bpe = NULL;
+    if (td_tokenizer_files_present(&t->tok))
+      st = td_tokenizer_files_load(&t->tok, t->cfg.data_train, &bpe);
+    if (st == TD_OK) st = td_choice_load(t->cfg.eval_choice, bpe, t->cfg.model_seq_len, &t->choice);
+    td_bpe_destroy(&bpe);
+    TD_CHECK(td_agree(t->app->world, st));
+  }
+  td_choice_result r;
+  TD_CHECK(td_trainer_choice(t, t->choice, &r, NULL));
+  t->choice_acc = r.acc, t->choice_acc_norm = r.acc_norm, t->has_choice = 1;
   return TD_OK;
 }
 
@@ -546,6 +576,7 @@ td_status td_trainer_run(td_trainer *t) {
     if ((c->eval_every > 0 && t->step % c->eval_every == 0) || (last && c->eval_every >= 0)) {
       int64_t n = 0;
       TD_CHECK_GOTO(td_trainer_eval(t, &val, &n));
+      TD_CHECK_GOTO(choice_eval(t));
       has_val = 1;
     }
     last_loss = loss;

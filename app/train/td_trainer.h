@@ -79,6 +79,9 @@ typedef struct td_trainer {
   uint8_t *mask_win;
   int32_t *doc_win, *tok_doc;
   double loss_tokens;  /* the last step's: targets counted in the loss over the global batch */
+  struct td_choice_set *choice; /* eval.choice's examples (NULL: none) */
+  double choice_acc, choice_acc_norm;
+  int has_choice;      /* the evaluation just done scored them */
   FILE *metrics;       /* rank 0 */
   struct td_tb *tb;    /* rank 0, when logging.tensorboard is set */
   int threads;
@@ -129,6 +132,10 @@ double td_lr_at(const td_config *cfg, int64_t s);
 td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr);
 /* Validation loss by the docs/architecture.md protocol. Collective on the world. */
 td_status td_trainer_eval(td_trainer *t, double *loss, int64_t *ntokens);
+/* Fill the host token buffers of a micro-batch (tok_in, tok_tgt with -1
+ * where the mask leaves a target out, tok_doc) from rows [first, first+n)
+ * of tok_win / mask_win / doc_win (rows past n repeat the last one). */
+void td_trainer_load_micro(td_trainer *t, int64_t first, int64_t n);
 /* Targets counted in the loss among the n windows read last (their masks; T
  * per window without one). */
 int64_t td_trainer_loss_tokens(const td_trainer *t, int64_t n);

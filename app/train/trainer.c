@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "app/train/td_choice.h"
 #include "io/td_h5.h"
 #include "io/td_model_file.h"
 #include "io/td_tb.h"
@@ -414,13 +415,12 @@ done:
   return st;
 }
 
-static void load_micro(td_trainer *t, int64_t first, int64_t n);
 
 /* The pipeline's hooks (td_pipe_env): ctx is the trainer. */
 static void pipe_load_micro(void *ctx, int64_t first, int64_t n, const int32_t **inputs,
                             const int32_t **targets) {
   td_trainer *t = ctx;
-  load_micro(t, first, n);
+  td_trainer_load_micro(t, first, n);
   *inputs = t->tok_in, *targets = t->tok_tgt;
 }
 static td_status pipe_begin_grads(void *ctx, int64_t j) {
@@ -566,6 +566,7 @@ void td_trainer_destroy(td_trainer **tp) {
   td_free(t->tok_tgt);
   td_free(t->tok_win);
   td_free(t->mask_win);
+  td_choice_destroy(&t->choice);
   td_free(t->doc_win);
   td_free(t->tok_doc);
   td_free(t->ckpt_stage);
@@ -596,7 +597,7 @@ int64_t td_trainer_loss_tokens(const td_trainer *t, int64_t n) {
 
 /* Fill the host token buffers of a micro-batch from rows [first, first+n) of
  * t->tok_win (rows past n repeat the last one; their loss is not counted). */
-static void load_micro(td_trainer *t, int64_t first, int64_t n) {
+void td_trainer_load_micro(td_trainer *t, int64_t first, int64_t n) {
   int64_t T = t->cfg.model_seq_len;
   const td_pos *pos = t->model->pos; /* context parallel: this rank's two chunks */
   int64_t Tl = t->model->T, half = pos ? pos->half : Tl;
@@ -743,7 +744,7 @@ td_status td_trainer_eval(td_trainer *t, double *loss, int64_t *ntokens) {
     for (int64_t b = 0; b < t->B; ++b) w[b] = first + (b < n ? b : 0);
     TD_CHECK(td_trainer_read_windows(t, t->val, w, n > 0 ? n : 1));
     counted += td_trainer_loss_tokens(t, n > 0 ? n : 0);
-    load_micro(t, 0, n > 0 ? n : 1);
+    td_trainer_load_micro(t, 0, n > 0 ? n : 1);
     m->valid_rows = n * m->T; /* the rows of n sequences this rank holds */
     double ls = 0.0;
     td_status st = td_pipe_forward(t->pipe, t->tok_in, t->tok_tgt, &ls);

@@ -19,3 +19,12 @@ add_test(NAME bad_records COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/bad_recor
   $<TARGET_FILE:trident> ${CMAKE_CURRENT_BINARY_DIR}/bad_records)
 set_tests_properties(bad_records PROPERTIES TIMEOUT 300 PROCESSORS 2
   LABELS "e2e;mpi;bad_input;finetune" ENVIRONMENT "${TD_GRID_ENV}")
+# choice_eval: tests/e2e/choice_eval.sh — `trident eval --task choice` on
+#   1 rank, dp 2, tp 2 × pp 2 and cp 2 (LLaMA): every ending's mean loss and
+#   acc / acc_norm against the float64 oracle (tests/reference/choice_ref.py)
+#   from the checkpoint's weights, both families; eval.choice during
+#   training; malformed files.
+add_test(NAME choice_eval COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/choice_eval.sh
+  $<TARGET_FILE:trident> ${CMAKE_CURRENT_BINARY_DIR}/choice_eval)
+set_tests_properties(choice_eval PROPERTIES TIMEOUT 600 PROCESSORS 2
+  LABELS "e2e;mpi;reference;finetune" ENVIRONMENT "${TD_GRID_ENV}")
