@@ -28,3 +28,11 @@ add_test(NAME choice_eval COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/choice_ev
   $<TARGET_FILE:trident> ${CMAKE_CURRENT_BINARY_DIR}/choice_eval)
 set_tests_properties(choice_eval PROPERTIES TIMEOUT 600 PROCESSORS 2
   LABELS "e2e;mpi;reference;finetune" ENVIRONMENT "${TD_GRID_ENV}")
+# finetune_workflow: tests/e2e/finetune_workflow.sh — a LLaMA-3-shaped model
+#   in Hugging Face files → init_from → fine-tuned on chat data (LLaMA 3's
+#   tokenizer and template, loss mask, packed documents) on dp 2 → export →
+#   a float64 reader's masked loss = trident eval's (1e-6).
+add_test(NAME finetune_workflow COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/finetune_workflow.sh
+  $<TARGET_FILE:trident> ${CMAKE_CURRENT_BINARY_DIR}/finetune)
+set_tests_properties(finetune_workflow PROPERTIES TIMEOUT 600 PROCESSORS 2 SKIP_RETURN_CODE 77
+  LABELS "e2e;mpi;reference;finetune;llama" ENVIRONMENT "${TD_GRID_ENV}")

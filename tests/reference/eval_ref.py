@@ -20,7 +20,12 @@ files and llm.c .bin files (256 x int32 header, magic 20240520) are read whole.
 
 Window i covers tokens [i*T, i*T + T] (inputs the first T, targets the last T).
 The loss is averaged over every target token of the first B*G windows, or of
-all whole windows if there are fewer.  Prints one JSON object:
+all whole windows if there are fewer. --documents (a chat dataset, data.attend:
+document): the split's /[val_]documents and /[val_]loss_mask are read too;
+each document inside each window is computed on its own (positions from 0,
+attention inside it; one that began before the window starts at its first
+token) and the loss is averaged over the targets the mask keeps (the token a
+target predicts has mask 1). Prints one JSON object:
     {"val_loss": x, "val_tokens": n, "windows": w}
 With --expect X, exits 1 unless |val_loss - X| <= rtol * |val_loss| (rtol
 default 1e-5); exit 2 on bad input.
@@ -128,6 +133,40 @@ def read_llama(path):
     return out
 
 
+def read_meta(path, split):
+    """(loss mask, document starts) of the split, as td_dataset_read_meta reads them."""
+    import h5py
+    with h5py.File(path, "r") as f:
+        pre = "val_" if split == "val" and "val_tokens" in f else ""
+        if pre + "documents" not in f:
+            raise BadInput("%s: no /%sdocuments (--documents needs a jsonl or chat dataset)"
+                           % (path, pre))
+        docs = f[pre + "documents"][()].astype(np.int64)
+        mask = f[pre + "loss_mask"][()].astype(np.int64) if pre + "loss_mask" in f else None
+    return mask, docs
+
+
+def eval_loss_documents(params, cfg, tokens, mask, docs, n_windows, seq_len, M=G):
+    """The masked mean over windows 0..n_windows-1, each document apart."""
+    import torch.nn.functional as F
+    T = seq_len
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for i in range(n_windows):
+            lo = i * T
+            win = torch.from_numpy(tokens[lo:lo + T + 1].astype(np.int64))
+            keep = np.ones(T + 1, dtype=bool) if mask is None else mask[lo:lo + T + 1] != 0
+            inside = docs[(docs > lo) & (docs < lo + T)] - lo  # starts inside the window
+            bounds = [0] + [int(x) for x in inside] + [T]
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                logits, _ = M.forward(params, win[None, a:b], cfg)
+                k = torch.from_numpy(keep[a + 1:b + 1])
+                if bool(k.any()):
+                    total += F.cross_entropy(logits[0][k], win[a + 1:b + 1][k], reduction="sum").item()
+                    count += int(k.sum())
+    return total / max(count, 1), count
+
+
 def eval_loss(params, cfg, tokens, n_windows, seq_len, chunk, M=G):
     """Mean cross-entropy over the targets of windows 0..n_windows-1."""
     T = seq_len
@@ -156,6 +195,8 @@ def main(argv=None):
     ap.add_argument("--expect", type=float, default=None)
     ap.add_argument("--rtol", type=float, default=1e-5)
     ap.add_argument("--float32", action="store_true", help="compute in float32 (default float64)")
+    ap.add_argument("--documents", action="store_true",
+                    help="documents apart, the loss mask applied (a chat or jsonl dataset)")
     a = ap.parse_args(argv)
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     try:
@@ -194,8 +235,17 @@ def main(argv=None):
         return 2
     dtype = torch.float32 if a.float32 else torch.float64
     params = G.to_torch(arrays, dtype, requires_grad=False)
-    loss = eval_loss(params, cfg, tokens, n, a.seq_len, max(1, a.global_batch), M)
-    print(json.dumps({"val_loss": loss, "val_tokens": n * a.seq_len, "windows": n}))
+    if a.documents:
+        try:
+            mask, docs = read_meta(a.data, a.split)
+        except BadInput as e:
+            print("eval_ref.py: %s" % e, file=sys.stderr)
+            return 2
+        loss, counted = eval_loss_documents(params, cfg, tokens, mask, docs, n, a.seq_len, M)
+    else:
+        loss = eval_loss(params, cfg, tokens, n, a.seq_len, max(1, a.global_batch), M)
+        counted = n * a.seq_len
+    print(json.dumps({"val_loss": loss, "val_tokens": counted, "windows": n}))
     if a.expect is not None:
         diff = abs(loss - a.expect)
         if not diff <= a.rtol * abs(loss):
