@@ -189,7 +189,7 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
   td_config cfg;
   TD_CHECK(gen_config(app, &g, &cfg));
   td_trainer *t = NULL;
-  int32_t *ctx = NULL, *in = NULL, *pids = NULL;
+  int32_t *ctx = NULL, *in = NULL, *pids = NULL, *doc = NULL;
   float *logits = NULL, *scratch = NULL;
   td_tokenizer_files tf = {0};
   td_bpe *bpe = NULL;
@@ -216,6 +216,10 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
   int64_t plen = bpe ? (int64_t)npids : (int64_t)strlen(g.prompt), total = plen + g.tokens;
   TD_CHECK_GOTO(td_alloc((void **)&ctx, (size_t)(total + 1) * sizeof(int32_t), "context"));
   TD_CHECK_GOTO(td_alloc((void **)&in, (size_t)T * sizeof(int32_t), "input"));
+  /* data.attend: document: the context is one document, starting at row 0 */
+  TD_CHECK_GOTO(td_alloc((void **)&doc, (size_t)T * sizeof(int32_t), "document starts"));
+  memset(doc, 0, (size_t)T * sizeof(int32_t));
+  td_model_set_doc(t->model, doc);
   TD_CHECK_GOTO(td_alloc((void **)&logits, (size_t)(V + 64) * t->grid->tp * sizeof(float), "logits"));
   TD_CHECK_GOTO(td_alloc((void **)&scratch, (size_t)V * sizeof(float), "top-k selection"));
   for (int64_t i = 0; i < plen && st == TD_OK; ++i) {
@@ -277,6 +281,7 @@ td_status td_cmd_generate(td_app *app, int argc, char **argv) {
 done:
   td_bpe_destroy(&bpe);
   td_tokenizer_files_free(&tf);
+  td_free(doc);
   free(pids);
   td_free(ctx);
   td_free(in);

@@ -3,8 +3,9 @@
 # conversations, end to end through the command line (CTest
 # finetune_workflow):
 #  1. a small LLaMA-3-shaped model (LLaMA 3's vocabulary of 128,256, RoPE
-#     theta 500,000, grouped-query heads, untied head) as Hugging Face files
-#     written by the test: config.json and model.safetensors;
+#     theta 500,000, grouped-query heads, untied head) as Hugging Face files,
+#     config.json and model.safetensors (jobs/example-llama3-base.py), and
+#     its deck inputs/llama3-chat.yaml;
 #  2. 300 conversations (make_chat.py) → `trident prepare --format chat
 #     --tokenizer llama3 --vocab tokenizer.model` (Meta's file, from
 #     fetch_llama3.sh): LLaMA 3's chat template, the loss mask, documents;
@@ -23,7 +24,7 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 mpiexec=${MPIEXEC:-mpiexec}
 py=/usr/bin/python3
 mkdir -p "$work" || exit 1
-bash "$src/tests/tokenizer/fetch_llama3.sh" "$work/llama3"
+bash "$src/jobs/llama3-tokenizer.sh" "$work/llama3"
 rc=$?
 [ $rc = 0 ] || exit $rc
 cd "$work" || exit 1
@@ -32,77 +33,8 @@ set -e
 
 # 1. the base model, as a Hugging Face user has it
 rm -rf base ft out && mkdir base
-"$py" - <<'PY'
-import json, struct
-import numpy as np
-cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256,
-       "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
-       "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-       "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-       "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "float32",
-       "bos_token_id": 128000, "eos_token_id": 128009}
-json.dump(cfg, open("base/config.json", "w"), indent=2)
-r = np.random.default_rng(3)
-C, F, L, V, KV, HS = 64, 176, 2, 128256, 2, 16
-t = {"model.embed_tokens.weight": r.normal(0, 0.02, (V, C)), "model.norm.weight": np.ones(C),
-     "lm_head.weight": r.normal(0, 0.02, (V, C))}
-for i in range(L):
-    p = "model.layers.%d." % i
-    t[p + "input_layernorm.weight"] = np.ones(C)
-    t[p + "post_attention_layernorm.weight"] = np.ones(C)
-    t[p + "self_attn.q_proj.weight"] = r.normal(0, 0.02, (C, C))
-    t[p + "self_attn.k_proj.weight"] = r.normal(0, 0.02, (KV * HS, C))
-    t[p + "self_attn.v_proj.weight"] = r.normal(0, 0.02, (KV * HS, C))
-    t[p + "self_attn.o_proj.weight"] = r.normal(0, 0.02 / 2, (C, C))
-    t[p + "mlp.gate_proj.weight"] = r.normal(0, 0.02, (F, C))
-    t[p + "mlp.up_proj.weight"] = r.normal(0, 0.02, (F, C))
-    t[p + "mlp.down_proj.weight"] = r.normal(0, 0.02 / 2, (C, F))
-hdr, off, blobs = {}, 0, []
-for k in sorted(t):
-    b = np.ascontiguousarray(t[k], dtype="<f4").tobytes()
-    hdr[k] = {"dtype": "F32", "shape": list(t[k].shape), "data_offsets": [off, off + len(b)]}
-    off += len(b)
-    blobs.append(b)
-h = json.dumps(hdr).encode()
-h += b" " * ((8 - len(h) % 8) % 8)
-with open("base/model.safetensors", "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-PY
-cat > ft.yaml <<'YAML'
-# ft.yaml — the base model of finetune_workflow.sh, fine-tuned on chat data
-run:
-  name: ft
-  seed: 1
-model:
-  arch: llama
-  vocab_size: 128256
-  seq_len: 64
-  layers: 2
-  dim: 64
-  heads: 4
-  kv_heads: 2
-  ffn_dim: 176
-  rope_theta: 500000
-  tie_embeddings: false
-  init_from: base/model.safetensors
-parallel:
-  dp: 2
-data:
-  train: chat.h5
-  attend: document
-training:
-  global_batch: 8
-  steps: 12
-optimizer:
-  lr: 3.0e-3
-schedule:
-  warmup: 2
-eval:
-  every: 12
-  batches: 2
-checkpoint:
-  resume: never
-YAML
+"$py" "$src/jobs/example-llama3-base.py" base > /dev/null
+sed 's|data/chat.h5|chat.h5|' "$src/inputs/llama3-chat.yaml" > ft.yaml
 
 # 2. the conversations, with LLaMA 3's tokenizer and chat template
 "$py" "$src/tests/e2e/make_chat.py" chat.jsonl 300 11
