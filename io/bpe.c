@@ -1263,6 +1263,18 @@ static char *copy_text(const unsigned char *p, size_t n) {
   return c;
 }
 
+/* The pre-tokenizer's classes and the piece cache of a tokenizer whose
+ * tables are built. */
+static td_status finish(td_bpe *b) {
+  build_classes(b);
+  b->slots = calloc(TD_BPE_CACHE_SLOTS, sizeof *b->slots);
+  b->cache_keys = malloc(TD_BPE_CACHE_KEY_BYTES);
+  b->cache_ids = malloc(TD_BPE_CACHE_IDS * sizeof *b->cache_ids);
+  if (!b->slots || !b->cache_keys || !b->cache_ids)
+    TD_FAIL(TD_ERR_NOMEM, "out of memory for the tokenizer's cache");
+  return TD_OK;
+}
+
 td_status td_bpe_load_mem(const char *encoder_name, const unsigned char *ej, size_t nej,
                           const char *merges_name, const unsigned char *mb, size_t nmb,
                           td_bpe_dialect dialect, td_bpe **out) {
@@ -1289,13 +1301,7 @@ td_status td_bpe_load_mem(const char *encoder_name, const unsigned char *ej, siz
   td_bpe__alphabet(cp_to_byte);
   TD_CHECK_GOTO(load_encoder(b, encoder_name, ej, nej, cp_to_byte));
   TD_CHECK_GOTO(load_merges(b, merges_name, mb, nmb, cp_to_byte));
-  build_classes(b);
-
-  b->slots = calloc(TD_BPE_CACHE_SLOTS, sizeof *b->slots);
-  b->cache_keys = malloc(TD_BPE_CACHE_KEY_BYTES);
-  b->cache_ids = malloc(TD_BPE_CACHE_IDS * sizeof *b->cache_ids);
-  if (!b->slots || !b->cache_keys || !b->cache_ids)
-    TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory for the tokenizer's cache");
+  TD_CHECK_GOTO(finish(b));
   *out = b;
   b = NULL;
 done:
@@ -1446,12 +1452,7 @@ td_status td_bpe_load_llama3_mem(const char *name, const unsigned char *s, size_
   sha256_hex(&sh, b->hash);
   TD_CHECK_GOTO(td_bpe__llama3_parse(name, s, n, &sp, &arena));
   TD_CHECK_GOTO(llama3_build(b, &sp));
-  build_classes(b);
-  b->slots = calloc(TD_BPE_CACHE_SLOTS, sizeof *b->slots);
-  b->cache_keys = malloc(TD_BPE_CACHE_KEY_BYTES);
-  b->cache_ids = malloc(TD_BPE_CACHE_IDS * sizeof *b->cache_ids);
-  if (!b->slots || !b->cache_keys || !b->cache_ids)
-    TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory for the tokenizer's cache");
+  TD_CHECK_GOTO(finish(b));
   *out = b;
   b = NULL;
 done:

@@ -311,10 +311,9 @@ td_status td_prepare_records(const char *out_path, double val_fraction, int ninp
   int64_t vocab = bpe ? td_bpe_vocab_size(bpe) : 256;
   int wide = vocab > 65536;
 
-  size_t ol = strlen(out_path);
-  TD_CHECK_GOTO(td_alloc((void **)&tmp, ol + 5, "prepare path"));
-  memcpy(tmp, out_path, ol);
-  memcpy(tmp + ol, ".tmp", 5);
+  size_t tl = strlen(out_path) + 5; /* written next to it, renamed over it at the end */
+  TD_CHECK_GOTO(td_alloc((void **)&tmp, tl, "prepare path"));
+  snprintf(tmp, tl, "%s.tmp", out_path);
   TD_CHECK_GOTO(td_h5_create(tmp, MPI_COMM_NULL, &f));
   tmp_made = 1;
   TD_CHECK_GOTO(write_split(f, tmp, &r, 0, ntrain, 0, wide, chat));

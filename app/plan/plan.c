@@ -308,6 +308,9 @@ td_status td_plan_comm_bytes(const td_config *c, int stage, td_plan_comm *o) {
     }
     add(o, TD_GROUP_DP, TD_COLL_ALLREDUCE, ar(pb, nt, 8.0) + ar(pb, 1, 8.0), 2);
   }
+  /* the step's counted targets (the loss mask's), summed over dp (app/train/trainer.c) */
+  if (c->parallel_dp > 1)
+    add(o, TD_GROUP_DP, TD_COLL_ALLREDUCE, ar((int)c->parallel_dp, 1, 8.0), 1);
 done:
   td_schedule_destroy(&s);
   td_registry_destroy(&reg);

@@ -406,8 +406,8 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
   if (t->tb) {
     /* the JSONL's numbers under TensorBoard's usual names (docs/monitoring.md) */
     const double gib = 1024.0 * 1024.0 * 1024.0;
-    const char *tags[32];
-    double v[32];
+    const char *tags[48];
+    double v[48];
     int n = 0;
 #define TB(tag, value) (tags[n] = (tag), v[n++] = (value))
     TB("loss_metrics/global_avg_loss", loss);
@@ -431,6 +431,8 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
     TB("comm/intra_node_ms", cms_in);
     TB("comm/inter_node_ms", cms_out);
     TB("comm/step_MiB", (double)mx[11] / (1024.0 * 1024.0));
+    TB("data/step_tokens", (double)(c->training_global_batch * c->model_seq_len));
+    TB("data/loss_tokens", t->loss_tokens);
     if (pp > 1 && pp <= 256) {
       double worst = 0;
       for (int i = 0; i < pp; ++i) worst = fr[i] > worst ? fr[i] : worst;
@@ -623,5 +625,6 @@ td_status td_trainer_run(td_trainer *t) {
   td_log("  metrics      %s\n", c->logging_metrics);
 done:
   dump_free(t, &d);
+  td_choice_destroy(&t->choice);
   return st;
 }

@@ -79,7 +79,7 @@ typedef struct td_trainer {
   uint8_t *mask_win;
   int32_t *doc_win, *tok_doc;
   double loss_tokens;  /* the last step's: targets counted in the loss over the global batch */
-  struct td_choice_set *choice; /* eval.choice's examples (NULL: none) */
+  struct td_choice_set *choice; /* eval.choice's examples, td_trainer_run's (NULL: none) */
   double choice_acc, choice_acc_norm;
   int has_choice;      /* the evaluation just done scored them */
   FILE *metrics;       /* rank 0 */

@@ -9,7 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "app/train/td_choice.h"
 #include "io/td_h5.h"
 #include "io/td_model_file.h"
 #include "io/td_tb.h"
@@ -566,7 +565,6 @@ void td_trainer_destroy(td_trainer **tp) {
   td_free(t->tok_tgt);
   td_free(t->tok_win);
   td_free(t->mask_win);
-  td_choice_destroy(&t->choice);
   td_free(t->doc_win);
   td_free(t->tok_doc);
   td_free(t->ckpt_stage);

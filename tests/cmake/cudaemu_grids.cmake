@@ -112,6 +112,22 @@ if(TD_CUDA_EMULATE)
     ${TD_GRID_BIN} ${_cu_work} fused_gpt2_1rank_bf16 1,1,1,0 1,1,1,0 ${_small} ${_bf16} ${_fused})
   td_cudaemu_grid(fused_llama_cp2 ${_cu} ${_llama}
     ${TD_GRID_BIN} ${_cu_work} fused_llama_cp2 1,1,1,0 1,1,1,0,0,2 ${_small} ${_fused})
+  # packed chat data (data.attend: document, a loss mask): the device's
+  # document masks in the fused attention, positions restarting in the
+  # embedding (its wpe gradient by the documents' kernel) and in RoPE, and
+  # masked targets (-1) in the cross-entropy, against the CPU on one rank
+  add_test(NAME cudaemu_chat_data COMMAND bash -c
+    "/usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/e2e/make_chat.py chat.jsonl 300 5 && $<TARGET_FILE:trident> prepare --format chat --out chat.h5 chat.jsonl"
+    WORKING_DIRECTORY ${_cu_work})
+  file(MAKE_DIRECTORY ${_cu_work})
+  set_tests_properties(cudaemu_chat_data PROPERTIES LABELS cudaemu FIXTURES_SETUP cudaemu_chat)
+  set(_chat --set data.train=${_cu_work}/chat.h5 --set data.attend=document)
+  td_cudaemu_grid(packing_gpt2 ${_cu}
+    ${TD_GRID_BIN} ${_cu_work} packing_gpt2 1,1,1,0 1,1,1,0 ${_small} ${_chat})
+  td_cudaemu_grid(packing_llama ${_cu} ${_llama}
+    ${TD_GRID_BIN} ${_cu_work} packing_llama 1,1,1,0 1,1,1,0 ${_small} ${_chat})
+  set_tests_properties(cudaemu_packing_gpt2 cudaemu_packing_llama PROPERTIES
+    FIXTURES_REQUIRED cudaemu_chat)
   set_property(TEST ${_cu_tests} APPEND PROPERTY ENVIRONMENT ${TD_CUDAEMU_TEST_ENV})
   # Seeded random delays: before each queued operation a stream's worker
   # sleeps a delay drawn in [0, 100] us for that (stream, operation), so an

@@ -9,6 +9,7 @@
 #  2. 300 conversations (make_chat.py) → `trident prepare --format chat
 #     --tokenizer llama3 --vocab tokenizer.model` (Meta's file, from
 #     fetch_llama3.sh): LLaMA 3's chat template, the loss mask, documents;
+#     a model of vocabulary 256 on that data is exit 2 naming the file;
 #  3. `trident train` with model.init_from the safetensors, data.attend:
 #     document, on dp 2 (its step-0 validation loss is the base model's);
 #     the masked validation loss falls;
@@ -42,8 +43,15 @@ sed 's|data/chat.h5|chat.h5|' "$src/inputs/llama3-chat.yaml" > ft.yaml
   --val-fraction 0.15 --out chat.h5 chat.jsonl > prepare.log
 grep -q "the loss counts" prepare.log || fail "prepare said nothing of the loss mask"
 
-# 3. fine-tune on dp 2
+# a model whose vocabulary is smaller than the tokenizer's: exit 2 naming the data
 set +e
+out=$("$mpiexec" -n 2 "$trident" train ft.yaml --set run.out_dir=bad --set model.vocab_size=256 \
+  --set model.init_from= 2>&1)
+rc=$?
+[ $rc = 2 ] && [ "$(grep -c '^trident: error:.*chat.h5.*vocab_size attribute is 128256 but the model.s vocab_size is 256' <<<"$out")" = 1 ] ||
+  { echo "$out" | tail -3; fail "a byte-sized model on LLaMA 3 chat data: exit $rc (want 2, one message naming the file)"; }
+
+# 3. fine-tune on dp 2
 OMP_NUM_THREADS=1 "$mpiexec" -n 2 "$trident" train ft.yaml --set run.out_dir=ft --set eval.every=12 \
   > train.log 2>&1 || { tail -5 train.log; fail "train"; }
 set -e

@@ -13,7 +13,7 @@
 #
 # Harnesses: deck, dataset, ckpt, prepare, modelfile (safetensors, llm.c files,
 # model folders), tokenizer (encoder.json, vocab.bpe), llama3 (tokenizer.model,
-# tokenizer.json). The build folder (default
+# tokenizer.json), records (JSON Lines, chat). The build folder (default
 # build-fuzz) is configured with clang, -DTD_FUZZ=ON, no CUDA, no oneDNN,
 # when it has no harnesses yet, and brought up to date every time.
 #
@@ -32,7 +32,7 @@ SECONDS_EACH=600
 REGRESS=0
 STRICT=0
 SEED=""
-ONLY="deck,dataset,ckpt,prepare,modelfile,tokenizer,llama3"
+ONLY="deck,dataset,ckpt,prepare,modelfile,tokenizer,llama3,records"
 BUILD=$ROOT/build-fuzz
 while [ $# -gt 0 ]; do
   case $1 in
