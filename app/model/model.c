@@ -333,7 +333,7 @@ void td_model_destroy(td_model **mp) {
       void *bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att,
                       a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->res3,
                       a->lnf, a->lnf_mean, a->lnf_rstd, a->logits, a->rowmax, a->sumexp,
-                      a->inputs, a->targets};
+                      a->inputs, a->targets, a->doc};
       for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; ++j)
         if (bufs[j]) m->k->free(m->k, bufs[j]);
     }
