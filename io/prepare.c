@@ -322,6 +322,8 @@ typedef struct {
   size_t tokcap;
   int64_t done;    /* bytes encoded */
   double t0, last_log;
+  int64_t *docs;   /* where this rank's documents start, in its spool's tokens */
+  int64_t ndocs, doccap;
 } bpe_job;
 
 /* A source's descriptor: its spool or the file opened (*own: close it). */
@@ -415,6 +417,15 @@ static td_status job_id(bpe_job *j, int32_t id) {
 static td_status job_piece(bpe_job *j, plan *p, int64_t i, int64_t a, int64_t e, int doc,
                            int ends, const char *spool_name) {
   const src *s = &p->v[i];
+  if (doc) { /* a document starts here: its first token's place in the spool */
+    if (j->ndocs == j->doccap) {
+      int64_t cap = j->doccap ? 2 * j->doccap : 256;
+      int64_t *g = realloc(j->docs, (size_t)cap * sizeof *g);
+      if (!g) TD_FAIL(TD_ERR_NOMEM, "prepare: out of memory for document starts");
+      j->docs = g, j->doccap = cap;
+    }
+    j->docs[j->ndocs++] = j->ntok + (int64_t)j->nids;
+  }
   if (doc && j->bos >= 0) TD_CHECK(job_id(j, j->bos));
   if (a < e) {
     int fd = -1, own = 0;
@@ -518,6 +529,67 @@ done:
   return st;
 }
 
+/* Document starts: /documents (those < ntrain) and /val_documents (the
+ * others, less ntrain; 0 first when the split falls inside a document), each
+ * rank writing its own (global start = first + its spool place), in order.
+ * Collective on comm; f is the dataset file (parallel when comm has more than
+ * one rank). */
+static td_status write_documents(MPI_Comm comm, hid_t f, const char *tmp, const bpe_job *j,
+                                 int64_t first, int64_t ntrain, int64_t ntok) {
+  td_status st = TD_OK;
+  int64_t mine[3] = {0, 0, 0}, all[3], before[3] = {0, 0, 0}; /* train, val, one at ntrain */
+  for (int64_t k = 0; k < j->ndocs; ++k) {
+    int64_t g = first + j->docs[k];
+    if (g >= ntok) continue; /* an empty last file: no token, no document */
+    mine[g < ntrain ? 0 : 1]++;
+    mine[2] += g == ntrain;
+  }
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  if (MPI_Allreduce(mine, all, 3, MPI_INT64_T, MPI_SUM, comm) != MPI_SUCCESS ||
+      MPI_Exscan(mine, before, 2, MPI_INT64_T, MPI_SUM, comm) != MPI_SUCCESS)
+    TD_FAIL(TD_ERR_MPI, "prepare: counting the documents of the ranks failed");
+  if (rank == 0) before[0] = before[1] = 0;
+  int lead = ntok > ntrain && all[2] == 0; /* the val split starts inside a document */
+  int64_t *buf = NULL;
+  hid_t d[2] = {-1, -1};
+  const char *names[2] = {"/documents", "/val_documents"};
+  int64_t count[2] = {all[0], all[1] + lead};
+  TD_CHECK(td_alloc((void **)&buf, (size_t)(j->ndocs + 1) * sizeof *buf, "document starts"));
+  for (int s = 0; s < 2; ++s) {
+    if (s == 1 && ntok <= ntrain) break;
+    hsize_t dim = (hsize_t)count[s];
+    hid_t space = H5Screate_simple(1, &dim, NULL);
+    d[s] = space < 0 ? -1 : H5Dcreate2(f, names[s], H5T_STD_I64LE, space, H5P_DEFAULT,
+                                         H5P_DEFAULT, H5P_DEFAULT);
+    if (space >= 0) H5Sclose(space);
+    if (d[s] < 0)
+      TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot create %s: %s", tmp, names[s], td_h5_error_text());
+    int64_t n = 0, at = before[s] + (s == 1 ? lead : 0);
+    if (s == 1 && lead && rank == 0) buf[n++] = 0, at = 0;
+    for (int64_t k = 0; k < j->ndocs; ++k) {
+      int64_t g = first + j->docs[k];
+      if (g < ntok && (g < ntrain) == (s == 0)) buf[n++] = s == 0 ? g : g - ntrain;
+    }
+    if (n > 0) {
+      hsize_t start = (hsize_t)at, cnt = (hsize_t)n;
+      hid_t fs = H5Dget_space(d[s]), ms = H5Screate_simple(1, &cnt, NULL);
+      herr_t e = fs < 0 || ms < 0 ? -1
+                 : H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &cnt, NULL);
+      if (e >= 0) e = H5Dwrite(d[s], H5T_NATIVE_INT64, ms, fs, H5P_DEFAULT, buf);
+      if (ms >= 0) H5Sclose(ms);
+      if (fs >= 0) H5Sclose(fs);
+      if (e < 0)
+        TD_FAIL_GOTO(TD_ERR_HDF5, "%s: cannot write %s: %s", tmp, names[s], td_h5_error_text());
+    }
+  }
+done:
+  td_h5_close(&d[0]);
+  td_h5_close(&d[1]);
+  td_free(buf);
+  return st;
+}
+
 /* Write this rank's spooled tokens, global tokens [first, first + n), to
  * /tokens [0, ntrain) and /val_tokens after it. */
 static td_status job_write(bpe_job *j, hid_t dtrain, hid_t dval, const char *tmp, int64_t first,
@@ -545,6 +617,32 @@ static td_status job_write(bpe_job *j, hid_t dtrain, hid_t dval, const char *tmp
     k += c;
   }
   return TD_OK;
+}
+
+/* The byte tokenizer's document starts: each non-empty file's first byte,
+ * in /documents (< ntrain) and /val_documents (less ntrain; 0 first when the
+ * split falls inside a file). */
+static td_status byte_documents(hid_t f, const plan *p, int64_t total, int64_t ntrain) {
+  td_status st = TD_OK;
+  int64_t *d = NULL, nd = 0, at = 0;
+  TD_CHECK(td_alloc((void **)&d, (size_t)(p->n + 2) * sizeof *d, "document starts"));
+  for (int64_t i = 0; i < p->n; at += p->v[i++].size)
+    if (p->v[i].size > 0) d[nd++] = at;
+  int64_t nt = 0;
+  while (nt < nd && d[nt] < ntrain) nt++;
+  int64_t dims[1] = {nt};
+  TD_CHECK_GOTO(td_h5_write(f, "/documents", H5T_NATIVE_INT64, 1, dims, d));
+  if (total > ntrain) { /* the val split's, rebased; 0 first if it cuts a file */
+    int64_t lead = nt == nd || d[nt] != ntrain, n = 0;
+    int64_t *v = d + nt - lead;
+    if (lead) v[0] = 0;
+    for (int64_t k = lead; k < nd - nt + lead; ++k) v[k] -= ntrain, n = k + 1;
+    dims[0] = lead ? (n > 0 ? n : 1) : n;
+    TD_CHECK_GOTO(td_h5_write(f, "/val_documents", H5T_NATIVE_INT64, 1, dims, v));
+  }
+done:
+  td_free(d);
+  return st;
 }
 
 td_status td_prepare(const char *out_path, double val_fraction, int ninputs,
@@ -650,6 +748,7 @@ td_status td_prepare(const char *out_path, double val_fraction, int ninputs,
       TD_FAIL_GOTO(TD_ERR_IO, "%s: shrank while being read (%lld bytes, was %lld)",
                    s->path, (long long)got, (long long)s->size);
   }
+  TD_CHECK_GOTO(byte_documents(f, &p, total, ntrain));
 
   td_h5_close(&dval);
   td_h5_close(&dtrain);
@@ -811,6 +910,7 @@ td_status td_prepare_bpe(MPI_Comm comm, const char *out_path, double val_fractio
   }
   TD_CHECK_GOTO(td_agree(comm, st));
   TD_CHECK_GOTO(td_agree(comm, job_write(&j, dtrain, dval, tmp, first, ntrain, spool_name)));
+  TD_CHECK_GOTO(td_agree(comm, write_documents(comm, f, tmp, &j, first, ntrain, k)));
   td_h5_close(&dval);
   td_h5_close(&dtrain);
   if (H5Fclose(f) < 0)
@@ -848,6 +948,7 @@ done:
   td_free(j.text);
   td_free(j.tok);
   free(j.ids);
+  free(j.docs);
   td_free(p.buf);
   plan_free(&p);
   return st;

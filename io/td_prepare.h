@@ -23,7 +23,9 @@
  * logged) and "-" for standard input. Their bytes are concatenated in the
  * order given; the last floor(n · val_fraction) tokens go to /val_tokens
  * (left out when that is 0), the rest to /tokens; both 1-D uint16, chunked.
- * Root attributes: vocab_size = 256 (int64), tokenizer = "bytes".
+ * Root attributes: vocab_size = 256 (int64), tokenizer = "bytes". Each
+ * non-empty file is a document: /documents (its first byte, < the split) and
+ * /val_documents (the rest, rebased; 0 first when the split cuts a file).
  *
  * Streams through a buffer of buffer_bytes (0: TD_PREPARE_BUFFER_DEFAULT),
  * so memory does not grow with the input. Standard input (and any input that
@@ -56,7 +58,8 @@ td_status td_prepare(const char *out_path, double val_fraction, int ninputs,
  * tokenizes. The last floor(n · val_fraction) tokens go to /val_tokens.
  * Root attributes: vocab_size (the tokenizer's, 50257), tokenizer ("gpt2" or
  * "gpt3-encoder": the dialect), tokenizer_sha256 (td_bpe_hash), eot_token;
- * the tokenizer's files in /tokenizer. A progress line (MB, tokens, MB/s,
+ * the tokenizer's files in /tokenizer; each file's start (its first token)
+ * in /documents and /val_documents, as td_prepare. A progress line (MB, tokens, MB/s,
  * ETA) every 5 s on long inputs (rank 0's share). Errors are agreed over
  * comm (td_agree); the temporary file is removed and out_path untouched. */
 td_status td_prepare_bpe(MPI_Comm comm, const char *out_path, double val_fraction,

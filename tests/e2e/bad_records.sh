@@ -5,8 +5,10 @@
 # for JSON syntax the column) and the field, on 1 and 2 ranks, and no
 # output file. Then --skip-bad: the same files prepare, the bad lines
 # skipped and counted (said on stdout and in the attribute skipped_lines).
-# Then train: data.attend: document on data without /documents, and with
-# model.attention: materialized — exit 2 naming the file or the deck key.
+# Then train: data.attend: document on data without /documents (a nanoGPT
+# .bin), and with model.attention: materialized — exit 2 naming the file or
+# the deck key; text files prepared are documents (the empty one none) and
+# train with data.attend: document.
 # Environment: MPIEXEC (default mpiexec).
 set -u
 trident=${1:?usage: bad_records.sh TRIDENT WORKDIR} work=${2:?usage: bad_records.sh TRIDENT WORKDIR}
@@ -63,14 +65,31 @@ grep -q "($nbad skipped as malformed)" skip.log || { cat skip.log; fail "--skip-
   fail "skipped_lines is not $nbad"
 echo "bad_records.sh: --skip-bad: $nbad bad lines skipped and counted"
 
-# train: data.attend: document needs /documents, and the fused attention
-printf 'plain text, no documents\n%.0s' $(seq 200) > plain.txt
-"$trident" prepare --val-fraction 0 --out plain.h5 plain.txt > /dev/null || fail "prepare plain.txt"
-out=$("$mpiexec" -n 2 "$trident" train "$src/inputs/tiny.yaml" --set data.train=plain.h5 \
+# train: data.attend: document needs /documents (a nanoGPT .bin has none;
+# text files prepared are one document each), and the fused attention
+/usr/bin/python3 -c "import array; array.array('H', list(b'plain text, no documents. ' * 400)).tofile(open('plain.bin', 'wb'))"
+out=$("$mpiexec" -n 2 "$trident" train "$src/inputs/tiny.yaml" --set data.train=plain.bin \
   --set data.attend=document --set parallel.dp=2 --set run.out_dir=run --set checkpoint.resume=never 2>&1)
 rc=$?
-[ $rc = 2 ] && [ "$(grep -c '^trident: error:.*plain.h5 (data.train): data.attend = document needs' <<<"$out")" = 1 ] ||
+[ $rc = 2 ] && [ "$(grep -c '^trident: error:.*plain.bin (data.train): data.attend = document needs' <<<"$out")" = 1 ] ||
   { echo "$out" | tail -3; fail "attend: document on data without /documents: exit $rc"; }
+mkdir -p texts && printf 'first file. %.0s' $(seq 300) > texts/a.txt && : > texts/b.txt &&
+  printf 'second file! %.0s' $(seq 300) > texts/c.txt
+"$trident" prepare --val-fraction 0.3 --out texts.h5 texts > /dev/null || fail "prepare texts/"
+/usr/bin/python3 - <<'PY' || fail "a text dataset's /documents are not its files' starts"
+import h5py, numpy as np, os
+a = os.path.getsize("texts/a.txt")
+with h5py.File("texts.h5", "r") as f:
+    n = len(f["tokens"])
+    docs = np.concatenate([f["documents"][()], f["val_documents"][()] + n])
+want = [0, a] if a < n else [0]
+want += [n] if n not in want else []
+assert list(docs) == sorted(want), (list(docs), want)
+print("bad_records.sh: text files are documents:", list(docs))
+PY
+"$trident" train "$src/inputs/tiny.yaml" --set data.train=texts.h5 --set data.attend=document \
+  --set training.steps=2 --set schedule.warmup=1 --set run.out_dir=run_texts \
+  --set checkpoint.resume=never > texts.log 2>&1 || { tail -3 texts.log; fail "data.attend: document on text files"; }
 out=$("$trident" train "$src/inputs/tiny.yaml" --set data.train=skip.h5 --set data.attend=document \
   --set model.attention=materialized --set run.out_dir=run --set checkpoint.resume=never 2>&1)
 rc=$?

@@ -8,7 +8,8 @@
 #     tokens, bit for bit;
 #  2. the dataset: vocab_size 50257, tokenizer gpt2, eot_token 50256,
 #     tokenizer_sha256 of the two files, <|endoftext|> before each document,
-#     the last 10% of the tokens in /val_tokens;
+#     the last 10% of the tokens in /val_tokens; /documents and
+#     /val_documents where each file's <|endoftext|> is (and the split);
 #  3. the GPL-3 document's ids equal npm's gpt-3-encoder's (tests/tokenizer/
 #     oracle.js) for that file;
 #  4. `trident train` refuses a model whose vocab is smaller than the
@@ -75,6 +76,13 @@ for k, v in want.items():
 eot = np.flatnonzero(big == 50256)
 if len(eot) != 3 or eot[0] != 0:
     sys.exit("prepare.sh: FAIL: <|endoftext|> at %s, want 3 document starts from 0" % eot[:10])
+with h5py.File("big.h5", "r") as f:  # /documents: each file's <|endoftext|>, split like the tokens
+    ntr = len(f["tokens"])
+    docs = np.concatenate([f["documents"][()], f["val_documents"][()] + ntr])
+want_docs = eot if (eot == ntr).any() else np.sort(np.concatenate([eot, [ntr]]))
+if not np.array_equal(docs, want_docs):
+    sys.exit("prepare.sh: FAIL: /documents + /val_documents %s, want the documents' starts %s "
+             "(and the split's)" % (docs, want_docs))
 if nval != int(len(big) * 0.1):
     sys.exit("prepare.sh: FAIL: %d val tokens of %d, want floor(10%%)" % (nval, len(big)))
 ref = np.loadtxt("ids.b.txt", dtype=np.int64, ndmin=1)
@@ -119,6 +127,7 @@ def load(p):
     with h5py.File(p, "r") as f:
         a = {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in f.attrs.items()}
         t = [f["tokens"][()]] + ([f["val_tokens"][()]] if "val_tokens" in f else [])
+        t += [f["documents"][()]] + ([f["val_documents"][()]] if "val_documents" in f else [])
         return a, t, f["tokenizer"]["encoder.json"][()]
 for one, many in [("big", "par2"), ("big", "par3"), ("one_b", "par3_b"), ("one_short", "par4_short"),
                   ("one_b", "par2_stdin")]:
@@ -127,7 +136,8 @@ for one, many in [("big", "par2"), ("big", "par3"), ("one_b", "par3_b"), ("one_s
     if a1 != a2 or e1 != e2:
         sys.exit("prepare.sh: FAIL: %s.h5's attributes or tokenizer differ from %s.h5's: %r vs %r"
                  % (many, one, a2, a1))
-    for x, y, name in zip(t1, t2, ["tokens", "val_tokens"]):
+    names = ["tokens", "val_tokens"][:len(t1) // 2] + ["documents", "val_documents"][:len(t1) // 2]
+    for x, y, name in zip(t1, t2, names):
         if not np.array_equal(x, y):
             sys.exit("prepare.sh: FAIL: %s.h5:/%s differs from %s.h5 (one rank): %d vs %d tokens"
                      % (many, name, one, len(y), len(x)))

@@ -87,7 +87,13 @@ if not np.array_equal(big.astype(np.int64), ref):
     sys.exit("prepare_llama3.sh: FAIL: the dataset differs from llama3-tokenizer-js's ids of "
              "the 3 documents, each between 128000 and 128001, at token %d (%d vs %d tokens)"
              % (i, len(big), len(ref)))
+starts = np.cumsum([0] + [len(p) for p in parts])[0:-1:3]  # each <|begin_of_text|>
 with h5py.File("l3big.h5", "r") as f:
+    n = len(f["tokens"])
+    docs = np.concatenate([f["documents"][()], f["val_documents"][()] + n])
+    want = np.unique(np.concatenate([starts, [n]]))
+    if not np.array_equal(docs, want):
+        sys.exit("prepare_llama3.sh: FAIL: /documents + /val_documents %s, want %s" % (docs, want))
     if f["tokenizer"]["tokenizer.model"][()] != open(sys.argv[2], "rb").read():
         sys.exit("prepare_llama3.sh: FAIL: l3big.h5:/tokenizer/tokenizer.model is not the file")
 print("prepare_llama3.sh: %d uint32 tokens, the same from a tiny buffer, tokenizer.json and 3 "
