@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "io/td_bpe.h"
+#include "io/prepare_internal.h"
 #include "io/td_h5.h"
 #include "io/td_tokenizer_h5.h"
 #include "parallel/td_mpi.h"
@@ -619,28 +620,29 @@ static td_status job_write(bpe_job *j, hid_t dtrain, hid_t dval, const char *tmp
   return TD_OK;
 }
 
-/* The byte tokenizer's document starts: each non-empty file's first byte,
- * in /documents (< ntrain) and /val_documents (less ntrain; 0 first when the
- * split falls inside a file). */
+td_status td_prepare__split_documents(hid_t f, const int64_t *starts, int64_t n, int64_t lo,
+                                      int64_t hi, int val) {
+  td_status st = TD_OK;
+  int64_t *docs = NULL, nd = 0;
+  TD_CHECK(td_alloc((void **)&docs, (size_t)(n + 1) * sizeof *docs, "document starts"));
+  docs[nd++] = 0; /* the split's first token starts a document, or continues one */
+  for (int64_t d = 0; d < n; d++)
+    if (starts[d] > lo && starts[d] < hi) docs[nd++] = starts[d] - lo;
+  int64_t dims[1] = {nd};
+  st = td_h5_write(f, val ? "/val_documents" : "/documents", H5T_NATIVE_INT64, 1, dims, docs);
+  td_free(docs);
+  return st;
+}
+
+/* The byte tokenizer's document starts: each non-empty file's first byte. */
 static td_status byte_documents(hid_t f, const plan *p, int64_t total, int64_t ntrain) {
   td_status st = TD_OK;
   int64_t *d = NULL, nd = 0, at = 0;
-  TD_CHECK(td_alloc((void **)&d, (size_t)(p->n + 2) * sizeof *d, "document starts"));
+  TD_CHECK(td_alloc((void **)&d, (size_t)(p->n + 1) * sizeof *d, "document starts"));
   for (int64_t i = 0; i < p->n; at += p->v[i++].size)
     if (p->v[i].size > 0) d[nd++] = at;
-  int64_t nt = 0;
-  while (nt < nd && d[nt] < ntrain) nt++;
-  int64_t dims[1] = {nt};
-  TD_CHECK_GOTO(td_h5_write(f, "/documents", H5T_NATIVE_INT64, 1, dims, d));
-  if (total > ntrain) { /* the val split's, rebased; 0 first if it cuts a file */
-    int64_t lead = nt == nd || d[nt] != ntrain, n = 0;
-    int64_t *v = d + nt - lead;
-    if (lead) v[0] = 0;
-    for (int64_t k = lead; k < nd - nt + lead; ++k) v[k] -= ntrain, n = k + 1;
-    dims[0] = lead ? (n > 0 ? n : 1) : n;
-    TD_CHECK_GOTO(td_h5_write(f, "/val_documents", H5T_NATIVE_INT64, 1, dims, v));
-  }
-done:
+  st = td_prepare__split_documents(f, d, nd, 0, ntrain, 0);
+  if (st == TD_OK && total > ntrain) st = td_prepare__split_documents(f, d, nd, ntrain, total, 1);
   td_free(d);
   return st;
 }

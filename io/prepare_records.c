@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/prepare_internal.h"
 #include "io/td_h5.h"
 #include "io/td_json.h"
 #include "io/td_prepare.h"
@@ -229,13 +230,12 @@ done:
 }
 
 /* One split (train or val) of the records, [lo, hi) of the tokens. */
-static td_status write_split(hid_t f, const char *tmp, const td_records *r, int64_t lo, int64_t hi,
-                             int val, int wide, int with_mask) {
+static td_status write_split(hid_t f, const td_records *r, int64_t lo, int64_t hi, int val,
+                             int wide, int with_mask) {
   td_status st = TD_OK;
   int64_t n = hi - lo, dims[1] = {n};
   char name[32];
   void *buf = NULL;
-  int64_t *docs = NULL;
   snprintf(name, sizeof name, "/%stokens", val ? "val_" : "");
   if (wide) {
     TD_CHECK(td_h5_write(f, name, H5T_NATIVE_UINT32, 1, dims, r->tok + lo));
@@ -248,23 +248,9 @@ static td_status write_split(hid_t f, const char *tmp, const td_records *r, int6
     snprintf(name, sizeof name, "/%sloss_mask", val ? "val_" : "");
     TD_CHECK_GOTO(td_h5_write(f, name, H5T_NATIVE_UINT8, 1, dims, r->mask + lo));
   }
-  /* document starts inside [lo, hi), relative to lo; a document cut by the
-   * split starts again at 0 of the val tokens */
-  int64_t nd = 0;
-  TD_CHECK_GOTO(td_alloc((void **)&docs, (size_t)(r->ndoc + 1) * sizeof *docs, "prepare documents"));
-  for (int64_t d = 0; d < r->ndoc; d++)
-    if (r->doc[d] >= lo && r->doc[d] < hi) docs[nd++] = r->doc[d] - lo;
-  if (nd == 0 || docs[0] != 0) { /* the split starts inside a document */
-    memmove(docs + 1, docs, (size_t)nd * sizeof *docs);
-    docs[0] = 0, nd++;
-  }
-  dims[0] = nd;
-  snprintf(name, sizeof name, "/%sdocuments", val ? "val_" : "");
-  TD_CHECK_GOTO(td_h5_write(f, name, H5T_NATIVE_INT64, 1, dims, docs));
-  (void)tmp;
+  TD_CHECK_GOTO(td_prepare__split_documents(f, r->doc, r->ndoc, lo, hi, val));
 done:
   td_free(buf);
-  td_free(docs);
   return st;
 }
 
@@ -316,8 +302,8 @@ td_status td_prepare_records(const char *out_path, double val_fraction, int ninp
   snprintf(tmp, tl, "%s.tmp", out_path);
   TD_CHECK_GOTO(td_h5_create(tmp, MPI_COMM_NULL, &f));
   tmp_made = 1;
-  TD_CHECK_GOTO(write_split(f, tmp, &r, 0, ntrain, 0, wide, chat));
-  if (nval > 0) TD_CHECK_GOTO(write_split(f, tmp, &r, ntrain, r.n, 1, wide, chat));
+  TD_CHECK_GOTO(write_split(f, &r, 0, ntrain, 0, wide, chat));
+  if (nval > 0) TD_CHECK_GOTO(write_split(f, &r, ntrain, r.n, 1, wide, chat));
   TD_CHECK_GOTO(td_h5_attr_write_i64(f, "vocab_size", vocab));
   TD_CHECK_GOTO(td_h5_attr_write_str(f, "tokenizer",
                                      bpe ? td_bpe_dialect_name(td_bpe_get_dialect(bpe)) : "bytes"));

@@ -31,12 +31,9 @@ while [ $# -gt 0 ]; do
     *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
   esac
 done
-trident=$build/trident
-export OMP_NUM_THREADS=$threads HWLOC_PLUGINS_BLACKLIST=hwloc_pci
-[ -x "$trident" ] || { echo "head_bench: no $trident (build first)" >&2; exit 2; }
-mkdir -p "$work"
-corpus=$work/corpus.h5
-[ -f "$corpus" ] || "$trident" prepare --out "$corpus" --val-fraction 0.1 /usr/share/common-licenses >/dev/null
+# shellcheck source=bench_lib.sh
+source "$here/bench_lib.sh"
+bench_setup head_bench
 echo "head_bench: $(nproc --all) cores, $threads threads, $layers layers, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%F)"
 for r in $(seq 1 "$rounds"); do
   for h in materialized fused; do

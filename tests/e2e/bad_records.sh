@@ -87,6 +87,7 @@ want += [n] if n not in want else []
 assert list(docs) == sorted(want), (list(docs), want)
 print("bad_records.sh: text files are documents:", list(docs))
 PY
+rm -rf run_texts
 "$trident" train "$src/inputs/tiny.yaml" --set data.train=texts.h5 --set data.attend=document \
   --set training.steps=2 --set schedule.warmup=1 --set run.out_dir=run_texts \
   --set checkpoint.resume=never > texts.log 2>&1 || { tail -3 texts.log; fail "data.attend: document on text files"; }
