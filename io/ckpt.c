@@ -65,7 +65,25 @@ struct td_ckpt_writer {
   int signal_; /* TD_TEST_SIGNAL_SAVE: the signal to raise half-way, or 0 */
   char dir[TD_CKPT_PATH_MAX], name[64];
   char tmp[TD_CKPT_PATH_MAX], final_[TD_CKPT_PATH_MAX];
+  /* deferred data (td_ckpt_writer_defer): the pieces td_ckpt_flush writes */
+  int defer, njob, cap_job;
+  struct defer_job *jobs;
+  int flushed;             /* td_ckpt_flush ran (0: not yet) */
+  int flush_failed;        /* ... and failed: flush_msg says why */
+  char flush_msg[1024];
+  int64_t flush_bytes;     /* bytes it wrote */
+  int64_t delay_ms;        /* TD_TEST_SAVE_DELAY_MS (rank 0's, broadcast) */
 };
+
+/* A tensor whose data td_ckpt_flush writes: this rank's boxes of the
+ * contiguous dataset whose data starts at file address `addr`. */
+typedef struct defer_job {
+  int64_t addr, cols;
+  int pend; /* its record in pend (checksum, elements, failed) */
+  int nbox;
+  td_ckpt_box *box; /* a copy of the caller's */
+  const float *src;
+} defer_job;
 
 struct td_ckpt_reader {
   MPI_Comm comm;
@@ -95,6 +113,7 @@ typedef struct {
    * collective calls, so every rank must see the same): */
   int64_t collective_bytes; /* TD_CKPT_COLLECTIVE_MB (collective_bytes below) */
   int crash, signal_;       /* TD_TEST_CRASH_SAVE, TD_TEST_SIGNAL_SAVE */
+  int64_t delay_ms;         /* TD_TEST_SAVE_DELAY_MS */
 } ckpt_comms;
 
 static void read_settings(ckpt_comms *c);
@@ -122,9 +141,9 @@ static td_status ckpt_comms_get(MPI_Comm comm, ckpt_comms **out) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   if (rank == 0) read_settings(c);
-  int64_t set[3] = {c->collective_bytes, c->crash, c->signal_};
+  int64_t set[4] = {c->collective_bytes, c->crash, c->signal_, c->delay_ms};
   if (MPI_Comm_dup(comm, &c->comm) != MPI_SUCCESS ||
-      MPI_Bcast(set, 3, MPI_INT64_T, 0, c->comm) != MPI_SUCCESS ||
+      MPI_Bcast(set, 4, MPI_INT64_T, 0, c->comm) != MPI_SUCCESS ||
       MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
           MPI_SUCCESS ||
       MPI_Comm_size(node, &c->node_size) != MPI_SUCCESS ||
@@ -135,6 +154,7 @@ static td_status ckpt_comms_get(MPI_Comm comm, ckpt_comms **out) {
   }
   MPI_Comm_free(&node);
   c->collective_bytes = set[0], c->crash = (int)set[1], c->signal_ = (int)set[2];
+  c->delay_ms = set[3];
   *out = c;
   return TD_OK;
 }
@@ -437,6 +457,8 @@ static void read_settings(ckpt_comms *c) {
   c->crash = crash && strcmp(crash, "1") == 0;
   const char *sig = getenv("TD_TEST_SIGNAL_SAVE");
   c->signal_ = !sig ? 0 : strcmp(sig, "USR1") == 0 ? SIGUSR1 : strcmp(sig, "TERM") == 0 ? SIGTERM : 0;
+  const char *delay = getenv("TD_TEST_SAVE_DELAY_MS");
+  c->delay_ms = delay && *delay ? atoll(delay) : 0;
 }
 
 static hid_t make_dxpl_mode(H5FD_mpio_xfer_t mode) {
@@ -548,6 +570,8 @@ static void writer_free(td_ckpt_writer *w) {
   td_h5_close(&w->file);
   free(w->pend_path);
   free(w->pend);
+  for (int i = 0; i < w->njob; ++i) free(w->jobs[i].box);
+  free(w->jobs);
   td_free(w);
 }
 
@@ -595,6 +619,7 @@ td_status td_ckpt_save_begin(MPI_Comm comm, const char *dir, int64_t step,
   w->comm = cc->comm;
   w->collective_bytes = cc->collective_bytes;
   w->crash = cc->crash, w->signal_ = cc->signal_;
+  w->delay_ms = cc->delay_ms;
   w->wb_every = CKPT_WRITEBACK_BYTES / cc->node_size;
   if (w->wb_every < CKPT_PIECE_BYTES) w->wb_every = CKPT_PIECE_BYTES;
   MPI_Comm_rank(w->comm, &w->rank);
@@ -662,6 +687,29 @@ static td_status check_shape_arg(const char *path, int ndim, const int64_t *gsha
   return TD_OK;
 }
 
+/* Record this rank's boxes of dataset d for td_ckpt_flush: its data's file
+ * address (contiguous, allocated at creation) and a copy of the boxes. */
+static td_status defer_tensor(td_ckpt_writer *w, hid_t d, const char *path, int64_t cols,
+                              int nbox, const td_ckpt_box *boxes, const float *src) {
+  haddr_t addr = H5Dget_offset(d);
+  if (addr == HADDR_UNDEF)
+    TD_FAIL(TD_ERR_HDF5, "%s: tensor %s has no storage address: %s", w->tmp, path,
+            td_h5_error_text());
+  if (w->njob == w->cap_job) {
+    int c = w->cap_job ? 2 * w->cap_job : 256;
+    defer_job *nj = realloc(w->jobs, (size_t)c * sizeof *nj);
+    if (!nj) TD_FAIL(TD_ERR_NOMEM, "out of memory for the checkpoint's deferred writes");
+    w->jobs = nj, w->cap_job = c;
+  }
+  defer_job *j = &w->jobs[w->njob];
+  j->box = malloc((size_t)nbox * sizeof *j->box);
+  if (!j->box) TD_FAIL(TD_ERR_NOMEM, "out of memory for the checkpoint's deferred writes");
+  memcpy(j->box, boxes, (size_t)nbox * sizeof *j->box);
+  j->addr = (int64_t)addr, j->cols = cols, j->pend = w->npend, j->nbox = nbox, j->src = src;
+  w->njob++;
+  return TD_OK;
+}
+
 td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
                                const int64_t *gshape, int nbox,
                                const td_ckpt_box *boxes, const float *src) {
@@ -692,7 +740,11 @@ td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
   }
   /* An empty tensor has no storage to write to (the same on every rank). */
   int collective = rows * cols * (int64_t)sizeof(float) >= w->collective_bytes;
-  if (!collective && local == TD_OK && rows * cols > 0) {
+  int deferred = 0;
+  if (w->defer && !collective && local == TD_OK && rows * cols > 0 && nelem > 0) {
+    local = defer_tensor(w, d, path, cols, nbox, boxes, src);
+    deferred = local == TD_OK;
+  } else if (!collective && local == TD_OK && rows * cols > 0) {
     local = write_pieces(w, d, path, ndim, gshape, nbox, boxes, src);
   } else if (rows * cols > 0 && (collective || sel.nelem > 0) && (collective || local == TD_OK) &&
       H5Dwrite(d, H5T_NATIVE_FLOAT, sel.mspace, sel.fspace, collective ? w->dxpl : w->dxpl_ind,
@@ -705,8 +757,8 @@ td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
   uint64_t *v = w->pend + 3 * (size_t)w->npend;
   snprintf(w->pend_path[w->npend], sizeof w->pend_path[0], "%s", path);
   v[0] = 0, v[1] = 0, v[2] = local != TD_OK;
-  if (local == TD_OK) {
-    for (int i = 0; i < nbox; ++i) v[0] += box_checksum(&boxes[i], cols, src);
+  if (local == TD_OK) { /* (a deferred tensor's checksum: td_ckpt_flush) */
+    for (int i = 0; i < nbox && !deferred; ++i) v[0] += box_checksum(&boxes[i], cols, src);
     v[1] = (uint64_t)nelem;
   }
   w->npend++;
@@ -742,6 +794,90 @@ done:
   return st;
 }
 
+/* ---- deferred data (asynchronous saves) ------------------------------------------------ */
+
+void td_ckpt_writer_defer(td_ckpt_writer *w, int defer) {
+  if (w) w->defer = defer;
+}
+
+/* Write n bytes at file offset off, whole (short writes and EINTR resumed). */
+static int pwrite_full(int fd, const void *buf, size_t n, int64_t off) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = pwrite(fd, (const char *)buf + done, n - done, (off_t)(off + (int64_t)done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return r < 0 ? errno : EIO;
+    done += (size_t)r;
+  }
+  return 0;
+}
+
+static void sleep_ms(int64_t ms) {
+  struct timespec left = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+}
+
+/* One row run of a box: n floats from src to the file, in pieces of
+ * CKPT_PIECE_BYTES (the page-cache copy of one large pwrite is slower). */
+static int flush_run(td_ckpt_writer *w, int fd, const float *src, int64_t n, int64_t off) {
+  int64_t piece = CKPT_PIECE_BYTES / (int64_t)sizeof(float);
+  for (int64_t i = 0; i < n; i += piece) {
+    int64_t m = n - i < piece ? n - i : piece;
+    int e = pwrite_full(fd, src + i, (size_t)m * sizeof(float), off + i * (int64_t)sizeof(float));
+    if (e) return e;
+    w->flush_bytes += m * (int64_t)sizeof(float);
+    writeback_kick(w, m * (int64_t)sizeof(float));
+  }
+  return 0;
+}
+
+int td_ckpt_flush(td_ckpt_writer *w) {
+  if (!w || w->flushed) return w && w->flush_failed ? -1 : 0;
+  w->flushed = 1;
+  if (w->njob == 0) return 0;
+  int fd = open(w->tmp, O_WRONLY);
+  int e = fd < 0 ? errno : 0;
+  const char *what = NULL;
+  int saved_wb = w->wb_fd;
+  if (fd >= 0) w->wb_fd = fd; /* write-back started on the descriptor that writes */
+  for (int i = 0; i < w->njob && !e; ++i) {
+    defer_job *j = &w->jobs[i];
+    if (w->delay_ms > 0 && i == w->njob / 2) sleep_ms(w->delay_ms); /* test: in flight */
+    uint64_t sum = 0;
+    for (int b = 0; b < j->nbox && !e; ++b) {
+      const td_ckpt_box *x = &j->box[b];
+      if (x->nr == 0 || x->nc == 0) continue;
+      const float *base = j->src + x->src_off;
+      int64_t at = j->addr + (x->r0 * j->cols + x->c0) * (int64_t)sizeof(float);
+      if (x->nr == 1 || (x->nc == j->cols && x->src_ld == x->nc))
+        e = flush_run(w, fd, base, x->nr * x->nc, at);
+      else
+        for (int64_t r = 0; r < x->nr && !e; ++r)
+          e = flush_run(w, fd, base + r * x->src_ld, x->nc,
+                        at + r * j->cols * (int64_t)sizeof(float));
+      if (!e) sum += box_checksum(x, j->cols, j->src);
+    }
+    w->pend[3 * (size_t)j->pend] = sum;
+    if (e) what = w->pend_path[j->pend];
+  }
+  /* durable now, so that the commit's fsync finds nothing left to write */
+  if (!e && fd >= 0 && fdatasync(fd) != 0) e = errno;
+  if (fd >= 0 && close(fd) != 0 && !e) e = errno;
+  w->wb_fd = saved_wb;
+  if (!e) return 0;
+  w->flush_failed = 1;
+  if (what)
+    snprintf(w->flush_msg, sizeof w->flush_msg, "%s: cannot write tensor %s: %s", w->tmp, what,
+             strerror(e));
+  else
+    snprintf(w->flush_msg, sizeof w->flush_msg, "%s: cannot write the checkpoint's data: %s",
+             w->tmp, strerror(e));
+  return -1;
+}
+
+int64_t td_ckpt_flush_bytes(const td_ckpt_writer *w) { return w ? w->flush_bytes : 0; }
+
 /* Close the .tmp of a save that failed (its data are garbage). The close
  * still flushes HDF5's metadata; on a full disk that fails, and HDF5 1.10
  * keeps a half-closed file that it dereferences at MPI_Finalize (SIGSEGV in
@@ -765,6 +901,13 @@ td_status td_ckpt_save_commit(td_ckpt_writer **wp, int keep, char *final_path,
   if (cap) final_path[0] = '\0';
   TD_REQUIRE(w && w->file >= 0, TD_ERR_INTERNAL, "checkpoint writer is not open");
   *wp = NULL;
+  /* deferred data: written (td_ckpt_flush), or its failure marked on the
+   * tensors, whose agreement below reports it like a failed write */
+  if (w->njob > 0 && !w->flushed) (void)td_ckpt_flush(w);
+  if (w->flush_failed) {
+    td_error_set(TD_ERR_IO, __FILE__, __LINE__, __func__, "%s", w->flush_msg);
+    for (int i = 0; i < w->njob; ++i) w->pend[3 * (size_t)w->jobs[i].pend + 2] = 1;
+  }
   /* 0. checksums and element counts of every tensor: one reduction, then the
    * attributes (metadata, the same on every rank). */
   {

@@ -108,6 +108,27 @@ td_status td_ckpt_write_tensor(td_ckpt_writer *w, const char *path, int ndim,
                                const int64_t *gshape, int nbox,
                                const td_ckpt_box *boxes, const float *src);
 
+/* Deferred data, for asynchronous saves: after td_ckpt_writer_defer(w, 1)
+ * (same value on every rank), td_ckpt_write_tensor creates each dataset and
+ * records this rank's boxes with the dataset's file address instead of
+ * writing them (tensors written collectively, TD_CKPT_COLLECTIVE_MB, are
+ * still written at once); src must then stay unchanged until td_ckpt_flush
+ * has returned. td_ckpt_flush writes the recorded boxes into the .tmp with
+ * pwrite, at the addresses HDF5 allocated (the bytes an independent H5Dwrite
+ * puts there: the file is the one a save without deferral writes), computes
+ * their checksums and fdatasyncs the file. It is not collective and calls
+ * neither MPI nor HDF5 nor the td_error functions, so another thread may run
+ * it while this one trains (MPI_THREAD_FUNNELED suffices); nothing else may
+ * use w meanwhile. Returns 0, or -1 with the reason kept for
+ * td_ckpt_save_commit, which reports it on every rank like a failed write
+ * ("FILE.tmp: cannot write tensor /model/x: No space left on device"). The
+ * commit flushes first if it has not run. Test switch: TD_TEST_SAVE_DELAY_MS
+ * (rank 0's, for every rank) pauses td_ckpt_flush that long half-way. */
+void td_ckpt_writer_defer(td_ckpt_writer *w, int defer);
+int td_ckpt_flush(td_ckpt_writer *w);
+/* Bytes td_ckpt_flush wrote on this rank. */
+int64_t td_ckpt_flush_bytes(const td_ckpt_writer *w);
+
 /* The open .tmp file, for root attributes, /config, /data, /rng written with
  * td_h5 (collective metadata: every rank makes the same calls). */
 hid_t td_ckpt_writer_file(td_ckpt_writer *w);

@@ -46,7 +46,7 @@ static int64_t mem_total(const td_mem_plan *m) {
 static void print_json(const rank_info *all, int n) {
   static const char *const keys[] = {"param_bytes", "grad_bytes", "optim_bytes", "work_bytes",
                                      "act_bytes", "total_bytes"};
-  int64_t mx[6] = {0}, hmx = 0;
+  int64_t mx[6] = {0}, hmx = 0, cmx = 0;
   printf("{\"ranks\": [");
   for (int i = 0; i < n; ++i) {
     const td_mem_plan *m = &all[i].mem;
@@ -58,13 +58,15 @@ static void print_json(const rank_info *all, int n) {
       printf(", \"%s\": %lld", keys[j], (long long)v[j]);
       if (v[j] > mx[j]) mx[j] = v[j];
     }
-    printf(", \"host_bytes\": %lld, \"startup_bytes\": %lld}", (long long)m->host,
-           (long long)m->startup); /* optimizer.offload's state; the start-up's host copy */
+    printf(", \"host_bytes\": %lld, \"startup_bytes\": %lld, \"ckpt_bytes\": %lld}",
+           (long long)m->host, (long long)m->startup, (long long)m->ckpt);
+    /* optimizer.offload's state; the start-up's host copy; checkpoint staging */
     if (m->host > hmx) hmx = m->host;
+    if (m->ckpt > cmx) cmx = m->ckpt;
   }
   printf("],\n \"max\": {");
   for (int j = 0; j < 6; ++j) printf("%s\"%s\": %lld", j ? ", " : "", keys[j], (long long)mx[j]);
-  printf(", \"host_bytes\": %lld}}\n", (long long)hmx);
+  printf(", \"host_bytes\": %lld, \"ckpt_bytes\": %lld}}\n", (long long)hmx, (long long)cmx);
 }
 
 /* Groups of kind ('t', 'c', 'd', 'p') that lie inside node n, of all such
@@ -258,6 +260,22 @@ static td_status report(const td_config *cfg, const td_grid *g, const rank_info 
   printf("start-up: while the parameters are set, a host copy of them (%s on the largest rank, "
          "4 bytes a local parameter) exists beside these buffers; freed before the first step\n",
          h);
+  int64_t ck_max = 0;
+  for (int i = 0; i < n; ++i)
+    if (all[i].mem.ckpt > ck_max) ck_max = all[i].mem.ckpt;
+  human_bytes((double)ck_max, h, sizeof h);
+  if (cfg->checkpoint_async)
+    printf("checkpoint: asynchronous (checkpoint.async): a host staging buffer of %s on the "
+           "largest rank (fp32 parameters and both moments of its shard, 12 bytes an owned "
+           "parameter%s), allocated when training starts; a thread per rank writes the file "
+           "while training goes on\n", h, cuda ? ", pinned" : "");
+  else if (ck_max > 0)
+    printf("checkpoint: saves stage through a host buffer of %s on the largest rank (4 bytes an "
+           "owned parameter); training waits for each save\n", h);
+  else
+    printf("checkpoint: saves write from the state itself, training waits for each "
+           "(checkpoint.async: true would stage it in 12 bytes of host memory an owned "
+           "parameter and write in the background)\n");
   if (offload) {
     /* the rank whose device memory is largest: its host state and what moved */
     const rank_info *x = &all[0];

@@ -75,7 +75,7 @@ static void print_json(const results *rs, int top) {
            "\"tflops_per_device\": %.6g, \"hw_tflops_per_device\": %.6g, \"mfu\": %.6g, "
            "\"bubble\": %.6g, \"matmul_efficiency\": %.4g, \"compute_s\": %.6g, "
            "\"optimizer_s\": %.6g, \"comm_bytes\": %.0f, \"baseline_bytes\": %.0f, "
-           "\"startup_bytes\": %.0f, \"refused\": \"%s\", \"comm\": {",
+           "\"startup_bytes\": %.0f, \"ckpt_bytes\": %.0f, \"refused\": \"%s\", \"comm\": {",
            i ? "," : "", (long long)c->parallel_dp, (long long)c->parallel_cp,
            (long long)c->parallel_tp, (long long)c->parallel_pp, (long long)c->parallel_zero,
            (long long)td_config_micro_batch(c), c->parallel_pp_schedule,
@@ -84,7 +84,7 @@ static void print_json(const results *rs, int top) {
            r->mem_stage, (long long)r->mem.param, (long long)r->mem.grad,
            (long long)r->mem.optim, (long long)r->mem.work, (long long)r->mem.act,
            r->over_bytes, r->step_s, r->tokens_per_s, r->tflops, r->hw_tflops, r->mfu, r->bubble,
-           r->eff, r->compute_s, r->optim_s, r->comm_bytes, r->baseline, r->startup, why);
+           r->eff, r->compute_s, r->optim_s, r->comm_bytes, r->baseline, r->startup, r->ckpt, why);
     for (int g = 0; g < TD_GROUP_COUNT; ++g)
       printf("%s\"%s\": {\"s\": %.6g, \"exposed_s\": %.6g}", g ? ", " : "", td_plan_group_name(g),
              r->comm_s[g], r->exposed_s[g]);
@@ -215,7 +215,7 @@ static td_status plan_main(const td_deck_args *a, const char *cluster, int ranks
     TD_CHECK(td_plan_eval(&c, &cl, &r));
     TD_CHECK_GOTO(push(&rs, &r));
   } else {
-    TD_CHECK(td_config_to_text(&base, &text));
+    TD_CHECK(td_config_to_text(&base, 0, &text));
     TD_CHECK_GOTO(enumerate(&base, text, &cl, world, &rs, &rejected));
     if (rs.n == 0)
       TD_FAIL_GOTO(TD_ERR_USAGE, "trident plan: no configuration of %s on %d ranks passes the "

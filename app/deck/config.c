@@ -907,10 +907,11 @@ static void print_value(FILE *out, const td_config *cfg, const entry *e) {
   }
 }
 
-void td_config_print(const td_config *cfg, FILE *out) {
+static void print_keys(const td_config *cfg, FILE *out, unsigned skip) {
   const char *sec = "";
   for (int i = 0; i < NSCHEMA; ++i) {
     const entry *e = &k_schema[i];
+    if (e->flags & skip) continue;
     if (strcmp(sec, e->sec) != 0) {
       fprintf(out, "%s:\n", e->sec);
       sec = e->sec;
@@ -921,12 +922,14 @@ void td_config_print(const td_config *cfg, FILE *out) {
   }
 }
 
-td_status td_config_to_text(const td_config *cfg, char **out) {
+void td_config_print(const td_config *cfg, FILE *out) { print_keys(cfg, out, 0); }
+
+td_status td_config_to_text(const td_config *cfg, int checkpoint, char **out) {
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
   if (!f) TD_FAIL(TD_ERR_NOMEM, "cannot format the deck");
-  td_config_print(cfg, f);
+  print_keys(cfg, f, checkpoint ? TD_F_HOW : 0);
   fclose(f);
   *out = buf;
   return TD_OK;

@@ -26,6 +26,9 @@
 
 #define TD_F_REQ 1u  /* required key */
 #define TD_F_LEN2 2u /* list of exactly two elements */
+#define TD_F_HOW 4u  /* how the run saves, never what it computes: left out of a
+                        checkpoint's /config (td_config_to_text), so a checkpoint is
+                        the same file whichever way it was written */
 
 #define TD_DECK_SCHEMA(X)                                                                   \
   X(run, name, STR, "trident", 0, 0, NULL, 0, "run name, used in default paths")             \
@@ -115,10 +118,16 @@
   X(checkpoint, keep, INT, "3", 0, TD_BIG, NULL, 0, "committed checkpoints kept (0: all)")     \
   X(checkpoint, resume, STR, "auto", 0, 0, NULL, 0, "auto (latest if present), never (start afresh), or a PATH to a checkpoint file or folder") \
   X(checkpoint, verify, BOOL, "true", 0, 0, NULL, 0, "verify checksums on load")              \
+  X(checkpoint, async, BOOL, "false", 0, 0, NULL, TD_F_HOW,                                   \
+    "save in the background: the state is copied to host memory and training goes on "     \
+    "while a thread writes the file (the same file; at most one save in flight)")           \
   X(checkpoint, overwrite, BOOL, "false", 0, 0, NULL, 0,                                       \
     "with resume: never, delete an earlier run's checkpoints in checkpoint.dir and start afresh " \
     "(false: such a folder is refused)")                                                     \
   X(logging, every, INT, "1", 1, TD_BIG, NULL, 0, "log every N steps")                        \
+  X(logging, straggler_pct, FLOAT, "20", 0, 1.0e6, NULL, 0,                                  \
+    "at every metrics line, name the ranks whose busy time a step (compute and data loading) " \
+    "exceeds the median rank's by more than this many percent (0: never)")                  \
   X(logging, metrics, STR, "", 0, 0, NULL, 0, "JSON Lines metrics file (default <out_dir>/metrics.jsonl)") \
   X(logging, tensorboard, STR, "", 0, 0, NULL, 0,                                           \
     "TensorBoard event folder, written by rank 0 (true: <out_dir>/tb; empty or false: off)") \
@@ -163,8 +172,9 @@ td_status td_config_load_text_sets(const char *name, const char *text, int nset,
                                    int world, td_config *cfg);
 /* Write the resolved deck as YAML (loadable by td_config_load). */
 void td_config_print(const td_config *cfg, FILE *out);
-/* The resolved deck as YAML text in a malloc'd string (for checkpoints). */
-td_status td_config_to_text(const td_config *cfg, char **out);
+/* The resolved deck as YAML text in a malloc'd string; for a checkpoint's
+ * /config (checkpoint != 0) without the TD_F_HOW keys. */
+td_status td_config_to_text(const td_config *cfg, int checkpoint, char **out);
 /* The schema as a Markdown table (`trident check --schema`, docs/decks.md). */
 void td_config_print_schema(FILE *out);
 /* Names of model keys whose values differ, comma-separated, in buf ("" if

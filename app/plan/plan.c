@@ -390,7 +390,10 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
      * large as ZeRO 0's gradient all-reduces in flight, whose temporaries
      * MPICH allocates per message) */
     if (strcmp(c->run_device, "cpu") == 0) r->startup = (double)r->mem.startup;
-    double need = (double)r->mem_total + cl->baseline + r->startup;
+    /* checkpoint staging (checkpoint.async: 12 bytes an owned parameter)
+     * lives through training, in host memory: the CPU's */
+    if (strcmp(c->run_device, "cpu") == 0) r->ckpt = (double)r->mem.ckpt;
+    double need = (double)r->mem_total + cl->baseline + (r->startup > r->ckpt ? r->startup : r->ckpt);
     r->fits = need <= cl->mem_bytes;
     r->over_bytes = r->fits ? 0.0 : need - cl->mem_bytes;
   }

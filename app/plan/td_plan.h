@@ -106,7 +106,10 @@ typedef struct td_plan_result {
   double baseline;        /* the cluster's process baseline (device.baseline_mib), bytes */
   double startup;         /* the start-up's host copy of the parameters (mem.startup) when
                              the device's memory is the host's (run.device cpu), else 0 */
-  int fits;               /* mem_total + baseline + startup ≤ the device's memory */
+  double ckpt;            /* checkpoint staging (mem.ckpt) when the device's memory is the
+                             host's, else 0: allocated when training starts, after the
+                             start-up copy is freed, so the peak holds the larger of the two */
+  int fits;               /* mem_total + baseline + max(startup, ckpt) ≤ the device's memory */
   double over_bytes;      /* mem_total − memory when it does not fit */
   char refused[256];      /* why trident would refuse to build it (memory unknown, fits 0),
                              e.g. a ZeRO shard beyond MPI's int counts; "" when it builds */

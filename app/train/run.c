@@ -166,13 +166,15 @@ static void dump_free(td_trainer *t, dump_state *d) {
 
 /* ---- signals ------------------------------------------------------------------------ */
 
-/* The signal any rank received, agreed by all (0: none). Collective. */
-static td_status agree_signal(td_trainer *t, int *sig) {
-  int mine = td_signal_pending(), any = 0;
+/* The signal any rank received, agreed by all (0: none), and whether any
+ * rank's background checkpoint writer is still writing (checkpoint.async):
+ * one reduction at every step boundary. Collective. */
+static td_status agree_signal(td_trainer *t, int *sig, int *writing) {
+  int mine[2] = {td_signal_pending(), td_trainer_save_busy(t)}, any[2] = {0, 0};
   MPI_Request r = MPI_REQUEST_NULL;
-  TD_MPI_CHECK(td_watched(MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, t->app->world, &r),
+  TD_MPI_CHECK(td_watched(MPI_Iallreduce(mine, any, 2, MPI_INT, MPI_MAX, t->app->world, &r),
                           "MPI_Allreduce (agreeing on signals)", t->app->world, &r));
-  *sig = any;
+  *sig = any[0], *writing = any[1];
   return TD_OK;
 }
 
@@ -283,6 +285,146 @@ static void fmt_eta(double s, char *buf, size_t cap) {
     snprintf(buf, cap, "%ld:%02ld", x / 60, x % 60);
 }
 
+/* ---- stragglers -------------------------------------------------------------------- */
+
+/* Every rank's host name, gathered once to rank 0 (t->hosts) for the
+ * straggler report. Collective. */
+static td_status gather_hosts(td_trainer *t) {
+  char mine[64] = "";
+  int len = 0;
+  char name[MPI_MAX_PROCESSOR_NAME] = "?";
+  MPI_Get_processor_name(name, &len);
+  snprintf(mine, sizeof mine, "%s", name);
+  td_status st = TD_OK;
+  if (t->app->rank == 0 && !t->hosts) {
+    t->hosts = calloc((size_t)t->app->size, sizeof *t->hosts);
+    if (!t->hosts) st = td_error_set(TD_ERR_NOMEM, __FILE__, __LINE__, __func__,
+                                     "out of memory for %d host names", t->app->size);
+  }
+  TD_CHECK(td_agree(t->app->world, st));
+  MPI_Request r = MPI_REQUEST_NULL;
+  TD_MPI_CHECK(td_watched(MPI_Igather(mine, 64, MPI_CHAR, t->hosts, 64, MPI_CHAR, 0,
+                                      t->app->world, &r),
+                          "MPI_Gather (host names)", t->app->world, &r));
+  return TD_OK;
+}
+
+/* This rank's time in collectives so far (every group), ms. */
+static double comm_ms(const td_trainer *t) {
+  double total = 0;
+  for (int i = 0; i < TD_GROUP_COUNT; ++i) {
+    double b = 0, ms = 0;
+    td_coll_stats_total(&t->gstats[i], &b, &ms);
+    total += ms;
+  }
+  return total;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+typedef struct straggler_stats {
+  double min_ms, median_ms, max_ms; /* busy time a step over the ranks */
+  int rank;                         /* the slowest rank over the threshold, or -1 */
+} straggler_stats;
+
+/* The median of the n values x[i] with key[i] == k (0 if none); scratch
+ * holds n doubles. */
+static double median_of(const double *x, const int *key, int k, int n, double *scratch) {
+  int m = 0;
+  for (int i = 0; i < n; ++i)
+    if (key[i] == k) scratch[m++] = x[i];
+  if (m == 0) return 0.0;
+  qsort(scratch, (size_t)m, sizeof *scratch, cmp_double);
+  return m % 2 ? scratch[m / 2] : 0.5 * (scratch[m / 2 - 1] + scratch[m / 2]);
+}
+
+/* Each rank's time a step since the last metrics line, split into waiting
+ * for other ranks (collectives, pipeline messages), reading its data and
+ * computing (the rest), gathered to rank 0 in one small collective. A rank
+ * is busy for its compute and data time: a slow rank makes the others wait
+ * in communication, so its busy time stands out and theirs does not. Rank 0
+ * warns about the ranks whose busy time exceeds the median of their
+ * pipeline stage's ranks (which do the same work) by more than
+ * logging.straggler_pct, slowest first, naming rank, host and the part
+ * (compute or data loading) furthest above its stage's median; not for the
+ * interval holding this process's first step (one-time set-up), nor in a
+ * stage of one rank (nothing to compare it with). min/median/max are over
+ * all ranks. */
+static td_status stragglers(td_trainer *t, int64_t since, int first, straggler_stats *out) {
+  int n = t->app->size;
+  double steps = (double)(since > 0 ? since : 1);
+  double mine[4] = {t->strag_wall_s / steps * 1e3, t->strag_data_s / steps * 1e3,
+                    t->strag_wait_s / steps * 1e3, (double)t->grid->pp_rank};
+  t->strag_wall_s = t->strag_data_s = t->strag_wait_s = 0;
+  double *all = NULL;
+  td_status st = TD_OK;
+  /* rank 0: the gathered 4 a rank, then busy, data, compute and scratch */
+  if (t->app->rank == 0 && !(all = malloc((size_t)n * 8 * sizeof *all + (size_t)n * sizeof(int))))
+    st = td_error_set(TD_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory");
+  TD_CHECK(td_agree(t->app->world, st));
+  MPI_Request r = MPI_REQUEST_NULL;
+  int rc = td_watched(MPI_Igather(mine, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, t->app->world, &r),
+                      "MPI_Gather (straggler metrics)", t->app->world, &r);
+  if (rc != MPI_SUCCESS) {
+    free(all);
+    TD_MPI_CHECK(rc);
+  }
+  out->rank = -1;
+  if (t->app->rank != 0) return TD_OK;
+  double *busy = all + 4 * (size_t)n, *data = busy + n, *comp = data + n, *scratch = comp + n;
+  int *stage = (int *)(scratch + n);
+  for (int i = 0; i < n; ++i) {
+    double b = all[4 * i] - all[4 * i + 2];
+    busy[i] = b > 0 ? b : 0, data[i] = all[4 * i + 1];
+    comp[i] = busy[i] - data[i] > 0 ? busy[i] - data[i] : 0;
+    stage[i] = (int)all[4 * i + 3];
+  }
+  out->min_ms = out->max_ms = busy[0];
+  for (int i = 1; i < n; ++i) {
+    if (busy[i] < out->min_ms) out->min_ms = busy[i];
+    if (busy[i] > out->max_ms) out->max_ms = busy[i];
+  }
+  memcpy(scratch, busy, (size_t)n * sizeof *scratch);
+  qsort(scratch, (size_t)n, sizeof *scratch, cmp_double);
+  out->median_ms = n % 2 ? scratch[n / 2] : 0.5 * (scratch[n / 2 - 1] + scratch[n / 2]);
+  double pct = t->cfg.logging_straggler_pct;
+  int per_stage = n / t->grid->pp;
+  /* each rank against its stage: over the limit, slowest first (at most 4 named) */
+  double *limit = all; /* reused: a rank's limit, and its stage's medians */
+  for (int i = 0; i < n; ++i) {
+    double mb = median_of(busy, stage, stage[i], n, scratch);
+    limit[4 * i] = mb * (1.0 + pct / 100.0), limit[4 * i + 1] = mb;
+    limit[4 * i + 2] = median_of(comp, stage, stage[i], n, scratch);
+    limit[4 * i + 3] = median_of(data, stage, stage[i], n, scratch);
+  }
+  for (int named = 0; pct > 0 && per_stage > 1 && !first && named < 4; ++named) {
+    int worst = -1;
+    for (int i = 0; i < n; ++i)
+      if (busy[i] > limit[4 * i] && (worst < 0 || busy[i] - limit[4 * i] > busy[worst] - limit[4 * worst]))
+        worst = i;
+    if (worst < 0) break;
+    double mb = limit[4 * worst + 1], mc = limit[4 * worst + 2], md = limit[4 * worst + 3];
+    int is_data = data[worst] - md > comp[worst] - mc;
+    if (named == 0) out->rank = worst;
+    char where[48] = "the ranks";
+    if (t->grid->pp > 1) snprintf(where, sizeof where, "pipeline stage %d's ranks", stage[worst]);
+    td_warn("straggler: rank %d (host %s) is busy %.1f ms a step, %.0f%% over the median of "
+            "%s (%.1f ms; logging.straggler_pct %g), in steps %lld-%lld: its %s takes "
+            "%.1f ms against a median of %.1f ms; the other ranks wait for it",
+            worst, t->hosts ? t->hosts[worst] : "?", busy[worst],
+            100.0 * (busy[worst] / (mb > 0 ? mb : 1) - 1.0), where, mb, pct,
+            (long long)(t->step - since + 1), (long long)t->step,
+            is_data ? "data loading" : "compute", is_data ? data[worst] : comp[worst],
+            is_data ? md : mc);
+    busy[worst] = -1.0; /* named */
+  }
+  free(all);
+  return TD_OK;
+}
+
 static td_status log_step(td_trainer *t, double loss, double norm, double lr, double step_s,
                           double elapsed, int64_t steps_run, int has_val, double val_loss) {
   td_config *c = &t->cfg;
@@ -310,15 +452,23 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
   int64_t dev = t->k->device_peak ? (int64_t)t->k->device_peak(t->k) : 0;
   /* steps since the last metrics line (the first: those this process ran) */
   int64_t since = t->logged_step > 0 ? t->step - t->logged_step : steps_run;
+  int first_line = t->logged_step == 0; /* set-up costs are in its steps */
   int64_t per_step = (int64_t)((cb - t->logged_cb) / (double)(since > 0 ? since : 1));
   t->logged_cb = cb, t->logged_step = t->step;
-  int64_t mine[12] = {peak_rss_bytes(), (int64_t)cb, mem->param, mem->grad, mem->optim,
+  /* checkpoint saves since the last line: the time they kept this rank
+   * from training (µs), their background writing (µs), how many committed */
+  int64_t mine[16] = {peak_rss_bytes(), (int64_t)cb, mem->param, mem->grad, mem->optim,
                       mem->work, mem->act, dev, mem->host, (int64_t)cb_in, (int64_t)cb_out,
-                      per_step},
-          mx[12];
+                      per_step, (int64_t)(t->save_stall_s * 1e6), (int64_t)(t->save_write_s * 1e6),
+                      t->saves_committed, mem->ckpt},
+          mx[16];
+  t->save_stall_s = 0, t->save_write_s = 0, t->saves_committed = 0;
   MPI_Request r = MPI_REQUEST_NULL;
-  TD_MPI_CHECK(td_watched(MPI_Iallreduce(mine, mx, 12, MPI_INT64_T, MPI_MAX, t->app->world, &r),
+  TD_MPI_CHECK(td_watched(MPI_Iallreduce(mine, mx, 16, MPI_INT64_T, MPI_MAX, t->app->world, &r),
                           "MPI_Allreduce (metrics)", t->app->world, &r));
+  straggler_stats sg;
+  memset(&sg, 0, sizeof sg);
+  TD_CHECK(stragglers(t, since, first_line, &sg));
   int64_t rss_max = mx[0], *zmax = mx + 2;
   double cbmax = (double)mx[1];
   /* pipeline: each stage's measured idle fraction and peak live micro-batches,
@@ -376,14 +526,26 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
             (long long)zmax[4]);
     if (mx[7] > 0) fprintf(t->metrics, ", \"device_mem_bytes\": %lld", (long long)mx[7]);
     if (mx[8] > 0) fprintf(t->metrics, ", \"host_optim_bytes\": %lld", (long long)mx[8]);
+    if (mx[15] > 0) fprintf(t->metrics, ", \"ckpt_bytes\": %lld", (long long)mx[15]);
     fprintf(t->metrics,
             ", \"comm_intra_bytes\": %lld, \"comm_inter_bytes\": %lld, \"comm_intra_ms\": %.3f, "
             "\"comm_inter_ms\": %.3f",
             (long long)mx[9], (long long)mx[10], cms_in, cms_out);
     fprintf(t->metrics, ", \"comm_step_bytes\": %lld", (long long)mx[11]);
+    /* each rank's busy time a step (compute and data loading), and the
+     * slowest rank over logging.straggler_pct (-1: none) */
+    fprintf(t->metrics,
+            ", \"rank_step_ms_min\": %.3f, \"rank_step_ms_median\": %.3f, "
+            "\"rank_step_ms_max\": %.3f, \"straggler_rank\": %d",
+            sg.min_ms, sg.median_ms, sg.max_ms, sg.rank);
     /* the step's tokens, and those its loss counts (the loss mask's) */
     fprintf(t->metrics, ", \"step_tokens\": %lld, \"loss_tokens\": %.0f",
             (long long)(c->training_global_batch * c->model_seq_len), t->loss_tokens);
+    if (mx[12] > 0 || mx[14] > 0) {
+      fprintf(t->metrics, ", \"save_stall_ms\": %.3f", (double)mx[12] / 1e3);
+      if (c->checkpoint_async && mx[14] > 0)
+        fprintf(t->metrics, ", \"save_write_ms\": %.3f", (double)mx[13] / 1e3);
+    }
     if (pp > 1 && pp <= 256) {
       fprintf(t->metrics, ", \"pp_idle\": [");
       for (int i = 0; i < pp; ++i) fprintf(t->metrics, "%s%.4f", i ? ", " : "", fr[i]);
@@ -424,6 +586,7 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
     TB("memory/activations(GiB)", (double)zmax[4] / gib);
     if (mx[7] > 0) TB("memory/device_peak(GiB)", (double)mx[7] / gib);
     if (mx[8] > 0) TB("memory/host_optimizer(GiB)", (double)mx[8] / gib);
+    if (mx[15] > 0) TB("memory/ckpt_staging(GiB)", (double)mx[15] / gib);
     TB("comm/MiB", cbmax / (1024.0 * 1024.0));
     TB("comm/ms", cms);
     TB("comm/intra_node_MiB", (double)mx[9] / (1024.0 * 1024.0));
@@ -431,8 +594,14 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
     TB("comm/intra_node_ms", cms_in);
     TB("comm/inter_node_ms", cms_out);
     TB("comm/step_MiB", (double)mx[11] / (1024.0 * 1024.0));
+    TB("ranks/step_min(ms)", sg.min_ms);
+    TB("ranks/step_median(ms)", sg.median_ms);
+    TB("ranks/step_max(ms)", sg.max_ms);
+    TB("ranks/straggler", (double)sg.rank);
     TB("data/step_tokens", (double)(c->training_global_batch * c->model_seq_len));
     TB("data/loss_tokens", t->loss_tokens);
+    if (mx[12] > 0 || mx[14] > 0) TB("checkpoint/stall(ms)", (double)mx[12] / 1e3);
+    if (c->checkpoint_async && mx[14] > 0) TB("checkpoint/write(ms)", (double)mx[13] / 1e3);
     if (pp > 1 && pp <= 256) {
       double worst = 0;
       for (int i = 0; i < pp; ++i) worst = fr[i] > worst ? fr[i] : worst;
@@ -519,6 +688,8 @@ td_status td_trainer_run(td_trainer *t) {
   td_status cs = td_ckpt_setup(t->app->world);
   if (st == TD_OK) st = cs;
   TD_CHECK(td_agree(t->app->world, st));
+  TD_CHECK(td_trainer_save_prepare(t));
+  TD_CHECK(gather_hosts(t));
   if (t->dump_path) TD_CHECK_GOTO(dump_begin(t, &d));
   int bf16 = strcmp(c->training_precision, "bf16") == 0;
   char cps[32] = "";
@@ -560,7 +731,12 @@ td_status td_trainer_run(td_trainer *t) {
     double t0 = td_now();
     double loss = 0, norm = 0, lr = 0;
     int64_t s = t->step;
+    double comm0 = comm_ms(t);
     TD_CHECK_GOTO(td_trainer_step(t, &loss, &norm, &lr));
+    /* the step's time, and its waits: collectives and pipeline messages
+     * (their receives are counted with the pipeline group's collectives) */
+    t->strag_wall_s += td_now() - t0;
+    t->strag_wait_s += (comm_ms(t) - comm0) / 1e3;
     if (d.file >= 0) {
       TD_CHECK_GOTO(dump_batch(t, &d, s));
       d.losses[s] = loss, d.norms[s] = norm, d.lrs[s] = lr;
@@ -586,10 +762,15 @@ td_status td_trainer_run(td_trainer *t) {
     if (t->step % c->logging_every == 0 || last || has_val)
       TD_CHECK_GOTO(log_step(t, loss, norm, lr, step_s, td_now() - t_start, t->step - first_step,
                              has_val, val));
-    int sig = 0;
-    TD_CHECK_GOTO(agree_signal(t, &sig));
+    int sig = 0, writing = 0;
+    TD_CHECK_GOTO(agree_signal(t, &sig, &writing));
+    /* a background save every writer has finished: commit it now */
+    if (td_trainer_save_inflight(t) && !writing) TD_CHECK_GOTO(td_trainer_save_finish(t));
     if ((c->checkpoint_every > 0 && t->step % c->checkpoint_every == 0) || last || sig) {
-      TD_CHECK_GOTO(save(t));
+      /* the last save and a stop signal's are synchronous (after the one in
+       * flight): the run ends with its checkpoint committed */
+      if (c->checkpoint_async && !last && !sig) TD_CHECK_GOTO(td_trainer_save_async(t));
+      else TD_CHECK_GOTO(save(t));
       if (!sig && !last) lead_check_now(t, &lead, step_s, "after this save");
     }
     if (sig && !last) {
@@ -624,6 +805,22 @@ td_status td_trainer_run(td_trainer *t) {
   if (t->last_ckpt[0]) td_log("  checkpoint   %s\n", t->last_ckpt);
   td_log("  metrics      %s\n", c->logging_metrics);
 done:
+  /* a failure every rank knows of waits for the background save and
+   * commits it (its state is from before the failure); a rank failing
+   * alone leaves it (the job is aborted, `latest` names the one before) */
+  if (st != TD_OK && td_trainer_save_inflight(t) && td_error_is_agreed()) {
+    td_status kept = td_error_status();
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", td_error_message());
+    td_error_clear();
+    if (td_trainer_save_finish(t) != TD_OK) {
+      td_warn("the checkpoint being written in the background was not committed either: %s",
+              td_error_message());
+      td_error_clear();
+    }
+    st = td_error_set(kept, __FILE__, __LINE__, __func__, "%s", msg);
+    td_error_mark_agreed();
+  }
   dump_free(t, &d);
   td_choice_destroy(&t->choice);
   return st;

@@ -32,6 +32,9 @@ typedef struct td_mem_plan {
   int64_t startup;      /* host bytes held only while training starts: the initial
                            parameters' host copy (create_zero), 4 per local parameter,
                            beside every buffer above; freed before the first step */
+  int64_t ckpt;         /* host bytes of checkpoint staging: the owned state's three
+                           fp32 buffers (parameters, two moments) with checkpoint.async, one
+                           on a device back-end without it, none on the CPU without it */
   int64_t live_micro;   /* activation slots (micro-batches alive at once) */
   double layer_bytes;   /* one layer's activations of one micro-batch as written
                            (td_model.layer_bytes): the planner's memory traffic */
@@ -92,6 +95,16 @@ typedef struct td_trainer {
   float *grad_snapshot;  /* when set: host copy of the unclipped gradients of the last step */
   double last_save_s;    /* wall seconds of the last checkpoint save (0: none yet) */
   double last_load_s;    /* wall seconds of the checkpoint load this run resumed from */
+  struct td_async_save *async; /* checkpoint.async: the save in flight (checkpoint.c) */
+  double save_stall_s;   /* seconds saves kept this rank from training since the last
+                            metrics line (save_stall_ms) */
+  double save_write_s;   /* background write seconds of the saves committed since then */
+  int saves_committed;   /* saves committed since then */
+  /* straggler detection (run.c): this rank's time since the last metrics
+   * line in its steps, in reading its data, in waiting for other ranks
+   * (collectives, pipeline messages); the ranks' host names (rank 0) */
+  double strag_wall_s, strag_data_s, strag_wait_s;
+  char (*hosts)[64];
   double logged_cb;      /* this rank's collective bytes and step at the last metrics line */
   int64_t logged_step;   /* (comm_step_bytes: the traffic since, per step) */
 } td_trainer;

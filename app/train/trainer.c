@@ -3,10 +3,13 @@
  * it is split; data-parallel rank r takes the contiguous slice r of the
  * global batch and micro-batches are consecutive slices of that). */
 #include "app/train/td_trainer.h"
+#include "app/train/td_checkpoint.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "io/td_h5.h"
@@ -275,6 +278,7 @@ static void mem_of(const td_config *c, const td_grid *g, const td_model *m, cons
                                                    m->staged && !m->dcomm);
   mem->params_local = m->reg->total_local;
   mem->startup = m->reg->total_local * (int64_t)sizeof(float); /* create_zero's `host` */
+  mem->ckpt = td_trainer_ckpt_stage_bytes(c, z); /* checkpoint.c's staging */
   mem->live_micro = m->nslots;
   mem->layer_bytes = m->layer_bytes;
 }
@@ -546,6 +550,7 @@ void td_trainer_destroy(td_trainer **tp) {
   /* A rank failing alone is about to be aborted: requests may be in flight
    * on its buffers and the others will not join a collective teardown. */
   if (td_error_alone()) return;
+  td_trainer_save_drop(t); /* before the back-end: its staging is pinned memory */
   td_pipe_destroy(&t->pipe);
   td_zero_destroy(&t->zero);
   td_kernels_destroy(&t->hk);
@@ -568,20 +573,48 @@ void td_trainer_destroy(td_trainer **tp) {
   td_free(t->doc_win);
   td_free(t->tok_doc);
   td_free(t->ckpt_stage);
+  free(t->hosts);
   if (t->metrics) fclose(t->metrics);
   td_tb_close(&t->tb);
   free(t);
 }
 
+/* Test only (TD_TEST_SLOW_RANK=R:MS[:data]): world rank R sleeps MS ms a
+ * step in its compute (or in reading its data), so that the straggler
+ * detection's test can check it names that rank and that part. */
+static long slow_ms(const td_trainer *t, int data) {
+  const char *e = getenv("TD_TEST_SLOW_RANK");
+  int r = -1;
+  long ms = 0;
+  char part[16] = "";
+  if (!e || sscanf(e, "%d:%ld:%15s", &r, &ms, part) < 2 || r != t->app->rank) return 0;
+  return (strcmp(part, "data") == 0) == data ? ms : 0;
+}
+
+static void sleep_ms(long ms) {
+  struct timespec left = {ms / 1000, ms % 1000 * 1000000L};
+  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+}
+
 td_status td_trainer_read_windows(td_trainer *t, td_dataset *d, const int64_t *w, int64_t n) {
   int64_t T = t->cfg.model_seq_len;
   td_status st = TD_OK;
+  double t0 = td_now();
   for (int64_t b = 0; b < n && st == TD_OK; ++b) {
     st = td_dataset_read_window(d, w[b], T, t->tok_win + b * (T + 1));
     if (st == TD_OK && t->mask_win)
       st = td_dataset_read_meta(d, w[b], T, t->mask_win + b * (T + 1), t->doc_win + b * (T + 1));
   }
+  double t1 = td_now();
+  if (d == t->train) {
+    long ms = slow_ms(t, 1);
+    if (ms > 0) sleep_ms(ms);
+    t1 = td_now();
+    t->strag_data_s += t1 - t0; /* this rank's own reading, before the agreement */
+  }
   TD_CHECK(td_agree(t->app->world, st));
+  if (d == t->train) t->strag_wait_s += td_now() - t1; /* waiting there for the others */
   return TD_OK;
 }
 
@@ -674,6 +707,8 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
   td_timer_start(&t->timers, tid_fwd);
   TD_CHECK(td_pipe_train(t->pipe, loss_tokens > 0 ? loss_tokens : 1.0, &loss_sum));
   TD_CHECK(k->sync(k));
+  long slow = slow_ms(t, 0);
+  if (slow > 0) sleep_ms(slow);
   td_timer_stop(&t->timers, tid_fwd);
   /* Gradients: summed over data-parallel replicas (each holds Σ over its slice). */
   td_timer_start(&t->timers, tid_opt);

@@ -34,9 +34,12 @@
 #             mount in node2's mount namespace): the save fails on every
 #             rank with one message naming node2, exit 3, the previous
 #             checkpoint intact and still named by latest
+#   straggler  rank 3 (on node2) made slow in its compute
+#             (TD_TEST_SLOW_RANK=3:60): the log names rank 3 on host node2
+#             and its compute, the metrics' straggler_rank is 3
 set -uo pipefail
 if [ $# -lt 2 ]; then
-  sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,7 +50,7 @@ source "$src/tests/e2e/ckpt_lib.sh"
 source "$here/hosts.sh"
 trident_arg=$1 work_arg=$2
 shift 2
-all="twonode slowlink preempt nodeloss unwritable"
+all="twonode slowlink preempt nodeloss unwritable straggler"
 only=${*:-$all}
 for x in $only; do
   case " $all " in *" $x "*) ;; *) echo "unknown test '$x' (have: $all)" >&2; exit 2 ;; esac
@@ -217,6 +220,26 @@ if want twonode; then
     show "$w/hostfile.out"
   fi
   ck_compare_bitwise "$w/ref" "$w/byhostfile" "hostfile: mpiexec with a host file gives the one-host run bit for bit"
+fi
+
+# ---- 1b. a straggler on the second host is named ----
+if want straggler; then
+  run_job straggler -N 2 --ntasks-per-node 2 --export=ALL,TD_TEST_SLOW_RANK=3:60 -- \
+    "$src/jobs/train.sbatch" "$deck" "${common[@]}" --set logging.every=4 \
+    --set "run.out_dir=$w/straggler" || fail "straggler: the job exited $rc"
+  o=$w/straggler.out
+  line=$(grep -m1 "warning: straggler: rank 3 (host node2) .* its compute takes" "$o")
+  others=$(grep "warning: straggler:" "$o" | grep -vc "rank 3 (host node2)")
+  ranks=$("$py" -c '
+import json, sys
+print(" ".join(str(r["straggler_rank"]) for r in map(json.loads, open(sys.argv[1])) if "straggler_rank" in r))' \
+    "$w/straggler/metrics.jsonl" 2>/dev/null)
+  if [ -n "$line" ] && [ "$others" = 0 ] && [ "${ranks#* }" = "3 3" ]; then
+    pass "straggler: rank 3, slowed on node2, named with its host and part: ${line#*warning: }; straggler_rank per line: $ranks"
+  else
+    fail "straggler: expected rank 3 (host node2) and its compute named, straggler_rank 3 after the first line; got '${line:-no line}', $others other reports, straggler_rank: $ranks"
+    show "$o" 20
+  fi
 fi
 
 # ---- 2. a slow link between the hosts: tp across them against tp inside ----

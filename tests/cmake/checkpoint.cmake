@@ -71,6 +71,9 @@ td_add_ckpt_test(NAME checkpoint_signal_in_save SCRIPT ckpt_signal_in_save.sh AR
 #    trident's own thread, never by a compute thread (a handler frame pushed
 #    into oneDNN's JIT kernels corrupted the heap)
 td_add_ckpt_test(NAME checkpoint_signal_flood SCRIPT signal_flood.sh TIMEOUT 600)
+# asynchronous saves: the same files, exact and resharded resumption from
+# them, kill -9 and SIGUSR1 while the background writer is in flight
+td_add_ckpt_test(NAME checkpoint_async SCRIPT ckpt_async.sh TIMEOUT 600)
 #    and jobs/mpirun.sh (the lab-machine launcher) with RESTART=1: SIGUSR1 to
 #    its mpiexec, it relaunches, the run resumes bit for bit
 td_add_ckpt_test(NAME checkpoint_mpirun_script SCRIPT mpirun_script.sh)

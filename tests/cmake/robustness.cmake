@@ -21,11 +21,17 @@ function(td_add_robust_test name script timeout)
 endfunction()
 
 td_add_robust_test(memory_model memory_model.sh 300)
+# straggler detection: a rank slowed in compute or data loading is named; an
+# unloaded run reports none (alone: other tests' load would make stragglers)
+td_add_robust_test(stragglers stragglers.sh 300)
+set_tests_properties(stragglers PROPERTIES RUN_SERIAL TRUE)
 td_add_robust_test(fault_alone fault_alone.sh 240)
 td_add_robust_test(fault_kill fault_kill.sh 240)
 td_add_robust_test(fault_stop fault_stop.sh 300)
 td_add_robust_test(fault_enospc fault_enospc.sh 240 $<TARGET_FILE:td_enospc>)
 td_add_robust_test(fault_enospc_preload fault_enospc.sh 240 $<TARGET_FILE:td_enospc> --preload)
+# the same with checkpoint.async: the failure comes from the background writer
+td_add_robust_test(fault_enospc_async fault_enospc.sh 240 $<TARGET_FILE:td_enospc> --preload --async)
 td_add_robust_test(mpmd_env mpmd_env.sh 240)
 
 add_test(NAME build_onednn3_fallback

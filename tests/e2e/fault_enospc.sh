@@ -14,14 +14,26 @@
 # PRELOAD (tests/fault/enospc_preload.c, a test-only library, never part of
 # trident) makes every write to step_00000004.h5.tmp fail with ENOSPC instead.
 # If neither works the test is skipped (exit 77) with the reason.
+#
+# With --async the run saves with checkpoint.async: true, and the save of
+# step 4 must fail in its background writer (its log says it was being
+# written in the background), be reported on every rank at a later step
+# boundary with the same exit 3 and message, and leave the same state.
 # MPIEXEC (default mpiexec).
 set -uo pipefail
 if [ $# -lt 3 ]; then
-  echo "usage: $0 TRIDENT WORKDIR PRELOAD [--preload]" >&2
+  echo "usage: $0 TRIDENT WORKDIR PRELOAD [--preload] [--async]" >&2
   exit 2
 fi
 preload=$3
-force_preload=${4:-}
+force_preload="" async=0
+for a in "${@:4}"; do
+  case $a in
+    --preload) force_preload=--preload ;;
+    --async) async=1 ;;
+    *) echo "usage: $0 TRIDENT WORKDIR PRELOAD [--preload] [--async]" >&2; exit 2 ;;
+  esac
+done
 if mountpoint -q "$2/small" 2>/dev/null; then umount "$2/small"; fi # a run killed before
 # shellcheck source=tests/e2e/robust_lib.sh
 source "$(dirname "$0")/robust_lib.sh"
@@ -45,10 +57,16 @@ echo "fault_enospc: a full disk through $mode"
 fail=0
 args=("$src/inputs/tiny.yaml" --set "data.train=$corpus" --set training.steps=6 --set checkpoint.every=2
       --set checkpoint.keep=3 --set checkpoint.resume=auto --set parallel.dp=2 --set parallel.zero=1)
+if [ $async = 1 ]; then
+  args+=(--set checkpoint.async=true)
+  echo "fault_enospc: asynchronous saves (checkpoint.async: true)"
+fi
 
 # the full disk
 env_full=()
 [ $mounted = 0 ] && env_full=(LD_PRELOAD="$preload" TD_ENOSPC_FILE=step_00000004.h5.tmp)
+# asynchronous: the metadata (main thread) fits, the background writer's data does not
+[ $mounted = 0 ] && [ $async = 1 ] && env_full+=(TD_ENOSPC_THREADS=other)
 env "${env_full[@]}" timeout -s KILL 120 "$mpiexec" -n 2 "$trident" train "${args[@]}" \
   --set "checkpoint.dir=$mnt/ckpt" --set "run.out_dir=$work/full" >"$work/full.log" 2>&1 </dev/null
 rc=$?
@@ -57,6 +75,12 @@ if [ $rc != 3 ]; then
   why="exit $rc, expected 3"
 elif ! grep -q "trident: error: .*step_00000004.h5.tmp" "$work/full.log"; then
   why="the error does not name the checkpoint file"
+elif [ $async = 1 ] && ! grep -q "checkpoint: step 4 being written in the background" "$work/full.log"; then
+  why="the save of step 4 did not fail in the background (no 'being written in the background' line)"
+elif [ $async = 1 ] && ! grep -q "trident: error: .*step_00000004.h5.tmp: cannot write tensor /.*: No space left on device" "$work/full.log"; then
+  why="the error is not the background writer's ('cannot write tensor ...: No space left on device')"
+elif [ $async = 1 ] && grep -q "failed alone" "$work/full.log"; then
+  why="a rank failed alone: the failure was not agreed by every rank"
 fi
 if [ -n "$why" ]; then
   echo "FAIL full disk: $why"; tail -12 "$work/full.log" | sed 's/^/     | /'; fail=1

@@ -88,11 +88,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   /* the resolved deck round-trips (a checkpoint's /config is read back) */
   char *t1 = NULL, *t2 = NULL;
-  if (td_config_to_text(&cfg, &t1) != TD_OK) fail("td_config_to_text failed", p);
+  if (td_config_to_text(&cfg, 1, &t1) != TD_OK) fail("td_config_to_text failed", p);
   td_config again;
   if (td_config_load_text("resolved", t1, &again) != TD_OK)
     fail("the resolved deck does not load again", t1);
-  if (td_config_to_text(&again, &t2) != TD_OK) fail("td_config_to_text failed", t1);
+  if (td_config_to_text(&again, 1, &t2) != TD_OK) fail("td_config_to_text failed", t1);
   if (strcmp(t1, t2) != 0) {
     fprintf(stderr, "--- second ---\n%s\n", t2);
     fail("the resolved deck reads back differently", t1);

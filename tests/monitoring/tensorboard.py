@@ -119,6 +119,13 @@ TAGS = {
     "comm_step_bytes": ("comm/step_MiB", 1 / MIB),
     "step_tokens": ("data/step_tokens", 1.0),
     "loss_tokens": ("data/loss_tokens", 1.0),
+    "ckpt_bytes": ("memory/ckpt_staging(GiB)", 1 / GIB),
+    "save_stall_ms": ("checkpoint/stall(ms)", 1.0),
+    "save_write_ms": ("checkpoint/write(ms)", 1.0),
+    "rank_step_ms_min": ("ranks/step_min(ms)", 1.0),
+    "rank_step_ms_median": ("ranks/step_median(ms)", 1.0),
+    "rank_step_ms_max": ("ranks/step_max(ms)", 1.0),
+    "straggler_rank": ("ranks/straggler", 1.0),
     "choice_acc": ("eval/choice_acc", 1.0),
     "choice_acc_norm": ("eval/choice_acc_norm", 1.0),
     "pp_idle": ("pipeline/bubble", max),
@@ -131,7 +138,9 @@ NOT_SCALARS = {"step", "val_tokens"}
 # digits the JSONL prints some keys with (%.3f, %.1f, %.4f, %.0f)
 PRINTED = {"step_ms": 5e-4, "tokens_per_s": 5e-2, "comm_ms": 5e-4, "pp_idle": 5e-5,
            "pp_bubble_theory": 5e-5, "comm_bytes": 0.5, "pp_idle_ms": 5e-4, "pp_bubble": 5e-5,
-           "comm_intra_ms": 5e-4, "comm_inter_ms": 5e-4}
+           "comm_intra_ms": 5e-4, "comm_inter_ms": 5e-4, "save_stall_ms": 5e-4,
+           "save_write_ms": 5e-4, "rank_step_ms_min": 5e-4, "rank_step_ms_median": 5e-4,
+           "rank_step_ms_max": 5e-4}
 
 
 def f32(x):
