@@ -153,6 +153,14 @@ if(TD_CUDA_EMULATE)
             ${CMAKE_CURRENT_BINARY_DIR}/cudaemu_readback ${PROJECT_SOURCE_DIR}/tests/cudaemu/small.yaml)
   set_tests_properties(cudaemu_ckpt_readback PROPERTIES TIMEOUT 600 PROCESSORS 1
     LABELS "e2e;checkpoint;cudaemu" ENVIRONMENT "${TD_GRID_ENV};${TD_CUDAEMU_TEST_ENV}")
+  # asynchronous saves from the device: pinned staging filled on the copy
+  # stream, the same files as synchronous saves, resumed bit for bit
+  add_test(NAME cudaemu_ckpt_async
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/ckpt_async.sh $<TARGET_FILE:trident>
+            ${CMAKE_CURRENT_BINARY_DIR}/cudaemu_async 2,1,1,1 --set run.device=cuda)
+  set_tests_properties(cudaemu_ckpt_async PROPERTIES TIMEOUT 600 PROCESSORS 2
+    LABELS "e2e;checkpoint;cudaemu"
+    ENVIRONMENT "${TD_GRID_ENV};${TD_CUDAEMU_TEST_ENV};TD_DECK=${PROJECT_SOURCE_DIR}/tests/cudaemu/small.yaml;TD_ASYNC_PARTS=2")
   foreach(dir gpu_to_cpu cpu_to_gpu)
     if(dir STREQUAL gpu_to_cpu)
       set(_side --src-set run.device=cuda)
