@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """plot.py RUN_DIR_OR_METRICS... [-o FILE.png] [--label NAME]... [--title TEXT]
+   plot.py --scaling SCALING.json... [-o FILE.png] [--label NAME]... [--title TEXT]
 
 Training curves of one or several trident runs, side by side: training and
 validation loss, tokens/s and peak memory per rank against the step. Each
@@ -7,6 +8,10 @@ argument is a run's folder (its metrics.jsonl) or a metrics file. A resumed
 run is one curve (trident trims its metrics file to the checkpoint it
 resumes from); runs on different grids drawn together show grid invariance:
 their loss curves lie on each other.
+
+With --scaling, the tables jobs/scaling.sh writes (scaling.json): tokens/s
+and efficiency against the rank count, one line per table (e.g. one host
+and two hosts).
 
 Needs matplotlib (Debian: python3-matplotlib); run it with /usr/bin/python3.
 Writes FILE.png (default: plot.png beside the first run's metrics) and prints
@@ -41,12 +46,45 @@ def load(arg):
     return path, train, val
 
 
+def scaling(a, plt):
+    """Tokens/s and efficiency against ranks, one line per scaling.json."""
+    fig, (at, ae) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for i, path in enumerate(a.runs):
+        try:
+            table = json.load(open(path))
+            rows = table["rows"]
+            n = [r["ranks"] for r in rows]
+            tps = [r["tokens_per_s"] for r in rows]
+            eff = [r["efficiency"] for r in rows]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.exit(f"plot.py: {path}: not a jobs/scaling.sh table: {e}")
+        name = a.label[i] if i < len(a.label) else f"{table.get('mode', '')} {path}"
+        at.plot(n, tps, marker="o", color=f"C{i % 10}", label=name)
+        ae.plot(n, eff, marker="o", color=f"C{i % 10}", label=name)
+    at.set_title("tokens/s")
+    ae.set_title("efficiency (tokens/s per rank against the first)")
+    ae.axhline(1.0, color="grey", lw=0.8, ls="--")
+    for x in (at, ae):
+        x.set_xlabel("ranks")
+        x.set_xscale("log", base=2)
+        x.grid(alpha=0.3)
+        x.legend(fontsize=8)
+    if a.title:
+        fig.suptitle(a.title)
+    fig.tight_layout()
+    out = a.out or os.path.join(os.path.dirname(os.path.abspath(a.runs[0])), "scaling.png")
+    fig.savefig(out, dpi=90)
+    print(out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", help="run folders or metrics.jsonl files")
+    ap.add_argument("runs", nargs="+", help="run folders or metrics.jsonl files (with "
+                    "--scaling: scaling.json files)")
     ap.add_argument("-o", "--out", help="the PNG to write")
     ap.add_argument("--label", action="append", default=[], help="a name per run, in order")
     ap.add_argument("--title", default=None)
+    ap.add_argument("--scaling", action="store_true", help="draw jobs/scaling.sh tables")
     a = ap.parse_args()
     try:
         import matplotlib
@@ -55,6 +93,9 @@ def main():
     except ImportError:
         sys.exit("plot.py: matplotlib is missing (Debian: apt-get install python3-matplotlib; "
                  "run with /usr/bin/python3)")
+    if a.scaling:
+        scaling(a, plt)
+        return
     runs = [load(r) for r in a.runs]
     fig, ax = plt.subplots(2, 2, figsize=(11, 7.5))
     (al, av), (at, am) = ax

@@ -37,9 +37,13 @@
 #   straggler  rank 3 (on node2) made slow in its compute
 #             (TD_TEST_SLOW_RANK=3:60): the log names rank 3 on host node2
 #             and its compute, the metrics' straggler_rank is 3
+#   scaling   jobs/scaling.sh at 1, 2, 4 ranks on one host and on the two
+#             hosts over the slow link (srun, one rank a host at 2): both
+#             tables printed; the communication share at 2 ranks is larger
+#             over the link
 set -uo pipefail
 if [ $# -lt 2 ]; then
-  sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 here=$(cd "$(dirname "$0")" && pwd)
@@ -50,7 +54,7 @@ source "$src/tests/e2e/ckpt_lib.sh"
 source "$here/hosts.sh"
 trident_arg=$1 work_arg=$2
 shift 2
-all="twonode slowlink preempt nodeloss unwritable straggler"
+all="twonode slowlink preempt nodeloss unwritable straggler scaling"
 only=${*:-$all}
 for x in $only; do
   case " $all " in *" $x "*) ;; *) echo "unknown test '$x' (have: $all)" >&2; exit 2 ;; esac
@@ -242,11 +246,11 @@ print(" ".join(str(r["straggler_rank"]) for r in map(json.loads, open(sys.argv[1
   fi
 fi
 
-# ---- 2. a slow link between the hosts: tp across them against tp inside ----
-if want slowlink; then
-  # both directions of each host's link: netem (rate and delay) where the
-  # kernel has it, else tbf (rate only); 100 Mbit/s, as this machine's two
-  # cores compute about a hundred times slower than a cluster node
+# the link between the hosts made slow (slowlink, scaling): both directions
+# of each host's link: netem (rate and delay) where the kernel has it, else
+# tbf (rate only); 100 Mbit/s, as this machine's two cores compute about a
+# hundred times slower than a cluster node. shape_link WHO; unshape_link.
+shape_link() {
   shape="netem delay 200us rate 100mbit"
   # shellcheck disable=SC2086
   tc -n "$cl_hub" qdisc add dev "$(cl_veth 1)" root $shape 2>/dev/null ||
@@ -256,9 +260,20 @@ if want slowlink; then
     # shellcheck disable=SC2086
     tc -n "$(cl_ns "$i")" qdisc add dev eth0 root $shape &&
       tc -n "$cl_hub" qdisc add dev "$(cl_veth "$i")" root $shape ||
-      fail "slowlink: tc qdisc add ... $shape on host $i's veth"
+      fail "$1: tc qdisc add ... $shape on host $i's veth"
   done
-  info "slowlink: the link between the hosts: $shape"
+  info "$1: the link between the hosts: $shape"
+}
+unshape_link() {
+  for i in 1 2; do
+    tc -n "$(cl_ns "$i")" qdisc del dev eth0 root
+    tc -n "$cl_hub" qdisc del dev "$(cl_veth "$i")" root
+  done
+}
+
+# ---- 2. a slow link between the hosts: tp across them against tp inside ----
+if want slowlink; then
+  shape_link slowlink
   slow=(--set training.global_batch=32 --set training.steps=8 --set checkpoint.every=0)
   o=$w/check-cyclic.out
   cl_do srun -N 2 --ntasks-per-node 2 --distribution=cyclic --chdir="$w" "$trident" check "$deck" \
@@ -285,10 +300,36 @@ if want slowlink; then
   else
     fail "slowlink: tp across nodes $sc ms/step ($cc ms, $bc bytes inter-node) not measurably slower than tp inside nodes $sb ms/step ($cb ms, $bb bytes inter-node)"
   fi
-  for i in 1 2; do
-    tc -n "$(cl_ns "$i")" qdisc del dev eth0 root
-    tc -n "$cl_hub" qdisc del dev "$(cl_veth "$i")" root
+  unshape_link
+fi
+
+# ---- 2b. scaling efficiency over the slow link against one host ----
+if want scaling; then
+  # jobs/scaling.sh at 1, 2 and 4 ranks (strong, data parallel, one thread a
+  # rank): on one host (mpiexec), and on the two hosts with the slow link
+  # (srun inside a two-node allocation; 2 ranks: one on each host)
+  sc_args=("$deck" --ranks "1,2,4" --steps 8 --set "data.train=$corpus" --set run.threads=1
+           --set training.global_batch=16)
+  MPIEXEC=$mpiexec bash "$src/jobs/scaling.sh" "${sc_args[@]}" --out "$w/scaling-1host" \
+    >"$w/scaling-1host.table" 2>"$w/scaling-1host.err" || fail "scaling: one host: jobs/scaling.sh failed"
+  shape_link scaling
+  run_job scaling -N 2 --ntasks-per-node 2 -- --wrap "bash $src/jobs/scaling.sh ${sc_args[*]} \
+    --out $w/scaling-2hosts --nodes 2 --launcher 'srun --mpi=pmi2 -N {nodes} -n {n}' \
+    >$w/scaling-2hosts.table" || fail "scaling: two hosts: the job exited $rc"
+  unshape_link
+  for t in 1host 2hosts; do
+    echo "     scaling, $t:"
+    sed 's/^/     | /' "$w/scaling-$t.table"
   done
+  c1=$("$py" -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["rows"][1]["comm_share"], 3))' \
+    "$w/scaling-1host/scaling.json" 2>/dev/null)
+  c2=$("$py" -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["rows"][1]["comm_share"], 3))' \
+    "$w/scaling-2hosts/scaling.json" 2>/dev/null)
+  if "$py" -c "import sys; sys.exit(0 if $c2 > $c1 else 1)" 2>/dev/null; then
+    pass "scaling: at 2 ranks the communication share is $c2 over the slow link against $c1 on one host"
+  else
+    fail "scaling: the communication share at 2 ranks over the slow link ($c2) is not above one host's ($c1)"
+  fi
 fi
 
 # ---- 3. preemption reaches the ranks on both hosts ----

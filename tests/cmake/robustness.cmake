@@ -25,6 +25,8 @@ td_add_robust_test(memory_model memory_model.sh 300)
 # unloaded run reports none (alone: other tests' load would make stragglers)
 td_add_robust_test(stragglers stragglers.sh 300)
 set_tests_properties(stragglers PROPERTIES RUN_SERIAL TRUE)
+# jobs/scaling.sh: 1 and 2 ranks, strong and weak, the table's arithmetic
+td_add_robust_test(scaling scaling.sh 300)
 td_add_robust_test(fault_alone fault_alone.sh 240)
 td_add_robust_test(fault_kill fault_kill.sh 240)
 td_add_robust_test(fault_stop fault_stop.sh 300)

@@ -65,8 +65,8 @@ fi
 ck_compare_bitwise "$dir/sync" "$dir/async" \
   "async saves leave training unchanged (losses, grad norms, final /model bit for bit)"
 for s in 2 4 6; do
-  f=$(printf 'step_%08d.h5' $s)
-  if out=$("$py" - "$dir/sync/ckpt/$f" "$dir/async/ckpt/$f" 2>&1 <<'EOF'
+  cf=$(printf 'step_%08d.h5' $s)
+  if out=$("$py" - "$dir/sync/ckpt/$cf" "$dir/async/ckpt/$cf" 2>&1 <<'EOF'
 import sys
 import h5py
 import numpy as np
@@ -106,9 +106,9 @@ print(f"{len(a)} objects and {len(ra)} tensors' data identical at the same addre
       f"{diff.size} of {x.size} bytes differ, all in object headers (timestamps)")
 EOF
   ); then
-    pass "$f: the same file as the synchronous save's: $out"
+    pass "$cf: the same file as the synchronous save's: $out"
   else
-    fail "$f differs from the synchronous save's: $out"
+    fail "$cf differs from the synchronous save's: $out"
   fi
 done
 
