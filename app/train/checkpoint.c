@@ -213,15 +213,6 @@ static td_status stage_state(td_trainer *t, struct td_async_save *a, size_t n) {
   return TD_OK;
 }
 
-int64_t td_trainer_ckpt_stage_bytes(const td_config *c, const td_zero *z) {
-  int64_t ob = 0, oe = 0;
-  td_zero_owned(z, &ob, &oe);
-  int64_t owned = (oe > ob ? oe - ob : 0) * (int64_t)sizeof(float);
-  int host = strcmp(c->run_device, "cpu") == 0 || td_zero_state_on_host(z);
-  if (c->checkpoint_async) return 3 * (owned > 0 ? owned : (int64_t)sizeof(float));
-  return host ? 0 : owned > 0 ? owned : (int64_t)sizeof(float);
-}
-
 /* ---- save ------------------------------------------------------------------------- */
 
 /* One save of step t->step: synchronous (a == NULL: written and committed
@@ -557,10 +548,13 @@ td_status td_trainer_save_finish(td_trainer *t) {
   struct td_async_save *a = t->async;
   if (!a || !a->running) return TD_OK;
   double t0 = td_now();
+  /* the wait for this rank's writer is part of the save: a writer stuck in
+   * a hung file system ends the job as a stuck synchronous save would */
+  td_watchdog_io("a checkpoint save (the background writer, then the commit's collective "
+                 "writes and agreements)");
   if (!pthread_equal(a->thread, pthread_self())) pthread_join(a->thread, NULL);
   a->running = 0;
   char path[TD_STR_MAX + 64];
-  td_watchdog_io("a checkpoint commit (its collective writes and agreements)");
   td_status st = td_ckpt_save_commit(&a->w, (int)t->cfg.checkpoint_keep, path, sizeof path);
   td_watchdog_io(NULL);
   double fg = td_now() - t0;

@@ -287,8 +287,16 @@ static void fmt_eta(double s, char *buf, size_t cap) {
 
 /* ---- stragglers -------------------------------------------------------------------- */
 
+/* Steps a rank's straggler statistics cover at least (the medians of its
+ * last steps: one step slowed by the scheduler or a page fault moves no
+ * median, a rank slow step after step does). */
+#define STRAG_WINDOW 10
+/* ... and never the run's first steps: one-time set-up, the allocator and
+ * page faults settling, differently on each rank */
+#define STRAG_SKIP 3
+
 /* Every rank's host name, gathered once to rank 0 (t->hosts) for the
- * straggler report. Collective. */
+ * straggler report, and the window of each rank's last steps. Collective. */
 static td_status gather_hosts(td_trainer *t) {
   char mine[64] = "";
   int len = 0;
@@ -296,10 +304,19 @@ static td_status gather_hosts(td_trainer *t) {
   MPI_Get_processor_name(name, &len);
   snprintf(mine, sizeof mine, "%s", name);
   td_status st = TD_OK;
-  if (t->app->rank == 0 && !t->hosts) {
-    t->hosts = calloc((size_t)t->app->size, sizeof *t->hosts);
-    if (!t->hosts) st = td_error_set(TD_ERR_NOMEM, __FILE__, __LINE__, __func__,
-                                     "out of memory for %d host names", t->app->size);
+  size_t n = (size_t)t->app->size;
+  /* the last steps each rank keeps: a window of at least 10, and of every
+   * step between two metrics lines */
+  t->strag_cap = t->cfg.logging_every > STRAG_WINDOW ? (int)t->cfg.logging_every : STRAG_WINDOW;
+  t->strag_n = t->strag_pos = 0;
+  if (!t->strag_ring && !(t->strag_ring = malloc((size_t)t->strag_cap * 2 * sizeof(double))))
+    st = td_error_set(TD_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory");
+  if (st == TD_OK && t->app->rank == 0 && !t->hosts) { /* with the report's buffer */
+    t->hosts = calloc(n, sizeof *t->hosts);
+    t->strag_buf = malloc(n * 8 * sizeof(double) + n * sizeof(int));
+    if (!t->hosts || !t->strag_buf)
+      st = td_error_set(TD_ERR_NOMEM, __FILE__, __LINE__, __func__,
+                        "out of memory for %d host names", t->app->size);
   }
   TD_CHECK(td_agree(t->app->world, st));
   MPI_Request r = MPI_REQUEST_NULL;
@@ -341,46 +358,60 @@ static double median_of(const double *x, const int *key, int k, int n, double *s
   return m % 2 ? scratch[m / 2] : 0.5 * (scratch[m / 2 - 1] + scratch[m / 2]);
 }
 
-/* Each rank's time a step since the last metrics line, split into waiting
- * for other ranks (collectives, pipeline messages), reading its data and
- * computing (the rest), gathered to rank 0 in one small collective. A rank
- * is busy for its compute and data time: a slow rank makes the others wait
- * in communication, so its busy time stands out and theirs does not. Rank 0
- * warns about the ranks whose busy time exceeds the median of their
- * pipeline stage's ranks (which do the same work) by more than
- * logging.straggler_pct, slowest first, naming rank, host and the part
- * (compute or data loading) furthest above its stage's median; not for the
- * interval holding this process's first step (one-time set-up), nor in a
- * stage of one rank (nothing to compare it with). min/median/max are over
- * all ranks. */
-static td_status stragglers(td_trainer *t, int64_t since, int first, straggler_stats *out) {
+/* Each rank's steps split into waiting for other ranks (collectives,
+ * pipeline messages, the data agreement), reading its data, and computing
+ * (the rest); a rank is busy for its compute and data time: a slow rank
+ * makes the others wait in communication, so its busy time stands out and
+ * theirs does not. At every metrics line each rank sends the medians of its
+ * last steps (the window: max(STRAG_WINDOW, logging.every) steps, never the
+ * run's first STRAG_SKIP) to rank 0 in one small collective, which warns about the
+ * ranks whose median busy time exceeds the median of their pipeline stage's
+ * ranks (which do the same work) by more than logging.straggler_pct,
+ * slowest first, naming rank, host and the part (compute or data loading)
+ * furthest above its stage's median — never in a stage of one rank
+ * (nothing to compare it with). min/median/max are over all ranks. */
+static td_status stragglers(td_trainer *t, straggler_stats *out) {
   int n = t->app->size;
-  double steps = (double)(since > 0 ? since : 1);
-  double mine[4] = {t->strag_wall_s / steps * 1e3, t->strag_data_s / steps * 1e3,
-                    t->strag_wait_s / steps * 1e3, (double)t->grid->pp_rank};
-  t->strag_wall_s = t->strag_data_s = t->strag_wait_s = 0;
-  double *all = NULL;
-  td_status st = TD_OK;
-  /* rank 0: the gathered 4 a rank, then busy, data, compute and scratch */
-  if (t->app->rank == 0 && !(all = malloc((size_t)n * 8 * sizeof *all + (size_t)n * sizeof(int))))
-    st = td_error_set(TD_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory");
-  TD_CHECK(td_agree(t->app->world, st));
-  MPI_Request r = MPI_REQUEST_NULL;
-  int rc = td_watched(MPI_Igather(mine, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, t->app->world, &r),
-                      "MPI_Gather (straggler metrics)", t->app->world, &r);
-  if (rc != MPI_SUCCESS) {
-    free(all);
-    TD_MPI_CHECK(rc);
+  /* this rank's medians over its window: busy, data, compute (ms a step;
+   * -1: no step yet) */
+  double mine[4] = {-1.0, -1.0, -1.0, (double)t->grid->pp_rank};
+  int m = t->strag_n;
+  if (m > 0) {
+    double tmp[3 * 1024];
+    double *v = m <= 1024 ? tmp : malloc((size_t)m * 3 * sizeof *v);
+    if (v) {
+      for (int i = 0; i < m; ++i) {
+        double busy = t->strag_ring[2 * i], data = t->strag_ring[2 * i + 1];
+        v[i] = busy, v[m + i] = data, v[2 * m + i] = busy - data > 0 ? busy - data : 0;
+      }
+      for (int k = 0; k < 3; ++k) {
+        qsort(v + (size_t)k * m, (size_t)m, sizeof *v, cmp_double);
+        const double *w = v + (size_t)k * m;
+        mine[k] = 1e3 * (m % 2 ? w[m / 2] : 0.5 * (w[m / 2 - 1] + w[m / 2]));
+      }
+      if (v != tmp) free(v);
+    }
   }
+  /* rank 0: the gathered 4 a rank, then busy, data, compute and scratch
+   * (t->strag_buf, allocated with the host names) */
+  double *all = t->strag_buf;
+  MPI_Request r = MPI_REQUEST_NULL;
+  TD_MPI_CHECK(td_watched(MPI_Igather(mine, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, t->app->world,
+                                      &r),
+                          "MPI_Gather (straggler metrics)", t->app->world, &r));
   out->rank = -1;
   if (t->app->rank != 0) return TD_OK;
   double *busy = all + 4 * (size_t)n, *data = busy + n, *comp = data + n, *scratch = comp + n;
-  int *stage = (int *)(scratch + n);
+  int *stage = (int *)(scratch + n), empty = 0;
   for (int i = 0; i < n; ++i) {
-    double b = all[4 * i] - all[4 * i + 2];
-    busy[i] = b > 0 ? b : 0, data[i] = all[4 * i + 1];
-    comp[i] = busy[i] - data[i] > 0 ? busy[i] - data[i] : 0;
+    busy[i] = all[4 * i], data[i] = all[4 * i + 1], comp[i] = all[4 * i + 2];
     stage[i] = (int)all[4 * i + 3];
+    empty |= busy[i] < 0;
+  }
+  if (empty) { /* a rank without a step in its window yet (only the first) */
+    memset(out, 0, sizeof *out);
+    out->rank = -1;
+    return TD_OK;
   }
   out->min_ms = out->max_ms = busy[0];
   for (int i = 1; i < n; ++i) {
@@ -400,7 +431,7 @@ static td_status stragglers(td_trainer *t, int64_t since, int first, straggler_s
     limit[4 * i + 2] = median_of(comp, stage, stage[i], n, scratch);
     limit[4 * i + 3] = median_of(data, stage, stage[i], n, scratch);
   }
-  for (int named = 0; pct > 0 && per_stage > 1 && !first && named < 4; ++named) {
+  for (int named = 0; pct > 0 && per_stage > 1 && named < 4; ++named) {
     int worst = -1;
     for (int i = 0; i < n; ++i)
       if (busy[i] > limit[4 * i] && (worst < 0 || busy[i] - limit[4 * i] > busy[worst] - limit[4 * worst]))
@@ -416,12 +447,11 @@ static td_status stragglers(td_trainer *t, int64_t since, int first, straggler_s
             "%.1f ms against a median of %.1f ms; the other ranks wait for it",
             worst, t->hosts ? t->hosts[worst] : "?", busy[worst],
             100.0 * (busy[worst] / (mb > 0 ? mb : 1) - 1.0), where, mb, pct,
-            (long long)(t->step - since + 1), (long long)t->step,
+            (long long)(t->step - m + 1 > 1 ? t->step - m + 1 : 1), (long long)t->step,
             is_data ? "data loading" : "compute", is_data ? data[worst] : comp[worst],
             is_data ? md : mc);
     busy[worst] = -1.0; /* named */
   }
-  free(all);
   return TD_OK;
 }
 
@@ -452,7 +482,6 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
   int64_t dev = t->k->device_peak ? (int64_t)t->k->device_peak(t->k) : 0;
   /* steps since the last metrics line (the first: those this process ran) */
   int64_t since = t->logged_step > 0 ? t->step - t->logged_step : steps_run;
-  int first_line = t->logged_step == 0; /* set-up costs are in its steps */
   int64_t per_step = (int64_t)((cb - t->logged_cb) / (double)(since > 0 ? since : 1));
   t->logged_cb = cb, t->logged_step = t->step;
   /* checkpoint saves since the last line: the time they kept this rank
@@ -468,7 +497,7 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
                           "MPI_Allreduce (metrics)", t->app->world, &r));
   straggler_stats sg;
   memset(&sg, 0, sizeof sg);
-  TD_CHECK(stragglers(t, since, first_line, &sg));
+  TD_CHECK(stragglers(t, &sg));
   int64_t rss_max = mx[0], *zmax = mx + 2;
   double cbmax = (double)mx[1];
   /* pipeline: each stage's measured idle fraction and peak live micro-batches,
@@ -731,12 +760,19 @@ td_status td_trainer_run(td_trainer *t) {
     double t0 = td_now();
     double loss = 0, norm = 0, lr = 0;
     int64_t s = t->step;
-    double comm0 = comm_ms(t);
+    double comm0 = comm_ms(t), data0 = t->strag_data_s, wait0 = t->strag_wait_s;
     TD_CHECK_GOTO(td_trainer_step(t, &loss, &norm, &lr));
-    /* the step's time, and its waits: collectives and pipeline messages
-     * (their receives are counted with the pipeline group's collectives) */
-    t->strag_wall_s += td_now() - t0;
-    t->strag_wait_s += (comm_ms(t) - comm0) / 1e3;
+    /* the step's busy time (its wall time less its waits: collectives,
+     * pipeline receives, which the pipeline group's collectives count, and
+     * the data agreement) and data time, into the window; not the run's
+     * first steps */
+    if (t->step > first_step + STRAG_SKIP) {
+      double wait = (comm_ms(t) - comm0) / 1e3 + (t->strag_wait_s - wait0);
+      double *slot = t->strag_ring + 2 * t->strag_pos;
+      slot[0] = td_now() - t0 - wait, slot[1] = t->strag_data_s - data0;
+      t->strag_pos = (t->strag_pos + 1) % t->strag_cap;
+      if (t->strag_n < t->strag_cap) t->strag_n++;
+    }
     if (d.file >= 0) {
       TD_CHECK_GOTO(dump_batch(t, &d, s));
       d.losses[s] = loss, d.norms[s] = norm, d.lrs[s] = lr;
@@ -821,6 +857,7 @@ done:
     st = td_error_set(kept, __FILE__, __LINE__, __func__, "%s", msg);
     td_error_mark_agreed();
   }
+  if (!td_error_alone()) td_trainer_save_drop(t);
   dump_free(t, &d);
   td_choice_destroy(&t->choice);
   return st;

@@ -10,12 +10,6 @@
 /* Save step t->step to checkpoint.dir (temporary name, commit, `latest`,
  * keep). The committed path goes to path_out. Collective on the world. */
 td_status td_trainer_save(td_trainer *t, char *path_out, size_t cap);
-/* Host bytes this rank allocates to stage its saves (td_mem_plan.ckpt):
- * with checkpoint.async the owned state's parameters and two moments
- * (3 × 4 bytes per owned parameter); without it one such fp32 buffer on a
- * device back-end (its saves copy each of the three through it), none on
- * the CPU (the saves write from the state itself). Not collective. */
-int64_t td_trainer_ckpt_stage_bytes(const td_config *c, const td_zero *z);
 /* checkpoint.async: allocate the staging buffer (the owned state's three
  * fp32 buffers, td_mem_plan.ckpt) before training starts. Collective. */
 td_status td_trainer_save_prepare(td_trainer *t);
@@ -33,8 +27,10 @@ int td_trainer_save_inflight(const td_trainer *t);
  * on every rank if its writing failed anywhere; `latest` then still names
  * the previous checkpoint). Collective on the world. */
 td_status td_trainer_save_finish(td_trainer *t);
-/* Teardown: wait for a writer still running and abandon its save (the
- * .tmp removed; collective unless this rank failed alone). */
+/* The end of training (td_trainer_run): wait for a writer still running
+ * and abandon its save (the .tmp removed; collective unless this rank
+ * failed alone), and free the staging buffer, before the back-end whose
+ * pinned memory it may be. */
 void td_trainer_save_drop(td_trainer *t);
 /* Load a checkpoint written by any grid: parameters, and with load_optim the
  * AdamW moments, step, tokens seen and sampler position. The deck's model

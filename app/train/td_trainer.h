@@ -100,11 +100,16 @@ typedef struct td_trainer {
                             metrics line (save_stall_ms) */
   double save_write_s;   /* background write seconds of the saves committed since then */
   int saves_committed;   /* saves committed since then */
-  /* straggler detection (run.c): this rank's time since the last metrics
-   * line in its steps, in reading its data, in waiting for other ranks
-   * (collectives, pipeline messages); the ranks' host names (rank 0) */
-  double strag_wall_s, strag_data_s, strag_wait_s;
+  /* straggler detection (run.c): this rank's time in reading its data and
+   * in waiting for other ranks outside the collectives' own count (the
+   * reading's agreement), running totals; its last steps' busy and data
+   * seconds (a ring of strag_cap pairs); the ranks' host names and the
+   * report's buffer (rank 0) */
+  double strag_data_s, strag_wait_s;
+  double *strag_ring;
+  int strag_cap, strag_n, strag_pos;
   char (*hosts)[64];
+  double *strag_buf;
   double logged_cb;      /* this rank's collective bytes and step at the last metrics line */
   int64_t logged_step;   /* (comm_step_bytes: the traffic since, per step) */
 } td_trainer;
@@ -137,6 +142,13 @@ td_status td_trainer_node_place(td_app *app, int *local_rank, int *local_size);
  * for another device, a build without CUDA or no visible GPU. Not
  * collective. */
 int td_trainer_gpu_of(const td_config *cfg, int local_rank, int *visible);
+/* Host bytes this rank allocates to stage its saves (td_mem_plan.ckpt;
+ * app/train/checkpoint.c allocates them): with checkpoint.async the owned
+ * state's parameters and two moments (3 × 4 bytes per owned parameter);
+ * without it one such fp32 buffer on a device back-end (its saves copy each
+ * of the three through it), none where the state is host memory (the saves
+ * write from it). Not collective. */
+int64_t td_trainer_ckpt_stage_bytes(const td_config *c, const td_zero *z);
 /* Learning rate of optimizer step s (0-based). */
 double td_lr_at(const td_config *cfg, int64_t s);
 /* One optimizer step: forward/backward over the micro-batches, gradient

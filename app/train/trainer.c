@@ -3,7 +3,6 @@
  * it is split; data-parallel rank r takes the contiguous slice r of the
  * global batch and micro-batches are consecutive slices of that). */
 #include "app/train/td_trainer.h"
-#include "app/train/td_checkpoint.h"
 
 #include <errno.h>
 #include <math.h>
@@ -269,6 +268,17 @@ static td_status model_slots(const td_config *c, const td_grid *g, int **out) {
 }
 
 /* What the engine, the model and the pipeline allocate. */
+int64_t td_trainer_ckpt_stage_bytes(const td_config *c, const td_zero *z) {
+  int64_t ob = 0, oe = 0;
+  td_zero_owned(z, &ob, &oe);
+  int64_t owned = (oe > ob ? oe - ob : 0) * (int64_t)sizeof(float);
+  /* the saves write from the state itself where it is host memory: the
+   * back-end's (the CPU's, unless TD_TEST_STAGED), or offloaded */
+  int host = td_kernels_host_memory(c->run_device) || td_zero_state_on_host(z);
+  if (c->checkpoint_async) return 3 * (owned > 0 ? owned : (int64_t)sizeof(float));
+  return host ? 0 : owned > 0 ? owned : (int64_t)sizeof(float);
+}
+
 static void mem_of(const td_config *c, const td_grid *g, const td_model *m, const td_zero *z,
                    td_mem_plan *mem) {
   td_zero_bytes(z, &mem->param, &mem->grad, &mem->optim, &mem->work);
@@ -550,7 +560,6 @@ void td_trainer_destroy(td_trainer **tp) {
   /* A rank failing alone is about to be aborted: requests may be in flight
    * on its buffers and the others will not join a collective teardown. */
   if (td_error_alone()) return;
-  td_trainer_save_drop(t); /* before the back-end: its staging is pinned memory */
   td_pipe_destroy(&t->pipe);
   td_zero_destroy(&t->zero);
   td_kernels_destroy(&t->hk);
@@ -574,6 +583,8 @@ void td_trainer_destroy(td_trainer **tp) {
   td_free(t->tok_doc);
   td_free(t->ckpt_stage);
   free(t->hosts);
+  free(t->strag_buf);
+  free(t->strag_ring);
   if (t->metrics) fclose(t->metrics);
   td_tb_close(&t->tb);
   free(t);

@@ -211,12 +211,7 @@ done
 wait "$pid"
 rc=$?
 stop=$(grep -oE "stopped by SIGUSR1 at step [0-9]+" "$r.log" | grep -oE "[0-9]+$" | head -1)
-ranks=() all75=1
-for ((k = 0; k < g_np; ++k)); do
-  x=$(cat "$rcdir/rank.$k" 2>/dev/null || echo none)
-  ranks+=("$x")
-  [ "$x" = 75 ] || all75=0
-done
+ck_rank_statuses "$rcdir" "$g_np"
 if [ $sent = 1 ] && [ $all75 = 1 ] && [ -n "$stop" ]; then
   pass "SIGUSR1 during the background write of step 4: every rank exited 75 (${ranks[*]}) at step $stop"
   # the launcher may report 0 for ranks that all exited 75
@@ -245,14 +240,8 @@ if [ -n "$stop" ]; then
 fi
 tmps=$(find "$r/ckpt" -name '*.tmp' | wc -l)
 if [ "$tmps" = 0 ]; then pass "no .tmp left"; else fail "$tmps .tmp files left in $r/ckpt"; fi
-ck_train "$grid" "$r" "$r.resume.log" --set training.steps=12 --set checkpoint.every=2 \
-  --set checkpoint.keep=0 --set checkpoint.async=true --set checkpoint.resume=auto
-if [ "$ck_rc" = 0 ] && grep -q "resuming at step ${stop:-x}" "$r.resume.log"; then
-  pass "the same command resumed at step $stop and exited 0"
-else
-  fail "the same command again: exit $ck_rc (expected 0, resuming at step ${stop:-?})"
-  ck_show_log "$r.resume.log"
-fi
+ck_resumed_at "$r" "$r.resume.log" "${stop:-?}" --set training.steps=12 --set checkpoint.every=2 \
+  --set checkpoint.keep=0 --set checkpoint.async=true
 ck_compare_bitwise "$dir/straight12" "$r" \
   "stopped + resumed async run is bitwise identical to the uninterrupted one"
 ck_finish

@@ -197,6 +197,33 @@ ck_compare_bitwise() {
   fi
 }
 
+# ck_rank_statuses RCDIR NP — the exit statuses the ranks' wrappers wrote
+# into RCDIR/rank.K (ckpt_signal.sh's wrapper): ranks (an array, "none" for a
+# missing one) and all75 (1 when every rank exited 75).
+ck_rank_statuses() {
+  local k x
+  ranks=() all75=1
+  for ((k = 0; k < $2; ++k)); do
+    x=$(cat "$1/rank.$k" 2>/dev/null || echo none)
+    ranks+=("$x")
+    [ "$x" = 75 ] || all75=0
+  done
+}
+
+# ck_resumed_at DIR LOG STEP [--set k=v]... — the same command again (GRID
+# in $grid) resumes at STEP and exits 0: PASS or FAIL.
+ck_resumed_at() {
+  local r=$1 log=$2 step=$3
+  shift 3
+  ck_train "$grid" "$r" "$log" "$@" --set checkpoint.resume=auto
+  if [ "$ck_rc" = 0 ] && grep -q "resuming at step $step" "$log"; then
+    pass "the same command resumed at step $step and exited 0"
+  else
+    fail "the same command again: exit $ck_rc (expected 0, resuming at step $step)"
+    ck_show_log "$log"
+  fi
+}
+
 # ck_latest DIR — the name in DIR/ckpt/latest (empty if none).
 ck_latest() {
   cat "$1/ckpt/latest" 2>/dev/null | tr -d '\n'

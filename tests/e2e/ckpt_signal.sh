@@ -83,12 +83,7 @@ if [ $sent = 0 ]; then
   ck_show_log "$r.log"
   ck_finish
 fi
-ranks=() all75=1
-for ((k = 0; k < g_np; ++k)); do
-  x=$(cat "$rcdir/rank.$k" 2>/dev/null || echo none)
-  ranks+=("$x")
-  [ "$x" = 75 ] || all75=0
-done
+ck_rank_statuses "$rcdir" "$g_np"
 if [ $all75 = 1 ]; then
   pass "every rank exited 75 after SIG$sig (${ranks[*]})"
 else

@@ -64,13 +64,7 @@ tmps=$(find "$r/ckpt" -name '*.tmp' | wc -l)
 if [ "$tmps" = 0 ]; then pass "no .tmp left"; else fail "$tmps .tmp files left in $r/ckpt"; fi
 
 echo "+ resume" >>"$r.resume.log"
-ck_train "$grid" "$r" "$r.resume.log" "${args[@]}" --set checkpoint.resume=auto
-if [ "$ck_rc" = 0 ] && grep -q "resuming at step 6" "$r.resume.log"; then
-  pass "the same command resumed at step 6 and exited 0"
-else
-  fail "the same command again: exit $ck_rc (expected 0, resuming at step 6)"
-  ck_show_log "$r.resume.log"
-fi
+ck_resumed_at "$r" "$r.resume.log" 6 "${args[@]}"
 ck_compare_bitwise "$dir/straight" "$r" \
   "stopped + resumed run is bitwise identical to the uninterrupted one (losses, grad norms, final /model)"
 ck_finish
