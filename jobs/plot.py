@@ -64,9 +64,13 @@ def scaling(a, plt):
     at.set_title("tokens/s")
     ae.set_title("efficiency (tokens/s per rank against the first)")
     ae.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ticks = sorted({r["ranks"] for p in a.runs for r in json.load(open(p))["rows"]})
     for x in (at, ae):
         x.set_xlabel("ranks")
         x.set_xscale("log", base=2)
+        x.set_xticks(ticks)
+        x.set_xticklabels([str(t) for t in ticks])
+        x.minorticks_off()
         x.grid(alpha=0.3)
         x.legend(fontsize=8)
     if a.title:
