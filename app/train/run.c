@@ -294,6 +294,9 @@ static void fmt_eta(double s, char *buf, size_t cap) {
 /* ... and never the run's first steps: one-time set-up, the allocator and
  * page faults settling, differently on each rank */
 #define STRAG_SKIP 3
+/* ... and no judgement before the window holds this many (one step is no
+ * median) */
+#define STRAG_MIN 5
 
 /* Every rank's host name, gathered once to rank 0 (t->hosts) for the
  * straggler report, and the window of each rank's last steps. Collective. */
@@ -369,7 +372,8 @@ static double median_of(const double *x, const int *key, int k, int n, double *s
  * ranks (which do the same work) by more than logging.straggler_pct,
  * slowest first, naming rank, host and the part (compute or data loading)
  * furthest above its stage's median — never in a stage of one rank
- * (nothing to compare it with). min/median/max are over all ranks. */
+ * (nothing to compare it with), nor before the window holds STRAG_MIN
+ * steps. min/median/max are over all ranks. */
 static td_status stragglers(td_trainer *t, straggler_stats *out) {
   int n = t->app->size;
   /* this rank's medians over its window: busy, data, compute (ms a step;
@@ -431,7 +435,8 @@ static td_status stragglers(td_trainer *t, straggler_stats *out) {
     limit[4 * i + 2] = median_of(comp, stage, stage[i], n, scratch);
     limit[4 * i + 3] = median_of(data, stage, stage[i], n, scratch);
   }
-  for (int named = 0; pct > 0 && per_stage > 1 && named < 4; ++named) {
+  /* every rank's window holds the same steps: m is every rank's count */
+  for (int named = 0; pct > 0 && per_stage > 1 && m >= STRAG_MIN && named < 4; ++named) {
     int worst = -1;
     for (int i = 0; i < n; ++i)
       if (busy[i] > limit[4 * i] && (worst < 0 || busy[i] - limit[4 * i] > busy[worst] - limit[4 * worst]))
