@@ -174,16 +174,15 @@ static void stage_free(td_trainer *t, struct td_async_save *a) {
   a->stage = NULL;
 }
 
-/* The staging buffer for n floats of each of the three (zeroed, so its
- * pages exist before the first save: allocating 3 × 250 MB at a save step
- * measured 2 s here). Not collective. */
-static td_status stage_alloc(td_trainer *t, struct td_async_save *a, size_t n) {
+/* The staging buffer, a->n floats for each of the three (the owned range's
+ * size, td_trainer_ckpt_stage_bytes; zeroed, so its pages exist before the
+ * first save: allocating 3 × 250 MB at a save step measured 2 s here). Once
+ * a run. Not collective. */
+static td_status stage_alloc(td_trainer *t, struct td_async_save *a) {
   td_kernels *k = t->k;
-  if (a->stage && a->n != n) stage_free(t, a);
   if (a->stage) return TD_OK;
   size_t bytes = (size_t)td_trainer_ckpt_stage_bytes(&t->cfg, t->zero);
-  n = bytes / (3 * sizeof(float));
-  if (n == 0) n = 1, bytes = 3 * sizeof(float);
+  size_t n = bytes / (3 * sizeof(float));
   a->pinned = !td_zero_state_on_host(t->zero) && k->host_alloc != NULL;
   if (a->pinned) TD_CHECK(k->host_alloc(k, (void **)&a->stage, bytes, "checkpoint staging"));
   else TD_CHECK(td_alloc((void **)&a->stage, bytes, "checkpoint staging"));
@@ -191,12 +190,13 @@ static td_status stage_alloc(td_trainer *t, struct td_async_save *a, size_t n) {
   return TD_OK;
 }
 
-/* Copy the owned state (parameters and both moments, n floats each) into
- * a->stage. Not collective. */
-static td_status stage_state(td_trainer *t, struct td_async_save *a, size_t n) {
+/* Copy the owned state (parameters and both moments) into a->stage. Not
+ * collective. */
+static td_status stage_state(td_trainer *t, struct td_async_save *a) {
   td_kernels *k = t->k;
   int on_host = td_zero_state_on_host(t->zero);
-  TD_CHECK(stage_alloc(t, a, n));
+  TD_CHECK(stage_alloc(t, a));
+  size_t n = a->n;
   const float *src[3] = {td_zero_owned_params(t->zero), td_zero_owned_exp_avg(t->zero),
                          td_zero_owned_exp_avg_sq(t->zero)};
   int64_t ob, oe;
@@ -228,7 +228,6 @@ static td_status save_impl(td_trainer *t, char *path_out, size_t cap, struct td_
   char *yaml = NULL;
   int64_t ob, oe;
   td_zero_owned(t->zero, &ob, &oe);
-  size_t nown = (size_t)(oe > ob ? oe - ob : 1);
   double t0 = td_now();
   /* Host back-ends (and the optimizer's offloaded state) write straight
    * from their buffers; device back-ends stage through one host buffer kept
@@ -236,7 +235,7 @@ static td_status save_impl(td_trainer *t, char *path_out, size_t cap, struct td_
    * copy of all three. */
   int on_host = td_zero_state_on_host(t->zero);
   if (a) {
-    st = stage_state(t, a, nown);
+    st = stage_state(t, a);
     TD_CHECK(td_agree(t->app->world, st));
     on_host = 1;
   } else if (!on_host && !t->ckpt_stage) {
@@ -530,10 +529,8 @@ td_status td_trainer_save_async(td_trainer *t) {
 td_status td_trainer_save_prepare(td_trainer *t) {
   td_status st = TD_OK;
   if (!t->cfg.checkpoint_async) return TD_OK;
-  int64_t ob, oe;
-  td_zero_owned(t->zero, &ob, &oe);
   if (!t->async) st = td_alloc((void **)&t->async, sizeof *t->async, "checkpoint writer");
-  if (st == TD_OK) st = stage_alloc(t, t->async, (size_t)(oe > ob ? oe - ob : 1));
+  if (st == TD_OK) st = stage_alloc(t, t->async);
   TD_CHECK(td_agree(t->app->world, st));
   return TD_OK;
 }
