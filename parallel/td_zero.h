@@ -79,6 +79,11 @@ typedef struct td_zero_opts {
                               in bf16 (only the working copy) and no moments */
   td_kernels *host;        /* offload: the CPU back-end that runs AdamW and the bf16 casts on
                               the host (not owned; NULL for a size query) */
+  int overlap_gather;      /* stages 1–2 (device memory MPI or the device collectives reach,
+                              no offload): after the optimizer, gather the updated parameters
+                              unit by unit with non-blocking calls, each waited for when its
+                              unit is first acquired (parallel.overlap_param_gather); 0: all
+                              at once, right after the optimizer */
   int group_size, group_rank; /* size query on a virtual grid (dp_comm is MPI_COMM_NULL: a
                                  rank of a grid planned, not built — trident plan): the
                                  data-parallel group's size and this rank's place in it */
@@ -160,6 +165,12 @@ td_status td_zero_adamw(td_zero *z, float gscale, float lr, float beta1, float b
 /* After loading owned parameters into td_zero_owned_params: re-assemble the
  * full parameters (stages 1–2; stage 0 loads them whole). Collective. */
 td_status td_zero_gather_params(td_zero *z);
+/* Wait for the parameter gathers still in flight (overlap_gather): every
+ * unit's parameters current. Collective on dp_comm only in that every rank
+ * launched the same calls after the same optimizer step; called by
+ * td_zero_adamw and td_zero_set_params, and by the trainer when training
+ * ends normally (not on an error path: a rank failing alone aborts). */
+td_status td_zero_settle(td_zero *z);
 
 /* Bytes this rank's engine allocated (or would: a size query) for
  * parameters (with the bf16 working copy), gradients (full buffer and/or shard), AdamW moments, and

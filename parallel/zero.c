@@ -117,6 +117,12 @@ struct td_zero {
   void *h16;                /* bf16: the working copy of the owned range, uploaded */
   int streamed;             /* stages 2–3: this step's owned gradients are on their way to hg,
                                unit by unit (k->to_host_async), as their last reduction lands */
+  /* overlap_gather: the per-unit parameter all-gathers in flight */
+  int ogather;           /* this engine gathers unit by unit after the optimizer */
+  MPI_Request *ureq;     /* (nunits) MPI_REQUEST_NULL when none */
+  uint64_t *uticket;     /* (nunits) device calls, 0 when none */
+  char *upend;           /* (nunits) unit u's gather is in flight */
+  int npend;
   int *ucounts;  /* (nunits, dp): elements of unit u in dp rank r's shard */
   int *udispls;  /* (nunits, dp): where they start inside the unit */
 };
@@ -225,6 +231,9 @@ static td_status progress(td_zero *z) {
   for (int i = 0; i < z->nreq; ++i)
     if (z->reqs[i].req != MPI_REQUEST_NULL)
       TD_MPI_CHECK(MPI_Test(&z->reqs[i].req, &flag, MPI_STATUS_IGNORE));
+  for (int u = 0; z->npend > 0 && u < z->o.nunits; ++u)
+    if (z->upend[u] && z->ureq[u] != MPI_REQUEST_NULL)
+      TD_MPI_CHECK(MPI_Test(&z->ureq[u], &flag, MPI_STATUS_IGNORE));
   for (int i = 0; i < z->nslots; ++i) {
     if (z->pslots[i].pending) TD_MPI_CHECK(MPI_Test(&z->pslots[i].req, &flag, MPI_STATUS_IGNORE));
     if (z->gslots[i].pending) TD_MPI_CHECK(MPI_Test(&z->gslots[i].req, &flag, MPI_STATUS_IGNORE));
@@ -264,6 +273,11 @@ td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *st
   z->ucounts = calloc((size_t)o->nunits * z->dp + 1, sizeof(int));
   z->udispls = calloc((size_t)o->nunits * z->dp + 1, sizeof(int));
   if (!z->ucounts || !z->udispls) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
+  z->ureq = malloc((size_t)(o->nunits + 1) * sizeof *z->ureq);
+  z->uticket = calloc((size_t)o->nunits + 1, sizeof *z->uticket);
+  z->upend = calloc((size_t)o->nunits + 1, 1);
+  if (!z->ureq || !z->uticket || !z->upend) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
+  for (int u = 0; u < o->nunits; ++u) z->ureq[u] = MPI_REQUEST_NULL;
   for (int u = 0; u < o->nunits; ++u)
     if (!unit_empty(z, u)) TD_CHECK_GOTO(unit_counts(z, u));
   z->scounts = calloc((size_t)z->dp, sizeof(int));
@@ -277,6 +291,8 @@ td_status td_zero_create(const td_zero_opts *o, td_kernels *k, td_coll_stats *st
   size_t full = (size_t)z->npad * sizeof(float), shard = (size_t)z->S * sizeof(float);
   z->psz = td_dtype_size(o->pt);
   z->off = o->offload;
+  z->ogather = o->overlap_gather && (o->stage == 1 || o->stage == 2) && !o->offload &&
+               !z->staged && z->dp > 1 && k != NULL;
   z->hk = o->host;
   if (z->off && k && !z->hk)
     TD_FAIL_GOTO(TD_ERR_INTERNAL, "ZeRO engine: offload without a host back-end");
@@ -376,6 +392,7 @@ void td_zero_destroy(td_zero **zp) {
   void *hbufs[] = {z->hp, z->hm, z->hv, z->hg, z->h16};
   for (int i = 0; i < 5; ++i)
     if (z->k) ofree(z, hbufs[i]);
+  free(z->ureq), free(z->uticket), free(z->upend);
   free(z->ucounts);
   free(z->udispls);
   free(z->scounts);
@@ -428,6 +445,7 @@ static td_status offload_upload(td_zero *z) {
 
 td_status td_zero_set_params(td_zero *z, const float *host) {
   td_kernels *k = z->k;
+  TD_CHECK(td_zero_settle(z)); /* no gather may land on what is set here */
   for (int i = 0; i < z->nslots; ++i) z->pslots[i].valid = 0; /* gathered copies are stale */
   if (z->off) {
     int64_t c = off_count(z);
@@ -713,6 +731,67 @@ static td_status launch_unit_rs(td_zero *z, int u) {
   return TD_OK;
 }
 
+/* ---- the parameters' gather, unit by unit (overlap_gather) -------------------------- */
+
+/* After the optimizer (stages 1–2): every non-empty unit's all-gather of the
+ * owned parts, in place, in unit order (the order the forward first uses
+ * them: their launch order is their completion order on every rank). In
+ * bf16 the working copy is what is gathered (the owned range rounded first:
+ * the same bits a full gather and refresh16 give), at half the bytes; the
+ * fp32 parameters outside the owned range are then not current, and nothing
+ * reads them (the forward reads the working copy, the optimizer and the
+ * checkpoints the owned range). */
+static td_status launch_unit_gathers(td_zero *z) {
+  td_kernels *k = z->k;
+  int b16 = z->p16 != NULL;
+  if (b16 && z->own_e > z->own_b)
+    TD_CHECK(k->cast(k, (char *)z->p16 + (size_t)z->own_b * 2, TD_DTYPE_BF16,
+                     z->params + z->own_b, TD_DTYPE_F32, z->own_e - z->own_b));
+  TD_CHECK(k->sync(k)); /* AdamW's (and the cast's) writes are what is sent */
+  size_t es = b16 ? 2 : 4;
+  char *base = b16 ? (char *)z->p16 : (char *)z->params;
+  for (int u = 0; u < z->o.nunits; ++u) {
+    if (unit_empty(z, u)) continue;
+    char *at = base + (size_t)z->ub[u] * es;
+    if (z->dc) {
+      uint64_t t = 0;
+      TD_CHECK(td_dcomm_allgatherv(z->dc, at + (size_t)UDISPLS(z, u)[z->rank] * es, at,
+                                   UCOUNTS(z, u), UDISPLS(z, u),
+                                   b16 ? TD_DTYPE_BF16 : TD_DTYPE_F32, z->stats, &t));
+      z->uticket[u] = t, z->last_ticket = t;
+    } else {
+      TD_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, at, UCOUNTS(z, u),
+                                   UDISPLS(z, u), b16 ? MPI_UINT16_T : MPI_FLOAT,
+                                   z->o.dp_comm, &z->ureq[u]));
+      count_stats(z, TD_COLL_ALLGATHER,
+                  (double)(z->ue[u] - z->ub[u]) * (double)es * (double)(z->dp - 1) / z->dp);
+    }
+    z->upend[u] = 1, z->npend++;
+  }
+  return TD_OK;
+}
+
+/* Unit u's gather has landed. */
+static td_status finish_unit_gather(td_zero *z, int u) {
+  if (z->dc) {
+    TD_CHECK(td_dcomm_join(z->dc, z->uticket[u]));
+    z->uticket[u] = 0;
+  } else {
+    double t0 = td_now();
+    TD_MPI_CHECK(td_watchdog_wait("MPI_Wait (ZeRO all-gather of a unit's updated parameters)",
+                                  z->o.dp_comm, &z->ureq[u]));
+    if (z->stats) z->stats->ms[TD_COLL_ALLGATHER] += 1e3 * (td_now() - t0);
+  }
+  z->upend[u] = 0, z->npend--;
+  return TD_OK;
+}
+
+td_status td_zero_settle(td_zero *z) {
+  for (int u = 0; z->npend > 0 && u < z->o.nunits; ++u)
+    if (z->upend[u]) TD_CHECK(finish_unit_gather(z, u));
+  return TD_OK;
+}
+
 /* ---- the step ------------------------------------------------------------------------ */
 
 td_status td_zero_begin_step(td_zero *z, int64_t micro) {
@@ -740,6 +819,7 @@ td_status td_zero_acquire(td_zero *z, int u, int backward, void **param, float *
   if (!param) {
     /* gradients only (the W of a split backward) */
   } else if (stage < 3) {
+    if (z->upend[u]) TD_CHECK(finish_unit_gather(z, u));
     *param = z->p16 ? (void *)((char *)z->p16 + (size_t)z->ub[u] * 2) : z->params + z->ub[u];
   } else {
     slot *s = NULL;
@@ -931,6 +1011,7 @@ td_status td_zero_adamw(td_zero *z, float gscale, float lr, float beta1, float b
                         float wd, int64_t t) {
   int stage = z->o.stage;
   td_kernels *k = z->k;
+  TD_CHECK(td_zero_settle(z)); /* a unit no forward used: its gather still in flight */
   if (z->off) return offload_adamw(z, gscale, lr, beta1, beta2, eps, wd, t);
   for (int i = 0; i < z->o.ntensors; ++i) {
     const td_zero_tensor *x = &z->tensors[i];
@@ -943,7 +1024,9 @@ td_status td_zero_adamw(td_zero *z, float gscale, float lr, float beta1, float b
     TD_CHECK(k->adamw(k, p, g, z->m + (lo - base), z->v + (lo - base), hi - lo, gscale, lr, beta1,
                       beta2, eps, x->decay ? wd : 0.0f, t));
   }
-  if (stage == 1 || stage == 2)
+  if (z->ogather)
+    TD_CHECK(launch_unit_gathers(z)); /* waited for unit by unit as the forward uses them */
+  else if (stage == 1 || stage == 2)
     TD_CHECK(td_zero_gather_params(z)); /* refreshes the working copy */
   else
     TD_CHECK(refresh16(z));
@@ -990,6 +1073,7 @@ td_status td_zero_gather_params(td_zero *z) { return gather(z, 1); }
  * has just sent them piece by piece). */
 static td_status gather(td_zero *z, int upload) {
   int stage = z->o.stage;
+  TD_CHECK(td_zero_settle(z));
   for (int i = 0; i < z->nslots; ++i) z->pslots[i].valid = 0; /* gathered copies are stale */
   if (z->off && upload) TD_CHECK(offload_upload(z)); /* the owned masters are the host's */
   if (z->dp == 1) return refresh16(z);

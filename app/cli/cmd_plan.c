@@ -193,8 +193,10 @@ static td_status enumerate(const td_config *base, const char *text, const td_clu
   return TD_OK;
 }
 
-static td_status plan_main(const td_deck_args *a, const char *cluster, int ranks, int top,
-                           int json, int emit) {
+#define MAX_CSETS 16
+
+static td_status plan_main(const td_deck_args *a, const char *cluster, const char **csets,
+                           int ncsets, int ranks, int top, int json, int emit) {
   td_status st = TD_OK;
   td_cluster cl;
   td_config base;
@@ -202,6 +204,7 @@ static td_status plan_main(const td_deck_args *a, const char *cluster, int ranks
   results rs = {0};
   int rejected = 0;
   TD_CHECK(td_cluster_load(cluster, &cl));
+  for (int i = 0; i < ncsets; ++i) TD_CHECK(td_cluster_set(&cl, csets[i]));
   int one = has_parallel_set(a);
   TD_CHECK(td_config_load(a->deck, a->nset, (char **)a->sets, 0, &base));
   int world = ranks > 0 ? ranks
@@ -243,11 +246,19 @@ done:
 td_status td_cmd_plan(td_app *app, int argc, char **argv) {
   td_deck_args a;
   td_status st = td_app_deck_args("plan", argc, argv, &a);
-  const char *cluster = NULL;
+  const char *cluster = NULL, *csets[MAX_CSETS];
+  int ncsets = 0;
   int ranks = 0, top = 10, json = 0, emit = 0, calibrate = 0;
   for (int i = 0; st == TD_OK && i < a.nrest; ++i) {
     const char *o = a.rest[i];
     if (strcmp(o, "--cluster") == 0 && i + 1 < a.nrest) cluster = a.rest[++i];
+    else if (strcmp(o, "--cluster-set") == 0 && i + 1 < a.nrest) {
+      if (ncsets == MAX_CSETS)
+        st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
+                          "trident plan: at most %d --cluster-set", MAX_CSETS);
+      else
+        csets[ncsets++] = a.rest[++i];
+    }
     else if ((strcmp(o, "--ranks") == 0 || strcmp(o, "--top") == 0) && i + 1 < a.nrest) {
       const char *v = a.rest[++i];
       char *end = NULL;
@@ -283,14 +294,14 @@ td_status td_cmd_plan(td_app *app, int argc, char **argv) {
   if (st == TD_OK && (!a.deck || !cluster))
     st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
                       "trident plan: usage: trident plan DECK --cluster FILE [--ranks N] "
-                      "[--top K] [--json] [--emit] [--set k.k=v]... | mpiexec -n 2 trident "
+                      "[--top K] [--json] [--emit] [--set k.k=v]... [--cluster-set k.k=v]... | mpiexec -n 2 trident "
                       "plan --calibrate > cluster.yaml");
   if (st == TD_OK && (ranks < 0 || top < 1))
     st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
                       "trident plan: --ranks and --top take positive numbers");
   TD_CHECK(td_agree(app->world, st));
   /* the planner runs on rank 0 and communicates nothing */
-  if (app->rank == 0) st = plan_main(&a, cluster, ranks, top, json, emit);
+  if (app->rank == 0) st = plan_main(&a, cluster, csets, ncsets, ranks, top, json, emit);
   TD_CHECK(td_agree(app->world, st));
   return TD_OK;
 }

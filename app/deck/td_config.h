@@ -89,6 +89,9 @@
     "Megatron sequence parallelism: norms and residual stream split along the tokens over "  \
     "the tp group (needs parallel.tp > 1; model.seq_len divisible by tp)")                   \
   X(parallel, bucket_mb, FLOAT, "25", 0.001, 1.0e6, NULL, 0, "gradient all-reduce bucket size, MiB") \
+  X(parallel, overlap_param_gather, BOOL, "true", 0, 0, NULL, 0,                            \
+    "ZeRO 1-2: gather the updated parameters unit by unit during the next forward (false: " \
+    "all of them right after the optimizer)")                                                \
   X(data, train, STR, "", 0, 0, NULL, TD_F_REQ, "training tokens (trident HDF5, nanoGPT or llm.c .bin)") \
   X(data, val, STR, "", 0, 0, NULL, 0, "validation tokens (default: data.train's /val_tokens)") \
   X(data, attend, STR, "causal", 0, 0, "causal|document", 0,                                  \

@@ -42,12 +42,25 @@ static const ckey k_ckeys[] = {
     CK("device.memory_gbps", mem_bw, 0, 1e9, 1e-3, 1e6, 1, "memory bandwidth per device, GB/s"),
     CK("device.peak_tflops.fp32", peak_fp32, 0, 1e12, 1e-6, 1e6, 1, "fp32 matmul peak, TFLOP/s"),
     CK("device.peak_tflops.bf16", peak_bf16, 0, 1e12, 1e-6, 1e6, 1, "bf16 matmul peak, TFLOP/s"),
-    CK("device.matmul_efficiency", eff_large, 0, 1, 1e-4, 1, 1,
+    CK("device.matmul_efficiency", eff_large, 0, 1, 1e-4, 1, 2,
        "fraction of peak reached on large matmuls"),
-    CK("device.small_matmul_efficiency", eff_small, 0, 1, 1e-4, 1, 1,
+    CK("device.small_matmul_efficiency", eff_small, 0, 1, 1e-4, 1, 2,
        "fraction of peak reached on small matmuls"),
-    CK("device.small_matmul_dim", small_dim, 0, 1, 0, 1e9, 1,
+    CK("device.small_matmul_dim", small_dim, 0, 1, 0, 1e9, 2,
        "a matmul is small when its smallest dimension is below this"),
+    CK("device.sms", sms, 1, 1, 0, 1e5, 0,
+       "streaming multiprocessors: time each product by its shape (docs/plan.md); default 0: "
+       "matmul_efficiency"),
+    CK("device.gemm_tile.m", tile_m, 0, 1, 1, 1e4, 0, "rows of a gemm kernel's tile, default 256"),
+    CK("device.gemm_tile.n", tile_n, 0, 1, 1, 1e4, 0,
+       "columns of a gemm kernel's tile, default 128"),
+    CK("device.gemm_efficiency", gemm_eff, 0, 1, 1e-4, 1, 3,
+       "fraction of peak a full wave of gemm tiles reaches (with device.sms)"),
+    CK("device.attention_efficiency", att_eff, 0, 1, 0, 1, 0,
+       "fraction of peak the fused attention reaches (with device.sms), default: its products "
+       "timed as gemms"),
+    CK("device.kernel_us", kernel_s, 0, 1e-6, 0, 1e6, 0,
+       "a kernel's launch and tail, µs (with device.sms), default 0"),
     CK("device.attention_tflops", att_rate, 0, 1e12, 0, 1e6, 0,
        "attention kernels' rate (12·A·T FLOPs per token), TFLOP/s; default: the matmul rate"),
     CK("device.elementwise_passes", ew_passes, 0, 1, 0, 100, 0,
@@ -59,6 +72,17 @@ static const ckey k_ckeys[] = {
     CK("links.intra.latency_us", intra.lat, 0, 1e-6, 0, 1e7, 1, "intra-node latency, µs"),
     CK("links.inter.gbps", inter.bw, 0, 1e9, 1e-6, 1e6, 1, "inter-node bandwidth per device, GB/s"),
     CK("links.inter.latency_us", inter.lat, 0, 1e-6, 0, 1e7, 1, "inter-node latency, µs"),
+    CK("links.intra.bus_efficiency", intra.bus_eff, 0, 1, 1e-3, 1, 0,
+       "fraction of the intra-node bandwidth a collective's ring reaches (NCCL's bus "
+       "bandwidth), default 1"),
+    CK("links.inter.bus_efficiency", inter.bus_eff, 0, 1, 1e-3, 1, 0,
+       "fraction of the inter-node bandwidth a collective's ring reaches, default 1"),
+    CK("links.intra.half_mib", intra.half_bytes, 0, 1048576.0, 0, 1e9, 0,
+       "message MiB at which an intra-node collective reaches half its bus bandwidth, "
+       "default 0"),
+    CK("links.inter.half_mib", inter.half_bytes, 0, 1048576.0, 0, 1e9, 0,
+       "message MiB at which an inter-node collective reaches half its bus bandwidth, "
+       "default 0"),
     CK("links.reduce_scatter", rs_ratio, 0, 1, 1e-3, 1e3, 0,
        "a reduce-scatter's bandwidth over the all-reduce's (the planner's bytes), default 1"),
     CK("links.all_gather", ag_ratio, 0, 1, 1e-3, 1e3, 0,
@@ -74,49 +98,85 @@ static const ckey k_ckeys[] = {
        "a small all-gather's bandwidth over the all-reduce's, default 1"),
     CK("links.overlap", overlap, 0, 1, 0, 1, 0,
        "fraction of a nonblocking collective hidden behind the rank's compute (default 1)"),
+    CK("links.overlap_tp", overlap_tp, 0, 1, 0, 1, 0,
+       "fraction of the tensor-parallel collectives the system hides behind its matmuls "
+       "(default 0: trident's are blocking)"),
 };
 #define NCKEYS ((int)(sizeof k_ckeys / sizeof k_ckeys[0]))
 
+static const char *const k_overlap_dp[] = {"trident", "none", "grads", "all"};
+
+/* One leaf: key (dotted) = text v (from `where`, "FILE:LINE:COL" or
+ * "--cluster-set"). */
+static td_status cluster_leaf(td_cluster *c, const char *key, const char *v, const char *where,
+                              int *seen) {
+  if (strcmp(key, "name") == 0 || strcmp(key, "device.name") == 0) {
+    snprintf(key[0] == 'n' ? c->name : c->device, 128, "%s", v);
+    return TD_OK;
+  }
+  if (strcmp(key, "links.overlap_dp") == 0) {
+    for (int i = 0; i < 4; ++i)
+      if (strcmp(v, k_overlap_dp[i]) == 0) {
+        c->overlap_dp = (td_overlap_dp)i;
+        return TD_OK;
+      }
+    TD_FAIL(TD_ERR_DECK, "%s: links.overlap_dp = '%s': expected trident, none, grads (gradients "
+            "reduced during the last backward) or all (and parameters gathered during the next "
+            "forward)", where, v);
+  }
+  int j = 0;
+  while (j < NCKEYS && strcmp(k_ckeys[j].key, key) != 0) ++j;
+  if (j == NCKEYS)
+    TD_FAIL(TD_ERR_DECK, "%s: unknown key '%s' (docs/plan.md lists the keys)", where, key);
+  const ckey *e = &k_ckeys[j];
+  char *end = NULL;
+  double x = strtod(v, &end);
+  if (end == v || *end != '\0' || !isfinite(x))
+    TD_FAIL(TD_ERR_DECK, "%s: %s: expected a number (%s), found '%s'", where, key, e->doc, v);
+  if (x < e->lo || x > e->hi || (e->is_int && x != floor(x)))
+    TD_FAIL(TD_ERR_DECK, "%s: %s = %s is out of range: %s%s from %g to %g", where, key, v, e->doc,
+            e->is_int ? ", a whole number" : "", e->lo, e->hi);
+  if (e->is_int) *(int *)((char *)c + e->off) = (int)x;
+  else *(double *)((char *)c + e->off) = x * e->scale;
+  if (seen) seen[j] = 1;
+  return TD_OK;
+}
+
 /* Walk the mapping tree; every scalar leaf must be a known key (or name,
- * device.name). */
+ * device.name, links.overlap_dp). */
 static td_status cluster_walk(td_cluster *c, const td_yaml_node *n, const char *prefix, int *seen) {
   if (n->kind != TD_YAML_MAP)
     TD_FAIL(TD_ERR_DECK, "%s:%d:%d: %s: expected a mapping, found %s", c->path, n->line, n->col,
             prefix[0] ? prefix : "cluster file", td_yaml_kind_name(n->kind));
   for (int i = 0; i < n->n; ++i) {
-    char key[256];
+    char key[256], where[TD_STR_MAX + 32];
     snprintf(key, sizeof key, "%s%s%s", prefix, prefix[0] ? "." : "", n->keys[i]->value);
     const td_yaml_node *v = n->items[i];
-    if (strcmp(key, "name") == 0 || strcmp(key, "device.name") == 0) {
-      if (v->kind != TD_YAML_SCALAR)
-        TD_FAIL(TD_ERR_DECK, "%s:%d:%d: %s: expected text", c->path, v->line, v->col, key);
-      snprintf(key[0] == 'n' ? c->name : c->device, 128, "%s", v->value);
-      continue;
-    }
     if (v->kind == TD_YAML_MAP) {
       TD_CHECK(cluster_walk(c, v, key, seen));
       continue;
     }
-    int j = 0;
-    while (j < NCKEYS && strcmp(k_ckeys[j].key, key) != 0) ++j;
-    if (j == NCKEYS)
-      TD_FAIL(TD_ERR_DECK, "%s:%d:%d: unknown key '%s' (docs/plan.md lists the keys)", c->path,
-              n->keys[i]->line, n->keys[i]->col, key);
-    const ckey *e = &k_ckeys[j];
-    char *end = NULL;
-    double x = v->kind == TD_YAML_SCALAR ? strtod(v->value, &end) : NAN;
-    if (v->kind != TD_YAML_SCALAR || end == v->value || *end != '\0' || !isfinite(x))
-      TD_FAIL(TD_ERR_DECK, "%s:%d:%d: %s: expected a number (%s), found '%s'", c->path, v->line,
-              v->col, key, e->doc, v->kind == TD_YAML_SCALAR ? v->value : "a collection");
-    if (x < e->lo || x > e->hi || (e->is_int && x != floor(x)))
-      TD_FAIL(TD_ERR_DECK, "%s:%d:%d: %s = %s is out of range: %s%s from %g to %g", c->path,
-              v->line, v->col, key, v->value, e->doc, e->is_int ? ", a whole number" : "", e->lo,
-              e->hi);
-    if (e->is_int) *(int *)((char *)c + e->off) = (int)x;
-    else *(double *)((char *)c + e->off) = x * e->scale;
-    seen[j] = 1;
+    snprintf(where, sizeof where, "%s:%d:%d", c->path, v->kind == TD_YAML_SCALAR ? v->line :
+             n->keys[i]->line, v->kind == TD_YAML_SCALAR ? v->col : n->keys[i]->col);
+    if (v->kind != TD_YAML_SCALAR)
+      TD_FAIL(TD_ERR_DECK, "%s: %s: expected a value, found %s", where, key,
+              td_yaml_kind_name(v->kind));
+    TD_CHECK(cluster_leaf(c, key, v->value, where, seen));
   }
   return TD_OK;
+}
+
+td_status td_cluster_set(td_cluster *c, const char *kv) {
+  const char *eq = strchr(kv, '=');
+  char key[256];
+  if (!eq || eq == kv || (size_t)(eq - kv) >= sizeof key)
+    TD_FAIL(TD_ERR_USAGE, "--cluster-set %s: expected KEY=VALUE (a cluster file's key, e.g. "
+            "links.overlap_tp=1)", kv);
+  memcpy(key, kv, (size_t)(eq - kv));
+  key[eq - kv] = '\0';
+  char where[300];
+  snprintf(where, sizeof where, "--cluster-set %s", kv);
+  return cluster_leaf(c, key, eq + 1, where, NULL);
 }
 
 td_status td_cluster_load(const char *path, td_cluster *out) {
@@ -129,15 +189,21 @@ td_status td_cluster_load(const char *path, td_cluster *out) {
   out->nodes = 1;
   out->overlap = 1.0, out->rs_ratio = 1.0, out->ag_ratio = 1.0;
   out->small_ar = out->small_rs = out->small_ag = 1.0;
+  out->tile_m = 256, out->tile_n = 128;
+  out->intra.bus_eff = out->inter.bus_eff = 1.0;
   if (access(path, R_OK) != 0) /* before the YAML reader, which speaks of job decks */
     TD_FAIL_GOTO(TD_ERR_USAGE, "--cluster %s: cannot open the cluster file: %s (see "
                  "inputs/clusters/, or make one: mpiexec -n 2 trident plan --calibrate > "
                  "cluster.yaml)", path, strerror(errno));
   TD_CHECK_GOTO(td_yaml_load(path, NULL, &root));
   TD_CHECK_GOTO(cluster_walk(out, root, "", seen));
-  for (int j = 0; j < NCKEYS; ++j)
-    if (k_ckeys[j].required && !seen[j])
-      TD_FAIL_GOTO(TD_ERR_DECK, "%s: missing key '%s' (%s)", path, k_ckeys[j].key, k_ckeys[j].doc);
+  /* required: 1 always, 2 without device.sms (the efficiency model), 3 with it */
+  for (int j = 0; j < NCKEYS; ++j) {
+    int r = k_ckeys[j].required;
+    if ((r == 1 || (r == 2 && out->sms == 0) || (r == 3 && out->sms > 0)) && !seen[j])
+      TD_FAIL_GOTO(TD_ERR_DECK, "%s: missing key '%s' (%s)", path, k_ckeys[j].key,
+                   k_ckeys[j].doc);
+  }
 done:
   td_yaml_free(&root);
   return st;
@@ -155,6 +221,10 @@ void td_cluster_print(const td_cluster *c, FILE *out) {
   if (c->att_rate > 0) fprintf(out, "  attention_tflops: %.4f\n", c->att_rate / 1e12);
   if (c->ew_passes > 0) fprintf(out, "  elementwise_passes: %g\n", c->ew_passes);
   if (c->baseline > 0) fprintf(out, "  baseline_mib: %.1f\n", c->baseline / 1048576.0);
+  if (c->sms > 0)
+    fprintf(out, "  sms: %d\n  gemm_tile: {m: %g, n: %g}\n  gemm_efficiency: %.3f\n"
+            "  kernel_us: %.2f\n", c->sms, c->tile_m, c->tile_n, c->gemm_eff, c->kernel_s * 1e6);
+  if (c->sms > 0 && c->att_eff > 0) fprintf(out, "  attention_efficiency: %.3f\n", c->att_eff);
   fprintf(out, "links:\n  intra: {gbps: %.4f, latency_us: %.2f}\n"
           "  inter: {gbps: %.4f, latency_us: %.2f}\n  reduce_scatter: %.3f\n  all_gather: %.3f\n"
           "  overlap: %.2f\n", c->intra.bw / 1e9, c->intra.lat * 1e6, c->inter.bw / 1e9,
@@ -291,12 +361,15 @@ td_status td_plan_comm_bytes(const td_config *c, int stage, td_plan_comm *o) {
     for (int i = 0; i < reg->n; ++i) nt += reg->p[i].present;
     if (zero == 0) {
       add(o, TD_GROUP_DP, TD_COLL_ALLREDUCE, 2.0 * f * 4.0 * n, 1);
-    } else if (zero == 1) {
-      add(o, TD_GROUP_DP, TD_COLL_REDUCE_SCATTER, f * 4.0 * n, 1);
-      add(o, TD_GROUP_DP, TD_COLL_ALLGATHER, f * es * npad, 1);
-    } else if (zero == 2) {
-      add(o, TD_GROUP_DP, TD_COLL_REDUCE_SCATTER, (double)m * f * 4.0 * n, (double)m);
-      add(o, TD_GROUP_DP, TD_COLL_ALLGATHER, f * es * npad, 1);
+    } else if (zero <= 2) {
+      double rs = zero == 1 ? 1.0 : (double)m;
+      add(o, TD_GROUP_DP, TD_COLL_REDUCE_SCATTER, rs * f * 4.0 * n, rs);
+      /* the updated parameters: unit by unit in the working precision
+       * (parallel.overlap_param_gather), else the whole padded buffer at once */
+      if (c->parallel_overlap_param_gather && strcmp(c->optimizer_offload, "cpu") != 0)
+        add(o, TD_GROUP_DP, TD_COLL_ALLGATHER, f * es * n, (double)L + 2.0);
+      else
+        add(o, TD_GROUP_DP, TD_COLL_ALLGATHER, f * es * npad, 1);
     } else {
       /* stage 3: each block gathered in forward and again in backward, but
        * the two block slots keep the last two gathered across the turn:
@@ -341,7 +414,12 @@ static double coll_time(const td_cluster *c, const td_link *l, int kind, int p, 
     ratio = kind == TD_COLL_REDUCE_SCATTER ? c->small_rs
             : kind == TD_COLL_ALLGATHER    ? c->small_ag
                                            : c->small_ar;
-  return calls * steps * l->lat + bytes / (l->bw * ratio);
+  /* a ring's bus bandwidth: a fraction of the link's (NCCL reaches 70–90%
+   * of NVLink's and most of a NIC's), half of it at a message of half_bytes
+   * (per call, the bytes this rank moves) */
+  double per = bytes / calls, bw = l->bw * l->bus_eff * ratio;
+  if (l->half_bytes > 0 && kind != TD_COLL_SENDRECV) bw *= per / (per + l->half_bytes);
+  return calls * steps * l->lat + bytes / bw;
 }
 
 static double group_time(const td_cluster *cl, const td_plan_comm *pc, int g, int p, int stride) {
@@ -434,14 +512,36 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
   double dim = rows < width ? rows : width;
   r->eff = dim < cl->small_dim ? cl->eff_small : cl->eff_large;
   double peak = bf16 ? cl->peak_bf16 : cl->peak_fp32, rate = peak * r->eff;
-  /* the attention kernels (scores, softmax, att·V) at their own calibrated
-   * rate when the cluster file has one */
-  double att_rate = cl->att_rate > 0 ? cl->att_rate : rate;
-  /* the non-matmul kernels' memory traffic (device.elementwise_passes over
-   * the bytes a layer's forward writes, td_model.layer_bytes of the worst
-   * rank, per token of its micro-batch) */
-  double ew = cl->ew_passes * r->mem.layer_bytes / ((double)B * T / cp) / cl->mem_bw;
-  double blk_s = blk_mm / rate + blk_att / att_rate + ew; /* s per token of a block's forward */
+  /* one layer's and the head's seconds a micro-batch: forward, input- and
+   * weight-gradient (lc, hc); the layer's recomputation (lrec) */
+  td_plan_cost lc, hc;
+  double lrec;
+  if (cl->sms > 0) {
+    /* the GPU model: every product by its shape, the non-matmul kernels by
+     * their bytes (plan_device.c) */
+    td_plan_layer_cost(c, cl, B, &lc);
+    td_plan_head_cost(c, cl, B, &hc);
+    lrec = blocks ? lc.f : attn ? lc.att_rec : 0.0;
+    r->eff = 2.0 * (double)d.block_matmul / tp * (double)B * T / cp /
+             ((lc.f - lc.att_f - lc.ew_f) * peak);
+  } else {
+    /* the efficiency model: FLOPs at peak × efficiency; the attention
+     * kernels (scores, softmax, att·V) at their own calibrated rate when the
+     * cluster file has one; the non-matmul kernels' memory traffic
+     * (device.elementwise_passes over the bytes a layer's forward writes,
+     * td_model.layer_bytes of the worst rank, per token of its micro-batch) */
+    double att_rate = cl->att_rate > 0 ? cl->att_rate : rate;
+    double ew = cl->ew_passes * r->mem.layer_bytes / ((double)B * T / cp) / cl->mem_bw;
+    double toks = (double)B * T / cp;
+    double f = toks * (blk_mm / rate + blk_att / att_rate + ew);
+    memset(&lc, 0, sizeof lc), memset(&hc, 0, sizeof hc);
+    lc.f = lc.bx = lc.bw = f;
+    lc.att_f = toks * blk_att / att_rate;
+    hc.f = hc.bx = hc.bw = toks * head_f / rate;
+    lrec = blocks ? f : attn ? toks * 2.0 * A * T / tp / att_rate : 0.0;
+    /* the fused attention's backward recomputes inside (7 products for 4) */
+    lrec += toks * fused_f / att_rate;
+  }
 
   /* communication per stage: times per step from the bytes */
   int stride[TD_GROUP_COUNT] = {1, tp, tp * cp * dp, tp * cp * dp * (pp - 1), tp};
@@ -451,7 +551,7 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
   ws = calloc((size_t)n, sizeof *ws);
   if (!fs || !bs || !ws) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
   double tp_s[2] = {0, 0}, cp_s[2] = {0, 0}, p2p = 0, worst_dp = 0, worst_embed = 0;
-  double worst_pp = 0, worst_bytes = 0;
+  double worst_pp = 0, worst_bytes = 0, worst_dp_ag = 0;
   for (int stage = 0; stage < pp; ++stage) {
     if (stage > 0 && stage < pp - 1 && pp > 2 && stage != 1) continue; /* middles are alike */
     td_plan_comm pc;
@@ -463,12 +563,15 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
     double t_tp = group_time(cl, &pc, TD_GROUP_TP, tp, 1);
     double t_cp = group_time(cl, &pc, TD_GROUP_CP, cp, tp);
     double t_dp = group_time(cl, &pc, TD_GROUP_DP, dp * cp, tp);
+    double t_dp_ag = coll_time(cl, link_of(cl, tp, dp * cp), TD_COLL_ALLGATHER, dp * cp,
+                               pc.bytes[TD_GROUP_DP][TD_COLL_ALLGATHER],
+                               pc.calls[TD_GROUP_DP][TD_COLL_ALLGATHER]);
     double t_pp = group_time(cl, &pc, TD_GROUP_PP, pp, stride[TD_GROUP_PP]);
     double t_em = group_time(cl, &pc, TD_GROUP_EMBED, 2, stride[TD_GROUP_EMBED] + (pp == 1));
     int end = stage == 0 ? 0 : 1;
     if (t_tp > tp_s[end]) tp_s[end] = t_tp;
     if (t_cp > cp_s[end]) cp_s[end] = t_cp;
-    if (t_dp > worst_dp) worst_dp = t_dp;
+    if (t_dp > worst_dp) worst_dp = t_dp, worst_dp_ag = t_dp_ag;
     if (t_pp > worst_pp) worst_pp = t_pp;
     if (t_em > worst_embed) worst_embed = t_em;
   }
@@ -481,11 +584,11 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
     double part = (double)td_model_rows(c, B) * (double)d.C * 4.0;
     p2p = l->lat + (td_pipe_scatters(c) ? part / tp : part) / l->bw;
   }
-  /* per (stage, chunk): F, B, W seconds of one micro-batch. Backward is twice
-   * the forward (input and weight gradients, one forward each), plus the
-   * recomputation; tp and cp collectives do not overlap compute in trident:
-   * their time per micro-batch is spread over the layers (a third forward,
-   * two thirds backward) */
+  /* per (stage, chunk): F, B, W seconds of one micro-batch: the layers' and
+   * (last chunk) the head's, plus the recomputation in B; tp and cp
+   * collectives do not overlap compute in trident (links.overlap_tp: the
+   * fraction a published system hid): their time per micro-batch is spread
+   * over the layers (a third forward, two thirds backward) */
   int split = strcmp(c->parallel_pp_schedule, "zb-h1") == 0;
   double busy_max = 0;
   for (int stage = 0; stage < pp; ++stage) {
@@ -496,29 +599,30 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
       td_config_chunk_layers(c, td_sched_model_chunk(s, stage, k), &first, &count);
       Ls += count;
     }
-    double comm_micro = (tp_s[end] + cp_s[end]) / (double)m / (double)(Ls > 0 ? Ls : 1);
+    double comm_micro = (1.0 - cl->overlap_tp) * (tp_s[end] + cp_s[end]) / (double)m /
+                        (double)(Ls > 0 ? Ls : 1);
     double busy = 0; /* the stage's compute over all its chunks */
     for (int k = 0; k < s->v; ++k) {
       int64_t first, count;
       int mc = td_sched_model_chunk(s, stage, k);
       td_config_chunk_layers(c, mc, &first, &count);
-      double toks = (double)B * T / cp;
-      double f = toks * (double)count * blk_s, hf = 0.0;
-      if (mc == pp * s->v - 1) hf = toks * head_f / rate, f += hf;
-      double rec = toks * (double)count *
-                   ((blocks ? blk_s : attn ? 2.0 * A * T / tp / att_rate : 0.0) + fused_f / att_rate);
-      if (fused_head) rec += hf;
-      double cm = comm_micro * (double)count;
+      double nl = (double)count, head = mc == pp * s->v - 1;
+      double f = nl * lc.f + (head ? hc.f : 0.0);
+      double bx = nl * lc.bx + (head ? hc.bx : 0.0), bw = nl * lc.bw + (head ? hc.bw : 0.0);
+      double rec = nl * lrec;
+      /* the fused head computes its logits again in backward, and sums its
+       * weight gradient there, chunk by chunk (in B of a split backward) */
+      if (head && fused_head) rec += hc.f, bx += hc.bw, bw -= hc.bw;
+      double cm = comm_micro * nl;
       fs[stage * s->v + k] = f + cm / 3.0;
-      if (split) { /* the fused head's weight gradient is summed in B, chunk by chunk */
-        double hw = fused_head ? hf : 0.0;
-        bs[stage * s->v + k] = f + rec + hw + cm / 3.0;
-        ws[stage * s->v + k] = f - hw + cm / 3.0;
+      if (split) {
+        bs[stage * s->v + k] = bx + rec + cm / 3.0;
+        ws[stage * s->v + k] = bw + cm / 3.0;
       } else {
-        bs[stage * s->v + k] = 2.0 * f + rec + 2.0 * cm / 3.0;
+        bs[stage * s->v + k] = bx + bw + rec + 2.0 * cm / 3.0;
         ws[stage * s->v + k] = 0.0;
       }
-      busy += (double)m * (3.0 * f + rec);
+      busy += (double)m * (f + bx + bw + rec);
     }
     if (busy > busy_max) busy_max = busy;
   }
@@ -527,16 +631,31 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
   TD_CHECK_GOTO(td_schedule_simulate(s, &costs, &sim, NULL, NULL));
   r->bubble = pp > 1 ? sim.bubble : 0.0;
   r->compute_s = busy_max;
-  /* data-parallel gradients: ZeRO 0 all-reduces buckets as the last
-   * micro-batch's backward finishes each unit, ZeRO 2–3 reduce-scatter every
-   * micro-batch's and gather ahead (prefetch): the fraction links.overlap
-   * of them hides behind the backward (and forward) up to its length; ZeRO
-   * 1 reduce-scatters after the last micro-batch and gathers after the
-   * optimizer: exposed */
-  double bwd_last = 0, all_compute = busy_max;
-  for (int k = 0; k < s->v; ++k) bwd_last += bs[k] + ws[k];
-  double window = zero == 0 ? bwd_last : zero >= 2 ? all_compute : 0.0;
-  double dp_exposed = worst_dp - cl->overlap * fmin(worst_dp, window);
+  /* data-parallel collectives: the gradients' reductions (all-reduce,
+   * reduce-scatter) and the parameters' gathers, each hidden (the fraction
+   * links.overlap of it) behind the compute that runs while it is in flight,
+   * up to that compute's length. trident (parallel/zero.c): ZeRO 0 and 1
+   * launch each unit's reduction as the last micro-batch's backward finishes
+   * it; ZeRO 2–3 every micro-batch's (behind all the backward passes); ZeRO
+   * 1–2 gather the updated parameters after the optimizer: exposed
+   * (parallel.overlap_param_gather: unit by unit during the next forward);
+   * ZeRO 3 gathers every unit ahead of its use (prefetch). A published
+   * system's own (links.overlap_dp): none, grads (behind the last
+   * backward), all (and the gathers behind the first forward) */
+  double bwd_last = 0, fwd_first = 0, all_compute = busy_max, all_bwd = 0;
+  for (int k = 0; k < s->v; ++k) bwd_last += bs[k] + ws[k], fwd_first += fs[k];
+  all_bwd = (double)m * bwd_last;
+  double t_grads = worst_dp - worst_dp_ag, t_gather = worst_dp_ag, win_g = 0, win_a = 0;
+  switch (cl->overlap_dp) {
+  case TD_OVERLAP_DP_NONE: break;
+  case TD_OVERLAP_DP_GRADS: win_g = bwd_last; break;
+  case TD_OVERLAP_DP_ALL: win_g = bwd_last, win_a = fwd_first; break;
+  default:
+    win_g = zero <= 1 ? bwd_last : all_bwd;
+    win_a = zero == 3 ? all_compute : c->parallel_overlap_param_gather ? fwd_first : 0.0;
+  }
+  double dp_exposed = t_grads - cl->overlap * fmin(t_grads, win_g) +
+                      t_gather - cl->overlap * fmin(t_gather, win_a);
   /* the optimizer: AdamW reads and writes parameters, gradients and two
    * moments of the owned shard (4 × 4 bytes, twice), memory-bound */
   double owned = (double)r->mem.params_local / (zero >= 1 ? dp * cp : 1);
@@ -546,8 +665,8 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
   r->comm_s[TD_GROUP_DP] = worst_dp;
   r->comm_s[TD_GROUP_PP] = worst_pp;
   r->comm_s[TD_GROUP_EMBED] = worst_embed;
-  r->exposed_s[TD_GROUP_TP] = r->comm_s[TD_GROUP_TP];
-  r->exposed_s[TD_GROUP_CP] = r->comm_s[TD_GROUP_CP];
+  r->exposed_s[TD_GROUP_TP] = (1.0 - cl->overlap_tp) * r->comm_s[TD_GROUP_TP];
+  r->exposed_s[TD_GROUP_CP] = (1.0 - cl->overlap_tp) * r->comm_s[TD_GROUP_CP];
   r->exposed_s[TD_GROUP_DP] = dp_exposed;
   /* the simulator puts each message on the receiver's path: pipeline time
    * shows as idle (the bubble), at most the messages' time */

@@ -21,10 +21,24 @@
 #include "parallel/td_coll.h"
 #include "td_error.h"
 
-/* A link: bandwidth per device in bytes/s (one direction) and latency in s. */
+/* A link: bandwidth per device in bytes/s (one direction) and latency in s;
+ * the fraction of it a collective's ring reaches on large messages (NCCL's
+ * bus bandwidth over the link's) and the message size at which it reaches
+ * half of that (0: every size at the large rate). */
 typedef struct td_link {
   double bw, lat;
+  double bus_eff, half_bytes;
 } td_link;
+
+/* How the data-parallel collectives overlap compute (links.overlap_dp). */
+typedef enum {
+  TD_OVERLAP_DP_TRIDENT = 0, /* as trident runs each ZeRO stage (docs/plan.md) */
+  TD_OVERLAP_DP_NONE,        /* every gradient reduction and parameter gather exposed */
+  TD_OVERLAP_DP_GRADS,       /* gradients reduced during the last micro-batch's backward,
+                                parameters gathered after the optimizer (exposed) */
+  TD_OVERLAP_DP_ALL          /* ... and parameters gathered during the next forward
+                                (Megatron's --overlap-grad-reduce --overlap-param-gather) */
+} td_overlap_dp;
 
 /* A cluster file (inputs/clusters, docs/plan.md). */
 typedef struct td_cluster {
@@ -59,7 +73,43 @@ typedef struct td_cluster {
                                   proceeds while the rank computes (1: a GPU's collectives run
                                   beside its kernels; a CPU core that computes cannot also
                                   move the bytes: ~0); default 1 */
+  /* The GPU model (plan_device.c), used when sms > 0: each product's time by
+   * its shape, the non-matmul kernels by their bytes. */
+  int sms;                     /* device.sms: streaming multiprocessors; 0: the efficiency model */
+  double tile_m, tile_n;       /* device.gemm_tile: the output tile a library kernel computes
+                                  per SM (default 256 × 128) */
+  double gemm_eff;             /* device.gemm_efficiency: fraction of peak a full wave of tiles
+                                  reaches */
+  double att_eff;              /* device.attention_efficiency: fraction of peak the fused
+                                  attention reaches on the FLOPs it does (0: its products as
+                                  gemms) */
+  double kernel_s;             /* device.kernel_us: a kernel's launch and tail, s (default 0) */
+  /* What the system being predicted overlaps (published runs; trident's own
+   * by default). */
+  double overlap_tp;           /* links.overlap_tp: fraction of the tp collectives hidden behind
+                                  the matmuls (0: trident's are blocking) */
+  td_overlap_dp overlap_dp;    /* links.overlap_dp */
 } td_cluster;
+
+/* Seconds of one layer (or the head) for one micro-batch on one rank: forward,
+ * backward's input gradients (with the attention's) and weight gradients;
+ * of which the attention forward, backward and what `recompute: attention`
+ * repeats, and the non-matmul kernels' forward. */
+typedef struct td_plan_cost {
+  double f, bx, bw;
+  double att_f, att_b, att_rec, ew_f;
+} td_plan_cost;
+
+/* The GPU model (c->sms > 0): a product of M×K by K×N, `batch` of them, es
+ * bytes an element, at `peak` FLOP/s (app/plan/plan_device.c). */
+double td_plan_gemm_s(const struct td_cluster *c, double M, double N, double K, double batch,
+                      double es, double peak);
+void td_plan_layer_cost(const td_config *cfg, const struct td_cluster *c, int64_t micro,
+                        td_plan_cost *out);
+void td_plan_head_cost(const td_config *cfg, const struct td_cluster *c, int64_t micro,
+                       td_plan_cost *out);
+/* Set one key of a loaded cluster file (--cluster-set key=value). */
+td_status td_cluster_set(td_cluster *c, const char *kv);
 
 /* Read and check a cluster file; errors name the file, line:column and key
  * (TD_ERR_DECK, exit 2). Not collective. */

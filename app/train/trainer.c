@@ -238,6 +238,7 @@ static td_status zero_opts(const td_config *c, const td_grid *g, const td_model 
   o->group_size = g->dp * g->cp; /* used only on a virtual grid (td_grid_virtual) */
   o->group_rank = g->cp_rank + g->cp * g->dp_rank;
   o->bucket_bytes = c->parallel_bucket_mb * 1048576.0;
+  o->overlap_gather = c->parallel_overlap_param_gather;
   o->n = r->total_local;
   o->ntensors = nt;
   o->tensors = *tens;
@@ -561,6 +562,9 @@ void td_trainer_destroy(td_trainer **tp) {
    * on its buffers and the others will not join a collective teardown. */
   if (td_error_alone()) return;
   td_pipe_destroy(&t->pipe);
+  /* the last step's parameter gathers (parallel.overlap_param_gather): every
+   * rank launched them after the same optimizer step */
+  if (t->zero) (void)td_zero_settle(t->zero);
   td_zero_destroy(&t->zero);
   td_kernels_destroy(&t->hk);
   td_model_destroy(&t->model);

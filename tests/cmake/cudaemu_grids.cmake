@@ -59,6 +59,13 @@ if(TD_CUDA_EMULATE)
     ${TD_GRID_BIN} ${_cu_work} llama_recompute 1,1,1,0 1,1,1,0 ${_small} --set training.recompute=blocks)
   td_cudaemu_grid(dp2_zero1 ${_cu} ${TD_GRID_BIN} ${_cu_work} dp2_zero1 1,1,1,0 2,1,1,1 ${_small})
   td_cudaemu_grid(dp2_zero3 ${_cu} ${TD_GRID_BIN} ${_cu_work} dp2_zero3 1,1,1,0 2,1,1,3 ${_small})
+  # the parameters gathered unit by unit on the device collectives
+  # (parallel.overlap_param_gather, the default) against all at once after
+  # the optimizer: bit for bit, in bf16 at ZeRO 2 (ZeRO 1 is dp2_zero1 above)
+  td_cudaemu_grid(dp2_zero2_gather --steps 4 --bitwise
+    --run-set parallel.overlap_param_gather=false
+    ${TD_GRID_BIN} ${_cu_work} dp2_zero2_gather 2,1,1,2 2,1,1,2 ${_small} ${_bf16}
+    --set run.device=cuda)
   td_cudaemu_grid(llama_dp2_zero3 ${_cu} ${_llama}
     ${TD_GRID_BIN} ${_cu_work} llama_dp2_zero3 1,1,1,0 2,1,1,3 ${_small})
   td_cudaemu_grid(tp2 ${_cu} ${TD_GRID_BIN} ${_cu_work} tp2 1,1,1,0 1,2,1,0 ${_small})

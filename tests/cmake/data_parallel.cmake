@@ -23,3 +23,15 @@ if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_zero.c)
   td_add_mpi_test(NAME zero COMMAND $<TARGET_FILE:test_zero> RANKS 1 2 3 4 8 TIMEOUT 120
     LABELS data_parallel)
 endif()
+
+# parallel.overlap_param_gather (ZeRO 1-2: the updated parameters gathered
+# unit by unit while the next forward runs) against the gather right after
+# the optimizer: bit-identical losses, grad norms and parameters, fp32 and
+# bf16, with a pipeline and the zero-bubble schedule.
+td_add_grid_test(NAME dp_overlap_gather_zero1 LABELS data_parallel
+  ARGS --bitwise --run-set parallel.overlap_param_gather=false ${TD_GRID_BIN} ${TD_GRID_WORK}
+       dp_overlap_gather_zero1 2,1,1,1 2,1,1,1 ${G12})
+td_add_grid_test(NAME dp_overlap_gather_zero2_bf16_pp LABELS data_parallel
+  ARGS --bitwise --run-set parallel.overlap_param_gather=false ${TD_GRID_BIN} ${TD_GRID_WORK}
+       dp_overlap_gather_zero2_bf16_pp 2,1,2,2 2,1,2,2 ${G12} --set training.precision=bf16
+       --set parallel.pp_schedule=zb-h1)
