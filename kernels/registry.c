@@ -23,6 +23,7 @@ static struct {
   int (*devices)(void);
   td_status (*select)(int);
   int (*nccl)(void); /* optional: a module without it has no NCCL */
+  int (*info)(int *, double *); /* optional */
 } g_cuda;
 
 /* Load the module once: $TD_CUDA_MODULE, else libtrident_cuda.so beside the
@@ -58,6 +59,7 @@ static int cuda_module(void) {
   *(void **)&g_cuda.devices = dlsym(g_cuda.handle, "td_kernels_cuda_devices");
   *(void **)&g_cuda.select = dlsym(g_cuda.handle, "td_kernels_cuda_select");
   *(void **)&g_cuda.nccl = dlsym(g_cuda.handle, "td_kernels_cuda_nccl");
+  *(void **)&g_cuda.info = dlsym(g_cuda.handle, "td_kernels_cuda_info");
   if (!g_cuda.create || !g_cuda.devices || !g_cuda.select) {
     snprintf(g_cuda.why, sizeof g_cuda.why, "%s lacks an entry point (a module of another "
              "trident version?)", TD_CUDA_MODULE_PATH);
@@ -73,6 +75,15 @@ int td_kernels_gpu_count(void) {
 #ifdef TD_HAVE_CUDA
   return cuda_module() ? g_cuda.devices() : 0;
 #else
+  return 0;
+#endif
+}
+
+int td_kernels_gpu_info(int *sms, double *mem_bytes) {
+#ifdef TD_HAVE_CUDA
+  return cuda_module() && g_cuda.info ? g_cuda.info(sms, mem_bytes) : 0;
+#else
+  (void)sms, (void)mem_bytes;
   return 0;
 #endif
 }

@@ -337,6 +337,9 @@ td_status td_kernels_gpu_select(int ordinal);
 /* 1 if the CUDA module was built with NCCL (its back-end then has the
  * device collectives, dcomm_id and dcomm_init), else 0. */
 int td_kernels_gpu_nccl(void);
+/* The current GPU's streaming multiprocessors and memory in bytes (after
+ * td_kernels_gpu_select); 0 when unknown, else 1. */
+int td_kernels_gpu_info(int *sms, double *mem_bytes);
 /* Create the back-end named `device` ("cpu" or "cuda"). */
 td_status td_kernels_create(const char *device, int threads, td_kernels **out);
 /* Destroy a back-end; accepts NULL and sets *k = NULL. */

@@ -248,7 +248,7 @@ td_status td_cmd_plan(td_app *app, int argc, char **argv) {
   td_status st = td_app_deck_args("plan", argc, argv, &a);
   const char *cluster = NULL, *csets[MAX_CSETS];
   int ncsets = 0;
-  int ranks = 0, top = 10, json = 0, emit = 0, calibrate = 0;
+  int ranks = 0, top = 10, json = 0, emit = 0, calibrate = 0, gpu = 0;
   for (int i = 0; st == TD_OK && i < a.nrest; ++i) {
     const char *o = a.rest[i];
     if (strcmp(o, "--cluster") == 0 && i + 1 < a.nrest) cluster = a.rest[++i];
@@ -274,6 +274,13 @@ td_status td_cmd_plan(td_app *app, int argc, char **argv) {
     else if (strcmp(o, "--json") == 0) json = 1;
     else if (strcmp(o, "--emit") == 0) emit = 1;
     else if (strcmp(o, "--calibrate") == 0) calibrate = 1;
+    else if (strcmp(o, "--device") == 0 && i + 1 < a.nrest) {
+      const char *v = a.rest[++i];
+      if (strcmp(v, "cuda") == 0) gpu = 1;
+      else if (strcmp(v, "cpu") != 0)
+        st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
+                          "trident plan --calibrate --device %s: expected cpu or cuda", v);
+    }
     else
       st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
                         "trident plan: unknown option '%s' (see trident plan --help)", o);
@@ -282,10 +289,13 @@ td_status td_cmd_plan(td_app *app, int argc, char **argv) {
     /* every rank measures; rank 0 prints the cluster file */
     td_cluster cl;
     td_calibration cal;
-    if (st == TD_OK) st = td_plan_calibrate(app->world, &cl, &cal);
+    td_gpu_calibration gcal;
+    if (st == TD_OK && gpu) st = td_plan_calibrate_gpu(app->world, &cl, &gcal);
+    else if (st == TD_OK) st = td_plan_calibrate(app->world, &cl, &cal);
     TD_CHECK(td_agree(app->world, st));
     if (app->rank == 0) {
-      td_calibration_print(&cal, stdout);
+      if (gpu) td_gpu_calibration_print(&gcal, &cl, stdout);
+      else td_calibration_print(&cal, stdout);
       td_cluster_print(&cl, stdout);
       fflush(stdout);
     }
@@ -295,7 +305,7 @@ td_status td_cmd_plan(td_app *app, int argc, char **argv) {
     st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
                       "trident plan: usage: trident plan DECK --cluster FILE [--ranks N] "
                       "[--top K] [--json] [--emit] [--set k.k=v]... [--cluster-set k.k=v]... | mpiexec -n 2 trident "
-                      "plan --calibrate > cluster.yaml");
+                      "plan --calibrate [--device cuda] > cluster.yaml");
   if (st == TD_OK && (ranks < 0 || top < 1))
     st = td_error_set(TD_ERR_USAGE, __FILE__, __LINE__, __func__,
                       "trident plan: --ranks and --top take positive numbers");

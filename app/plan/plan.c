@@ -225,10 +225,18 @@ void td_cluster_print(const td_cluster *c, FILE *out) {
     fprintf(out, "  sms: %d\n  gemm_tile: {m: %g, n: %g}\n  gemm_efficiency: %.3f\n"
             "  kernel_us: %.2f\n", c->sms, c->tile_m, c->tile_n, c->gemm_eff, c->kernel_s * 1e6);
   if (c->sms > 0 && c->att_eff > 0) fprintf(out, "  attention_efficiency: %.3f\n", c->att_eff);
-  fprintf(out, "links:\n  intra: {gbps: %.4f, latency_us: %.2f}\n"
-          "  inter: {gbps: %.4f, latency_us: %.2f}\n  reduce_scatter: %.3f\n  all_gather: %.3f\n"
-          "  overlap: %.2f\n", c->intra.bw / 1e9, c->intra.lat * 1e6, c->inter.bw / 1e9,
-          c->inter.lat * 1e6, c->rs_ratio, c->ag_ratio, c->overlap);
+  fprintf(out, "links:\n");
+  for (int i = 0; i < 2; ++i) {
+    const td_link *l = i ? &c->inter : &c->intra;
+    fprintf(out, "  %s: {gbps: %.4f, latency_us: %.2f", i ? "inter" : "intra", l->bw / 1e9,
+            l->lat * 1e6);
+    if (l->bus_eff != 1.0 || l->half_bytes > 0)
+      fprintf(out, ", bus_efficiency: %.3f, half_mib: %.3f", l->bus_eff,
+              l->half_bytes / 1048576.0);
+    fprintf(out, "}\n");
+  }
+  fprintf(out, "  reduce_scatter: %.3f\n  all_gather: %.3f\n  overlap: %.2f\n", c->rs_ratio,
+          c->ag_ratio, c->overlap);
   if (c->small_bytes > 0)
     fprintf(out, "  small_mib: %g\n  small_all_reduce: %.3f\n  small_reduce_scatter: %.3f\n"
             "  small_all_gather: %.3f\n", c->small_bytes / 1048576.0, c->small_ar, c->small_rs,

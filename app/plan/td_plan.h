@@ -137,6 +137,25 @@ td_status td_plan_calibrate(MPI_Comm comm, td_cluster *c, td_calibration *cal);
 /* The measurements as comment lines of a cluster file. */
 void td_calibration_print(const td_calibration *cal, FILE *out);
 
+/* What --calibrate --device cuda measured (app/plan/plan_calibrate_gpu.c). */
+#define TD_CAL_SHAPES 6
+#define TD_CAL_SIZES 8
+typedef struct td_gpu_calibration {
+  int64_t peak_shape[3];
+  double rate_peak[2];                 /* [0] fp32, [1] bf16 FLOP/s on the peak shape */
+  int64_t shape[TD_CAL_SHAPES][3];     /* M, N, K */
+  double rate[TD_CAL_SHAPES], model[TD_CAL_SHAPES]; /* bf16 FLOP/s measured, tile model */
+  double att_rate;                     /* the fused attention's FLOP/s (causal, bf16) */
+  int sizes, links_measured;
+  double size[TD_CAL_SIZES], ar_s[TD_CAL_SIZES], busbw[TD_CAL_SIZES];
+} td_gpu_calibration;
+
+/* Measure this node's GPUs (every rank its own: the local rank's, as
+ * training picks it) into a cluster file of the GPU model. Collective on
+ * comm; links need 2 ranks or more and NCCL. */
+td_status td_plan_calibrate_gpu(MPI_Comm comm, td_cluster *c, td_gpu_calibration *g);
+void td_gpu_calibration_print(const td_gpu_calibration *g, const td_cluster *c, FILE *out);
+
 /* Bytes one rank sends and receives per optimizer step, counted as the
  * collectives count them (parallel/coll_mpi.c, zero.c, pipeline.c: ring
  * volume per rank), per group (TD_GROUP_*) and kind (TD_COLL_*), for the

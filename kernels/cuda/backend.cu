@@ -389,3 +389,16 @@ td_status td_kernels_cuda_select(int ordinal) {
   return TD_OK;
 }
 
+int td_kernels_cuda_info(int *sms, double *mem_bytes) {
+  int dev = 0, n = 0;
+  size_t fr = 0, tot = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  *sms = n, *mem_bytes = (double)tot;
+  return 1;
+}
+

@@ -19,6 +19,9 @@ td_status td_kernels_cuda_create(int threads, td_kernels **out);
 int td_kernels_cuda_devices(void);
 /* Make device `ordinal` current for this process (before create). */
 td_status td_kernels_cuda_select(int ordinal);
+/* The current device's streaming multiprocessors and memory (bytes); 0 when
+ * CUDA cannot tell, else 1. */
+int td_kernels_cuda_info(int *sms, double *mem_bytes);
 /* 1 when the module was built with NCCL (device collectives), else 0. */
 int td_kernels_cuda_nccl(void);
 /* Peak device bytes the back-end has held (its allocations and workspaces). */

@@ -50,6 +50,16 @@ if(TD_CUDA_EMULATE)
   set_tests_properties(cudaemu_version PROPERTIES TIMEOUT 60 LABELS "cudaemu"
     ENVIRONMENT "HWLOC_PLUGINS_BLACKLIST=hwloc_pci;${TD_CUDAEMU_TEST_ENV}"
     PASS_REGULAR_EXPRESSION "cuda: emulated")
+  # trident plan --calibrate --device cuda: the GPU calibration on 2
+  # emulated devices (shapes divided by TD_TEST_CALIBRATE_SMALL, the device
+  # reporting 4 SMs) gives a cluster file the planner uses, the links
+  # measured through the NCCL stand-in
+  add_test(NAME cudaemu_plan_calibrate
+    COMMAND bash ${PROJECT_SOURCE_DIR}/tests/e2e/plan_calibrate_gpu.sh $<TARGET_FILE:trident>
+            ${CMAKE_CURRENT_BINARY_DIR}/cudaemu_plan_calibrate 2)
+  set_tests_properties(cudaemu_plan_calibrate PROPERTIES TIMEOUT 300 PROCESSORS 2
+    LABELS "cudaemu;plan;mpi"
+    ENVIRONMENT "HWLOC_PLUGINS_BLACKLIST=hwloc_pci;MPIEXEC=${MPIEXEC_EXECUTABLE};TD_CUDAEMU_SMS=4;TD_TEST_CALIBRATE_SMALL=1;${TD_CUDAEMU_TEST_ENV}")
   set(TD_CUDAEMU_TRAIN --steps 4 --param-rtol 2e-3 --run-set run.device=cuda)
   set(TD_CUDAEMU_SMALL --set model.layers=2 --set model.seq_len=32
     --set training.global_batch=4 --set schedule.warmup=1)

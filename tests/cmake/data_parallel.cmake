@@ -35,3 +35,7 @@ td_add_grid_test(NAME dp_overlap_gather_zero2_bf16_pp LABELS data_parallel
   ARGS --bitwise --run-set parallel.overlap_param_gather=false ${TD_GRID_BIN} ${TD_GRID_WORK}
        dp_overlap_gather_zero2_bf16_pp 2,1,2,2 2,1,2,2 ${G12} --set training.precision=bf16
        --set parallel.pp_schedule=zb-h1)
+td_add_grid_test(NAME dp_overlap_gather_zero1_interleaved LABELS data_parallel
+  ARGS --bitwise --run-set parallel.overlap_param_gather=false ${TD_GRID_BIN} ${TD_GRID_WORK}
+       dp_overlap_gather_zero1_interleaved 2,1,2,1,1 2,1,2,1,1 ${G12} --set training.precision=bf16
+       --set parallel.pp_schedule=interleaved --set parallel.virtual_stages=2)

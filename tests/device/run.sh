@@ -31,6 +31,9 @@
 #   bench_offload  optimizer.offload cpu against none: GPT-2 124M bf16 tok/s and
 #                  device/host memory each way, and the largest GPT-2/LLaMA shape
 #                  that trains on the one GPU each way (tests/device/bench_offload.sh)
+#   plan_calibrate trident plan --calibrate --device cuda on the GPU: gemm rates
+#                  over shapes against the planner's tile model, bandwidth, the
+#                  fused attention's rate, beside inputs/clusters/h200.yaml
 # A check that cannot run yet says why in the table. Usable here too (no GPU:
 # the build runs, the checks skip), e.g. to test the script itself:
 #   OUT=/tmp/devout TD_DEVICE_PREFIX=/tmp/td-prefix bash tests/device/run.sh
@@ -210,6 +213,8 @@ check ckpt_cpu_gpu 150 tests/e2e/ckpt_reshard.sh --dst-set run.device=cuda \
 check bench_124m 300 tests/device/bench_124m.sh build-device/trident build-device/bench
 check bench_offload 420 tests/device/bench_offload.sh build-device/trident build-device/bench_offload
 check bench_attention 300 tests/device/bench_attention.sh build-device/trident build-device/bench_attention
+check plan_calibrate 180 tests/e2e/plan_calibrate_gpu.sh build-device/trident build-device/calibrate 1 \
+  inputs/clusters/h200.yaml
 
 finish
 # keep $OUT within what comes back: the summary, the log and the check outputs

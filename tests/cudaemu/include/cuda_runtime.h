@@ -86,6 +86,13 @@ cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaDeviceReset(void);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+/* Device attributes: the multiprocessor count only (the emulated device's
+ * TD_CUDAEMU_SMS, default 8); others are cudaErrorInvalidValue. */
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+#ifndef __cplusplus
+typedef enum cudaDeviceAttr cudaDeviceAttr;
+#endif
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device);
 
 /* ---- memory ----------------------------------------------------------------- */
 enum cudaMemcpyKind {

@@ -824,6 +824,16 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
   return cudaSuccess;
 }
 
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
+  init();
+  if (!value || device < 0 || device >= config().devices) return fail(cudaErrorInvalidValue);
+  if (attr != cudaDevAttrMultiProcessorCount) return fail(cudaErrorInvalidValue);
+  const char *e = getenv("TD_CUDAEMU_SMS");
+  int n = e && *e ? atoi(e) : 8;
+  *value = n > 0 ? n : 8;
+  return cudaSuccess;
+}
+
 cudaError_t cudaMalloc(void **devPtr, size_t size) {
   init();
   if (!devPtr) return fail(cudaErrorInvalidValue);
