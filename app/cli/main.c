@@ -106,9 +106,12 @@ static const command k_commands[] = {
      "  --json                 a JSON array, best first, one object per configuration\n"
      "  --emit                 print the --set overrides of the best configuration\n"
      "  --set parallel.k=v     predict this one configuration of the deck instead\n"
+     "  --cluster-set k.k=v    set one key of the cluster file (e.g. links.overlap_tp=1)\n"
      "  --calibrate            measure this machine (gemm rates, memory bandwidth, MPI\n"
      "                         latency/bandwidth, the process baseline) and print a\n"
-     "                         cluster file: mpiexec -n 2 trident plan --calibrate\n"},
+     "                         cluster file: mpiexec -n 2 trident plan --calibrate\n"
+     "  --device cuda          with --calibrate: measure the GPUs instead (gemm rates by\n"
+     "                         shape, bandwidth, fused attention, NCCL all-reduce)\n"},
     {"ckpt", td_cmd_ckpt, "trident ckpt info PATH [--full]",
      "Show a checkpoint (a file, a checkpoint folder or a run folder: their latest) after\n"
      "verifying every checksum: its step, model, the grid it was saved on (dp × cp × tp × pp,\n"
