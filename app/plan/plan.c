@@ -662,8 +662,12 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
     win_g = zero <= 1 ? bwd_last : all_bwd;
     win_a = zero == 3 ? all_compute : c->parallel_overlap_param_gather ? fwd_first : 0.0;
   }
-  double dp_exposed = t_grads - cl->overlap * fmin(t_grads, win_g) +
-                      t_gather - cl->overlap * fmin(t_gather, win_a);
+  /* both kinds share the link: together they hide behind at most the
+   * compute their windows cover (disjoint but for ZeRO 3's, which spans the
+   * step), never more than it */
+  double union_w = win_a >= all_compute ? all_compute : fmin(win_g + win_a, all_compute);
+  double hidden = fmin(fmin(t_grads, win_g) + fmin(t_gather, win_a), union_w);
+  double dp_exposed = t_grads + t_gather - cl->overlap * hidden;
   /* the optimizer: AdamW reads and writes parameters, gradients and two
    * moments of the owned shard (4 × 4 bytes, twice), memory-bound */
   double owned = (double)r->mem.params_local / (zero >= 1 ? dp * cp : 1);
