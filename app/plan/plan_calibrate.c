@@ -398,6 +398,7 @@ td_status td_plan_calibrate(MPI_Comm comm, td_cluster *c, td_calibration *cal) {
    * collectives carry trident's tp and dp bytes); the point-to-point figures
    * are printed beside it */
   c->intra.lat = cal->ar_lat, c->intra.bw = cal->ar_bw;
+  c->intra.bus_eff = 1.0, c->intra.half_bytes = 0.0; /* measured as a collective's rate */
   c->inter = c->intra;
   TD_CHECK_GOTO(kind_times(comm, size, (int64_t)16 << 20, &cal->rs_s, &cal->ag_s));
   {
