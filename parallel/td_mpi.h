@@ -16,6 +16,17 @@ td_status td_mpi_fail(int code, const char *call, const char *file, int line, co
     if (td__rc != MPI_SUCCESS) return td_mpi_fail(td__rc, #call, __FILE__, __LINE__, __func__); \
   } while (0)
 
+/* The same inside a function with `td_status st` and a `done:` label
+ * (STYLE: one exit path). */
+#define TD_MPI_CHECK_GOTO(call)                                                     \
+  do {                                                                              \
+    int td__rc = (call);                                                            \
+    if (td__rc != MPI_SUCCESS) {                                                    \
+      st = td_mpi_fail(td__rc, #call, __FILE__, __LINE__, __func__);                \
+      goto done;                                                                    \
+    }                                                                               \
+  } while (0)
+
 /* Agree on an error: every rank passes its own status; all return the same
  * status and adopt the message of the lowest failing rank, and the error is
  * marked agreed (main then ends every rank cleanly with one message).

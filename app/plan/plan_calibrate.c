@@ -28,16 +28,6 @@ static int cmp_d(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* An MPI call inside a function with a `done:` label (STYLE: one exit path). */
-#define MPI_GOTO(call)                                                              \
-  do {                                                                              \
-    int rc_ = (call);                                                               \
-    if (rc_ != MPI_SUCCESS) {                                                       \
-      st = td_mpi_fail(rc_, #call, __FILE__, __LINE__, __func__);                   \
-      goto done;                                                                    \
-    }                                                                               \
-  } while (0)
-
 static double median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_d);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -166,21 +156,21 @@ static td_status kind_times(MPI_Comm comm, int size, int64_t n, double *rs, doub
   double best[2] = {1e30, 1e30};
   int rank;
   if (!a || !b || !counts || !displs) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory (calibration)");
-  MPI_GOTO(MPI_Comm_rank(comm, &rank));
+  TD_MPI_CHECK_GOTO(MPI_Comm_rank(comm, &rank));
   for (int i = 0; i < size; ++i) counts[i] = (int)(n / size), displs[i] = i * (int)(n / size);
   for (int r = -1; r < 5; ++r) {
     double t[2];
     MPI_Request req;
     MPI_Barrier(comm);
     double t0 = td_now();
-    MPI_GOTO(MPI_Ireduce_scatter(a, b, counts, MPI_FLOAT, MPI_SUM, comm, &req));
-    MPI_GOTO(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    TD_MPI_CHECK_GOTO(MPI_Ireduce_scatter(a, b, counts, MPI_FLOAT, MPI_SUM, comm, &req));
+    TD_MPI_CHECK_GOTO(MPI_Wait(&req, MPI_STATUS_IGNORE));
     t[0] = td_now() - t0;
     MPI_Barrier(comm);
     t0 = td_now();
-    MPI_GOTO(MPI_Iallgatherv(a + displs[rank], counts[rank], MPI_FLOAT, b, counts, displs,
+    TD_MPI_CHECK_GOTO(MPI_Iallgatherv(a + displs[rank], counts[rank], MPI_FLOAT, b, counts, displs,
                              MPI_FLOAT, comm, &req));
-    MPI_GOTO(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    TD_MPI_CHECK_GOTO(MPI_Wait(&req, MPI_STATUS_IGNORE));
     t[1] = td_now() - t0;
     MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, comm);
     if (r >= 0) best[0] = fmin(best[0], t[0]), best[1] = fmin(best[1], t[1]);
@@ -213,7 +203,7 @@ static td_status overlap_of(td_kernels *k, MPI_Comm comm, td_calibration *cal) {
     double t[3];
     MPI_Barrier(comm);
     double t0 = td_now();
-    MPI_GOTO(MPI_Allreduce(a, b, cnt, MPI_FLOAT, MPI_SUM, comm));
+    TD_MPI_CHECK_GOTO(MPI_Allreduce(a, b, cnt, MPI_FLOAT, MPI_SUM, comm));
     t[0] = td_now() - t0;
     MPI_Barrier(comm);
     t0 = td_now();
@@ -226,14 +216,14 @@ static td_status overlap_of(td_kernels *k, MPI_Comm comm, td_calibration *cal) {
     t0 = td_now();
     MPI_Request req;
     int done = 0;
-    MPI_GOTO(MPI_Iallreduce(a, b, cnt, MPI_FLOAT, MPI_SUM, comm, &req));
+    TD_MPI_CHECK_GOTO(MPI_Iallreduce(a, b, cnt, MPI_FLOAT, MPI_SUM, comm, &req));
     for (int i = 0; i < calls; ++i) {
       TD_CHECK_GOTO(k->gemm(k, 0, 0, M, N, K, A, TD_DTYPE_F32, B, TD_DTYPE_F32, 0.0f, C,
                             TD_DTYPE_F32));
       TD_CHECK_GOTO(k->sync(k));
-      if (!done) MPI_GOTO(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+      if (!done) TD_MPI_CHECK_GOTO(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
     }
-    MPI_GOTO(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    TD_MPI_CHECK_GOTO(MPI_Wait(&req, MPI_STATUS_IGNORE));
     t[2] = td_now() - t0;
     MPI_Allreduce(MPI_IN_PLACE, t, 3, MPI_DOUBLE, MPI_MAX, comm);
     if (r < 0) { /* the warm-up: as many gemms as the all-reduce takes */

@@ -28,15 +28,6 @@
 
 #define REPS 5
 
-#define MPI_GOTO_CHECK(call)                                                        \
-  do {                                                                              \
-    int rc_ = (call);                                                               \
-    if (rc_ != MPI_SUCCESS) {                                                       \
-      st = td_mpi_fail(rc_, #call, __FILE__, __LINE__, __func__);                   \
-      goto done;                                                                    \
-    }                                                                               \
-  } while (0)
-
 /* Seconds of one call of fn(arg), the fastest of REPS repetitions of
  * enough calls to last 10 ms (after a warm-up), the slowest rank's.
  * Collective on comm. */
@@ -140,7 +131,7 @@ td_status td_plan_calibrate_gpu(MPI_Comm comm, td_cluster *c, td_gpu_calibration
   int small = getenv("TD_TEST_CALIBRATE_SMALL") && atoi(getenv("TD_TEST_CALIBRATE_SMALL")) > 0;
   int64_t d = small ? 16 : 1; /* shapes divided by d */
   MPI_Comm_rank(comm, &rank), MPI_Comm_size(comm, &size);
-  MPI_GOTO_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  TD_MPI_CHECK_GOTO(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
   MPI_Comm_rank(node, &lrank), MPI_Comm_size(node, &lsize);
   int ngpu = td_kernels_gpu_count();
   if (ngpu <= 0)

@@ -46,13 +46,20 @@ static void product(const td_cluster *c, double M, double N, double K, double es
   o->bw += td_plan_gemm_s(c, K, N, M, 1, es, peak);
 }
 
+/* The deck's shapes and working precision: bytes an element, the peak. */
+static void setup(const td_config *cfg, const td_cluster *c, td_model_dims *d, double *es,
+                  double *peak, td_plan_cost *o) {
+  td_config_dims(cfg, d);
+  memset(o, 0, sizeof *o);
+  int bf16 = strcmp(cfg->training_precision, "bf16") == 0;
+  *es = bf16 ? 2.0 : 4.0, *peak = bf16 ? c->peak_bf16 : c->peak_fp32;
+}
+
 void td_plan_layer_cost(const td_config *cfg, const td_cluster *c, int64_t micro,
                         td_plan_cost *o) {
   td_model_dims d;
-  td_config_dims(cfg, &d);
-  memset(o, 0, sizeof *o);
-  int bf16 = strcmp(cfg->training_precision, "bf16") == 0;
-  double es = bf16 ? 2.0 : 4.0, peak = bf16 ? c->peak_bf16 : c->peak_fp32;
+  double es, peak;
+  setup(cfg, c, &d, &es, &peak, o);
   double tp = (double)cfg->parallel_tp, cp = (double)cfg->parallel_cp;
   double B = (double)micro, T = (double)d.T, C = (double)d.C, F = (double)d.F;
   double H = (double)d.H, KV = (double)d.KV, HS = (double)d.HS;
@@ -130,10 +137,8 @@ void td_plan_layer_cost(const td_config *cfg, const td_cluster *c, int64_t micro
 void td_plan_head_cost(const td_config *cfg, const td_cluster *c, int64_t micro,
                        td_plan_cost *o) {
   td_model_dims d;
-  td_config_dims(cfg, &d);
-  memset(o, 0, sizeof *o);
-  int bf16 = strcmp(cfg->training_precision, "bf16") == 0;
-  double es = bf16 ? 2.0 : 4.0, peak = bf16 ? c->peak_bf16 : c->peak_fp32;
+  double es, peak;
+  setup(cfg, c, &d, &es, &peak, o);
   double tp = (double)cfg->parallel_tp, cp = (double)cfg->parallel_cp;
   double R = (double)micro * (double)d.T / cp, V = (double)d.V / tp, C = (double)d.C;
   product(c, R, V, C, es, peak, o);

@@ -65,6 +65,15 @@ def mcore(name, H, C, L, tp, pp, gpus, gb, tf):
             ["links.overlap_dp=all", "links.overlap_tp=1"], "tflops_per_device", tf)
 
 
+def torchtitan(name, how, L, C, H, F, recompute, mfu):
+    return ("torchtitan Llama 3 %s, 64 A100 (FSDP, %s)" % (name, how), "TT", LLAMA, A100,
+            ["model.layers=%d" % L, "model.dim=%d" % C, "model.heads=%d" % H, "model.kv_heads=8",
+             "model.ffn_dim=%d" % F, "parallel.stage_layers=[]", "parallel.virtual_stages=1",
+             "parallel.pp_schedule=1f1b", "parallel.dp=64", "parallel.tp=1", "parallel.pp=1",
+             "parallel.zero=3", "parallel.sequence_parallel=false", "training.global_batch=64",
+             "training.recompute=" + recompute], ["links.overlap_dp=trident"], "mfu", mfu)
+
+
 def mtnlg(gpus, step):
     # MT-NLG 530B (Smith et al. 2022 §2.4, via cli99/llm-analysis): batch 1920,
     # tp 8, pp 35, V 50,272, s 2048, full recomputation; micro-batch 1
@@ -109,18 +118,8 @@ ROWS = [
     mcore("462B", 144, 18432, 112, 8, 16, 6144, 3072, 459.9),
     # torchtitan docs/performance.md: Llama 3 on 64 A100 (80 GB), FSDP2
     # (ZeRO-3 with prefetch), local batch 1, s 8192, bf16, SDPA (fused)
-    ("torchtitan Llama 3 8B, 64 A100 (FSDP, op-level recompute)", "TT", LLAMA, A100,
-     ["model.layers=32", "model.dim=4096", "model.heads=32", "model.kv_heads=8",
-      "model.ffn_dim=14336", "parallel.stage_layers=[]", "parallel.virtual_stages=1",
-      "parallel.pp_schedule=1f1b", "parallel.dp=64", "parallel.tp=1", "parallel.pp=1",
-      "parallel.zero=3", "parallel.sequence_parallel=false", "training.global_batch=64",
-      "training.recompute=none"], ["links.overlap_dp=trident"], "mfu", 0.582),
-    ("torchtitan Llama 3 70B, 64 A100 (FSDP, full recompute)", "TT", LLAMA, A100,
-     ["model.layers=80", "model.dim=8192", "model.heads=64", "model.kv_heads=8",
-      "model.ffn_dim=28672", "parallel.stage_layers=[]", "parallel.virtual_stages=1",
-      "parallel.pp_schedule=1f1b", "parallel.dp=64", "parallel.tp=1", "parallel.pp=1",
-      "parallel.zero=3", "parallel.sequence_parallel=false", "training.global_batch=64",
-      "training.recompute=blocks"], ["links.overlap_dp=trident"], "mfu", 0.517),
+    torchtitan("8B", "op-level recompute", 32, 4096, 32, 14336, "none", 0.582),
+    torchtitan("70B", "full recompute", 80, 8192, 64, 28672, "blocks", 0.517),
     # Nemotron-4 340B on 256 H100 (NVIDIA/dgxc-benchmarking nemotron4-340b
     # README): 96 layers, 18,432, 96 heads, 8 groups, squared-ReLU MLP 73,728
     # (as SwiGLU 49,152: the same products' FLOPs), V 256,000, s 4096; tp 8,
