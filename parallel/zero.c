@@ -916,8 +916,9 @@ td_status td_zero_finish_grads(td_zero *z) {
       if (x->n > 0) /* staging: the reduced host copy back to the device */
         TD_CHECK(z->k->to_device(z->k, x->dev, x->host, (size_t)x->n * sizeof(float)));
     }
-    if (z->stats) z->stats->ms[stage == 0 ? TD_COLL_ALLREDUCE : TD_COLL_REDUCE_SCATTER] +=
-        1e3 * (td_now() - t0);
+    if (z->stats && z->nreq > 0) /* no collective, no time in one (one rank) */
+      z->stats->ms[stage == 0 ? TD_COLL_ALLREDUCE : TD_COLL_REDUCE_SCATTER] +=
+          1e3 * (td_now() - t0);
     z->nreq = 0;
     if (stage == 1 && z->dp == 1) /* one replica: the shard is the whole buffer */
       TD_CHECK(z->k->add(z->k, z->gshard, z->gshard, z->grads, z->o.n));

@@ -112,13 +112,22 @@ typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
 #define ST16(p, v) (*(v16u *)(p) = (v))
 enum { MR = 8 }; /* rows of a register block */
 
-TD_CPU_CLONES static void mk(float *restrict C, int64_t ldc, const float *restrict A, int64_t lda,
-                             const float *restrict B, int64_t ldb, int64_t M, int64_t N,
-                             int64_t K, int acc) {
+/* ta 0: A (M × K) row-major; ta 1: A stored transposed, (K × M), so that
+ * C += Aᵀ·B without copying the transpose (the backward's Pᵀ·dO and dSᵀ·Q
+ * straight from the score tiles). The same products in the same order
+ * either way: the same bits as transposing first. */
+__attribute__((always_inline)) static inline void mk_body(
+    float *restrict C, int64_t ldc, const float *restrict A, int64_t lda,
+    const float *restrict B, int64_t ldb, int64_t M, int64_t N, int64_t K, int acc, int ta) {
   for (int64_t i = 0; i < M; i += MR) {
     const float *a[MR];
+    int64_t col[MR];
 #pragma GCC unroll 8
-    for (int r = 0; r < MR; r++) a[r] = A + (i + r < M ? i + r : M - 1) * lda;
+    for (int r = 0; r < MR; r++) {
+      col[r] = i + r < M ? i + r : M - 1;
+      a[r] = A + col[r] * lda;
+    }
+#define AT(r, k) (ta ? A[(k) * lda + col[r]] : a[r][k])
     int64_t mr = M - i < MR ? M - i : MR, j = 0;
     for (; j + 32 <= N; j += 32) {
       v16 c[MR], d[MR];
@@ -128,7 +137,7 @@ TD_CPU_CLONES static void mk(float *restrict C, int64_t ldc, const float *restri
         v16 b0 = LD16(B + k * ldb + j), b1 = LD16(B + k * ldb + j + 16);
 #pragma GCC unroll 8
         for (int r = 0; r < MR; r++) {
-          float x = a[r][k];
+          float x = AT(r, k);
           c[r] += x * b0, d[r] += x * b1;
         }
       }
@@ -145,14 +154,27 @@ TD_CPU_CLONES static void mk(float *restrict C, int64_t ldc, const float *restri
       for (int64_t k = 0; k < K; k++) {
         v16 b0 = LD16(B + k * ldb + j);
 #pragma GCC unroll 8
-        for (int r = 0; r < MR; r++) c[r] += a[r][k] * b0;
+        for (int r = 0; r < MR; r++) c[r] += AT(r, k) * b0;
       }
       for (int r = 0; r < mr; r++) {
         float *o = C + (i + r) * ldc + j;
         ST16(o, acc ? LD16(o) + c[r] : c[r]);
       }
     }
+#undef AT
   }
+}
+
+TD_CPU_CLONES static void mk(float *restrict C, int64_t ldc, const float *restrict A, int64_t lda,
+                             const float *restrict B, int64_t ldb, int64_t M, int64_t N,
+                             int64_t K, int acc) {
+  mk_body(C, ldc, A, lda, B, ldb, M, N, K, acc, 0);
+}
+
+TD_CPU_CLONES static void mk_ta(float *restrict C, int64_t ldc, const float *restrict A,
+                                int64_t lda, const float *restrict B, int64_t ldb, int64_t M,
+                                int64_t N, int64_t K, int acc) {
+  mk_body(C, ldc, A, lda, B, ldb, M, N, K, acc, 1);
 }
 
 /* dst (nc × BR) = the first nr columns... the transpose of src's (nr × BC)
@@ -244,6 +266,41 @@ static void row_softmax_bf16(float *s, float *m, float *l, float *o, int64_t HSP
   if (a12 != 1.0f)
     for (int64_t d = 0; d < HSP; d++) o[d] *= a12;
   *m = mcur, *l = lcur;
+}
+
+/* The online softmax of a score tile's nr rows (float32 products): each
+ * row's maximum m and sum l updated, its scores replaced by exp(s − m),
+ * and its output row rescaled by exp(m_old − m_new) when the maximum rose.
+ * Compiled per instruction set (the caller is not): the exponentials are
+ * most of the forward's non-product work. */
+TD_CPU_CLONES static void tile_softmax(float *S, float *m, float *l, float *O, int64_t nr,
+                                       int64_t HSP, float scale) {
+  for (int64_t i = 0; i < nr; i++) {
+    float *s = S + i * BC, mx = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : mx)
+    for (int c = 0; c < BC; c++) mx = s[c] > mx ? s[c] : mx;
+    mx *= scale;
+    mx = m[i] > mx ? m[i] : mx;
+    if (mx == -INFINITY) { /* nothing visible yet */
+      for (int c = 0; c < BC; c++) s[c] = 0.0f;
+      continue;
+    }
+    float alpha = m[i] - mx < -87.0f ? 0.0f : td_cpu_expf(m[i] - mx); /* m −inf: 0 */
+#pragma omp simd reduction(+ : sum)
+    for (int c = 0; c < BC; c++) {
+      float x = scale * s[c] - mx;
+      float e = x < -87.0f ? 0.0f : td_cpu_expf(x);
+      s[c] = e;
+      sum += e;
+    }
+    l[i] = l[i] * alpha + sum;
+    m[i] = mx;
+    if (alpha != 1.0f) {
+      float *o = O + i * HSP;
+#pragma omp simd
+      for (int64_t d = 0; d < HSP; d++) o[d] *= alpha;
+    }
+  }
 }
 
 /* A tile's nr rows rounded to bf16 (bf16 products). */
@@ -396,34 +453,7 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
         tile_mask(&f, S, b, t0, nr, j0, nc);
         for (int64_t i = 0; f.bf && i < nr; i++)
           row_softmax_bf16(S + i * BC, &m[i], &l[i], O + i * HSP, HSP, f.scale);
-        for (int64_t i = 0; !f.bf && i < nr; i++) { /* the online softmax, row i */
-          float *s = S + i * BC, mx = -INFINITY, sum = 0.0f;
-#pragma omp simd reduction(max : mx)
-          for (int c = 0; c < BC; c++) mx = s[c] > mx ? s[c] : mx;
-          mx *= f.scale;
-          mx = m[i] > mx ? m[i] : mx;
-          if (mx == -INFINITY) { /* nothing visible yet */
-            for (int c = 0; c < BC; c++) s[c] = 0.0f;
-            continue;
-          }
-          float alpha = m[i] - mx < -87.0f ? 0.0f : td_cpu_expf(m[i] - mx); /* m −inf: 0 */
-#pragma omp simd reduction(+ : sum)
-          for (int c = 0; c < BC; c++) {
-            float x = f.scale * s[c] - mx;
-            float e = x < -87.0f ? 0.0f : td_cpu_expf(x);
-            s[c] = e;
-            sum += e;
-          }
-          if (f.bf) /* P·V's operand; the sum keeps the float32 e */
-            for (int c = 0; c < BC; c++) s[c] = td_bf16_round(s[c]);
-          l[i] = l[i] * alpha + sum;
-          m[i] = mx;
-          if (alpha != 1.0f) {
-            float *o = O + i * HSP;
-#pragma omp simd
-            for (int64_t d = 0; d < HSP; d++) o[d] *= alpha;
-          }
-        }
+        if (!f.bf) tile_softmax(S, m, l, O, nr, HSP, f.scale);
         mk(O, HSP, S, BC, Vr, HSP, nr, HSP, nc, 1); /* O += P·V */
       }
       for (int64_t i = 0; i < nr; i++) {
@@ -476,18 +506,19 @@ static void qtile_bwd(const fa_call *f, const fa_pack *pk, const fa_bwd_tiles *x
   for (int64_t j0 = lo / BC * BC; j0 <= hi; j0 += BC) {
     int64_t nc = f->Tk - j0 < BC ? f->Tk - j0 : BC;
     if (!tile_p_dp(f, pk, x->Qt, x->Gt, L, b, kv, t0, nr, j0, x->S, x->dP)) continue;
-    if (dVall) {
-      transpose(x->Pt, x->S, nr, nc, f->bf);
+    if (dVall && f->bf) { /* P rounded to bf16 for the product only */
+      transpose(x->Pt, x->S, nr, nc, 1);
       mk(dVall + j0 * HSP, HSP, x->Pt, BR, x->Gt, HSP, nc, HSP, nr, 1); /* dV += Pᵀ·dO */
+    } else if (dVall) {
+      mk_ta(dVall + j0 * HSP, HSP, x->S, BC, x->Gt, HSP, nc, HSP, nr, 1);
     }
     tile_ds(x->dP, x->S, D + t0, nr, f->scale);
     /* dK's dS stays float32 (the device's hi + lo bf16 parts); dQ's is
-     * rounded under bf16 products */
-    if (dKall) transpose(x->Pt, x->dP, nr, nc, 0);
+     * rounded under bf16 products: dK's product first, from the float32 dS */
+    if (dKall) mk_ta(dKall + j0 * HSP, HSP, x->dP, BC, x->Qt, HSP, nc, HSP, nr, 1); /* dK += dSᵀ·Q */
     if (f->bf) tile_round(x->dP, nr);
     const float *Kr = fa_tile_of(pk, pk->kr, f, b, kv, j0, BC * HSP);
     mk(x->Acc, HSP, x->dP, BC, Kr, HSP, nr, HSP, nc, 1); /* dQ += dS·K */
-    if (dKall) mk(dKall + j0 * HSP, HSP, x->Pt, BR, x->Qt, HSP, nc, HSP, nr, 1); /* dK += dSᵀ·Q */
   }
   for (int64_t i = 0; i < nr; i++)
     memcpy(dq + (b * T + t0 + i) * f->ldq + h * HS, x->Acc + i * HSP, (size_t)HS * sizeof(float));
@@ -587,11 +618,14 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
           load_rows(Qt, q, ldq, b, T, t0, nr, h, HS, HSP, f.bf);
           load_rows(Gt, dout, C, b, T, t0, nr, h, HS, HSP, f.bf);
           tile_p_dp(&f, &pk, Qt, Gt, L, b, kv, t0, nr, j0, S, dP);
-          transpose(Pt, S, nr, nc, f.bf);
-          mk(dV, HSP, Pt, BR, Gt, HSP, nc, HSP, nr, 1); /* dV += Pᵀ·dO */
+          if (f.bf) {
+            transpose(Pt, S, nr, nc, 1);
+            mk(dV, HSP, Pt, BR, Gt, HSP, nc, HSP, nr, 1); /* dV += Pᵀ·dO */
+          } else {
+            mk_ta(dV, HSP, S, BC, Gt, HSP, nc, HSP, nr, 1);
+          }
           tile_ds(dP, S, D + t0, nr, f.scale);
-          transpose(Pt, dP, nr, nc, 0);
-          mk(dK, HSP, Pt, BR, Qt, HSP, nc, HSP, nr, 1); /* dK += dSᵀ·Q */
+          mk_ta(dK, HSP, dP, BC, Qt, HSP, nc, HSP, nr, 1); /* dK += dSᵀ·Q */
         }
       }
       for (int64_t c = 0; c < nc; c++) {
