@@ -38,6 +38,7 @@ static void cpu_destroy(td_kernels *k) {
     td_free(s->widen);
     td_free(s->rope);
     td_free(s->flash);
+    td_free(s->flash_thr);
     td_free(s);
   }
   td_free(k);

@@ -53,6 +53,8 @@ typedef struct {
   float rope_theta;
   float *flash;             /* flash.c: the packed keys and values, grown to the */
   size_t flash_bytes;       /* largest call's and kept (no fresh pages every call) */
+  float *flash_thr;         /* flash.c: every thread's tiles (and the backward's */
+  size_t flash_thr_bytes;   /* whole-sequence dK, dV sums), grown and kept alike */
 } td_cpu_state;
 
 /* ---- matmul engine: one implementation per file, matmul_onednn.c or

@@ -339,11 +339,23 @@ enum { TD_FLASH_TILES = 12 };
 
 static int64_t tile_floats(int64_t HSP) { return (int64_t)BR * (HSP > BC ? HSP : BC); }
 
-static float *tiles_alloc(int64_t HSP) {
-  size_t n = (size_t)TD_FLASH_TILES * (size_t)tile_floats(HSP) * sizeof(float);
-  float *t = aligned_alloc(64, (n + 63) / 64 * 64);
-  if (t) memset(t, 0, n);
-  return t;
+/* Every thread's own floats (per_thread each, from a 64-byte boundary) in
+ * the back-end's workspace, grown to the largest call and kept: a fresh
+ * allocation every call was freshly mapped pages, faulted in and cleared
+ * (5% of a training step at T 4096). *stride: floats between threads. */
+static td_status thread_space(td_kernels *k, int64_t per_thread, int nthr, float **base,
+                              int64_t *stride) {
+  td_cpu_state *s = k->state;
+  *stride = (per_thread + 15) / 16 * 16;
+  size_t need = (size_t)*stride * (size_t)nthr * sizeof(float);
+  if (need > s->flash_thr_bytes) {
+    td_free(s->flash_thr);
+    s->flash_thr = NULL, s->flash_thr_bytes = 0;
+    TD_CHECK(td_alloc((void **)&s->flash_thr, need, "flash attention tiles"));
+    s->flash_thr_bytes = need;
+  }
+  *base = s->flash_thr;
+  return TD_OK;
 }
 
 /* The keys and values of every (b, kv), packed by key tile once per call
@@ -424,19 +436,21 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
   fa_call f;
   fa_setup(&f, q, kk, v, ldq, ldkv, B, T, NH, KV, HS, pos, doc, mt);
   int64_t units = B * NH * f.ntiles, HSP = (HS + 15) / 16 * 16, W = tile_floats(HSP);
-  int failed = 0;
   fa_pack pk;
   TD_CHECK(fa_pack_make(k, &pk, &f, "tR"));
-#pragma omp parallel reduction(| : failed)
+  int nthr = omp_get_max_threads();
+  float *space = NULL;
+  int64_t stride = 0;
+  TD_CHECK(thread_space(k, TD_FLASH_TILES * W, nthr, &space, &stride));
+#pragma omp parallel num_threads(nthr)
   {
-    float *w = tiles_alloc(HSP);
+    float *w = space + (int64_t)omp_get_thread_num() * stride;
+    memset(w, 0, (size_t)(TD_FLASH_TILES * W) * sizeof(float));
     float *Qt = w, *S = w + 3 * W, *O = w + 4 * W;
     const float *Kt, *Vr;
     float m[BR], l[BR];
-    failed = !w;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < units; u++) {
-      if (!w) continue;
       int64_t b = u / (NH * f.ntiles), h = u / f.ntiles % NH, it = u % f.ntiles;
       int64_t kv = h / f.G, t0, nr, lo, hi;
       fa_tile(&f, it, &t0, &nr);
@@ -462,9 +476,7 @@ td_status td_cpu_flash_fwd(td_kernels *k, float *out, float *lse, const float *q
         lse[(b * NH + h) * T + t0 + i] = m[i] + logf(l[i]);
       }
     }
-    free(w);
   }
-  if (failed) TD_FAIL(TD_ERR_NOMEM, "flash_fwd: out of memory for the tiles");
   return TD_OK;
 }
 
@@ -548,7 +560,6 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
     for (int64_t d = 0; out && d < HS; d++) s += dout[at + d] * out[at + d];
     delta[r] = s;
   }
-  int failed = 0;
   int64_t HSP = (HS + 15) / 16 * 16, W = tile_floats(HSP), nkt = (f.Tk + BC - 1) / BC;
   /* One pass when there are enough (b, kv) pairs to keep the threads busy:
    * a pair owns its key/value head's dK, dV and its query heads' dQ, so
@@ -561,20 +572,23 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
   int64_t qunits = B * NH * f.ntiles, kunits = B * KV * nkt;
   fa_pack pk;
   TD_CHECK(fa_pack_make(k, &pk, &f, "tTr"));
-#pragma omp parallel reduction(| : failed)
+  /* per thread: the tiles and, one pass, dK and dV of the whole sequence
+   * (the unit's key/value head) */
+  int nthr = omp_get_max_threads();
+  int64_t per = TD_FLASH_TILES * W + (one ? 2 * nkt * BC * HSP : 0), stride = 0;
+  float *space = NULL;
+  TD_CHECK(thread_space(k, per, nthr, &space, &stride));
+#pragma omp parallel num_threads(nthr)
   {
-    float *w = tiles_alloc(HSP);
-    /* one pass: dK and dV of the whole sequence (the unit's key/value head) */
-    float *dKV = one ? malloc((size_t)(2 * nkt * BC * HSP) * sizeof(float)) : NULL;
+    float *w = space + (int64_t)omp_get_thread_num() * stride;
+    memset(w, 0, (size_t)(TD_FLASH_TILES * W) * sizeof(float));
+    float *dKV = one ? w + TD_FLASH_TILES * W : NULL;
     float *Qt = w, *Gt = w + W;
     float *S = w + 5 * W, *dP = w + 6 * W, *Acc = w + 7 * W, *Pt = w + 8 * W;
     float *dK = w + 9 * W, *dV = w + 10 * W;
-    failed = !w || (one && !dKV);
-    if (failed) free(w), w = NULL;
     /* without O: D = Σ_j P_j·dP_j over the key tiles in order, per query tile */
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < (out ? 0 : qunits); u++) {
-      if (!w) continue;
       int64_t b = u / (NH * f.ntiles), h = u / f.ntiles % NH, it = u % f.ntiles;
       int64_t kv = h / f.G, t0, nr, lo, hi;
       const float *L = lse + (b * NH + h) * T;
@@ -596,13 +610,12 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
     /* dQ over query tiles: Σ over the key tiles in order of dS·K */
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < (one ? 0 : qunits); u++)
-      if (w) qtile_bwd(&f, &pk, &x, u / (NH * f.ntiles), u / f.ntiles % NH, u % f.ntiles, lse,
+      qtile_bwd(&f, &pk, &x, u / (NH * f.ntiles), u / f.ntiles % NH, u % f.ntiles, lse,
                        delta, dout, dq, NULL, NULL);
     /* dK, dV over key tiles: Σ over the group's heads, then their query
      * tiles in order, of dSᵀ·Q and Pᵀ·dO; keys no query sees get 0 */
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < (one ? 0 : kunits); u++) {
-      if (!w) continue;
       int64_t b = u / (KV * nkt), kv = u / nkt % KV, j0 = u % nkt * BC;
       int64_t nc = f.Tk - j0 < BC ? f.Tk - j0 : BC;
       memset(dK, 0, (size_t)(BC * HSP) * sizeof(float));
@@ -640,7 +653,6 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
      * query tile) in the key-tile pass's order, in whole-sequence buffers */
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < (one ? B * KV : 0); u++) {
-      if (!w) continue;
       int64_t b = u / KV, kv = u % KV;
       float *dKall = dKV, *dVall = dKV + nkt * BC * HSP;
       memset(dKV, 0, (size_t)(2 * nkt * BC * HSP) * sizeof(float));
@@ -652,9 +664,6 @@ td_status td_cpu_flash_bwd(td_kernels *k, float *dq, float *dk, float *dv, float
         memcpy(dv + (b * f.Tk + j) * ldkv + kv * HS, dVall + j * HSP, (size_t)HS * sizeof(float));
       }
     }
-    free(dKV);
-    free(w);
   }
-  if (failed) TD_FAIL(TD_ERR_NOMEM, "flash_bwd: out of memory for the tiles");
   return TD_OK;
 }
