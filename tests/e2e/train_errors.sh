@@ -37,7 +37,7 @@ expect() {
   fi
 }
 
-expect nan 3 "the gradient norm is NaN" 2 --set parallel.dp=2 --set optimizer.lr=100 \
+expect nan 3 "error: step [0-9]+: the (loss|gradient norm) is NaN" 2 --set parallel.dp=2 --set optimizer.lr=100 \
   --set training.grad_clip=0 --set schedule.warmup=0
 expect nan_names_step 3 "error: step [0-9]+: the (loss|gradient norm) is (NaN|infinite)" 1 --set optimizer.lr=100 --set training.grad_clip=0 \
   --set schedule.warmup=0 --set training.steps=20
