@@ -25,7 +25,10 @@ static inline float td_cpu_expf(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  int32_t e = ((int32_t)n + 127) << 23; /* 2ⁿ as float bits, n ∈ [−126, 127] */
+  /* 2ⁿ as float bits, n ∈ [−126, 127]; a NaN x (the clamps pass it) gives
+   * n NaN, whose int conversion is undefined: 0 there, the NaN still
+   * carried by p */
+  int32_t e = ((int32_t)(n == n ? n : 0.0f) + 127) << 23;
   float s;
   memcpy(&s, &e, sizeof s);
   return p * s;
