@@ -261,8 +261,7 @@ td_status td_plan_calibrate_gpu(MPI_Comm comm, td_cluster *c, td_gpu_calibration
         l.half_bytes = g->size[i] * fmax(l.bw / g->busbw[i] - 1.0, 0.0);
         break;
       }
-    if (c->nodes > 1) c->inter = l, c->intra = l;
-    else c->intra = l, c->inter = l;
+    c->intra = c->inter = l; /* one measurement: the link these ranks span */
     g->links_measured = 1;
   } else {
     /* one GPU (or no NCCL): the links are not measured; the node's own
