@@ -25,10 +25,14 @@ static inline float td_cpu_expf(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  /* 2ⁿ as float bits, n ∈ [−126, 127]; a NaN x (the clamps pass it) gives
-   * n NaN, whose int conversion is undefined: 0 there, the NaN still
-   * carried by p */
-  int32_t e = ((int32_t)(n == n ? n : 0.0f) + 127) << 23;
+  /* 2ⁿ as float bits, n ∈ [−126, 127], read from t's own bits (its low
+   * mantissa bits hold n + 2²², the magic number's) in unsigned arithmetic:
+   * nothing converts a NaN x to int or shifts a negative value (both
+   * undefined in C); the NaN, which the clamps pass, reaches the result
+   * through p */
+  uint32_t tb;
+  memcpy(&tb, &t, sizeof tb);
+  uint32_t e = (tb - 0x4B400000u + 127u) << 23;
   float s;
   memcpy(&s, &e, sizeof s);
   return p * s;
