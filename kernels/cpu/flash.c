@@ -110,7 +110,7 @@ typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
 #define LD16(p) ((v16)(*(const v16u *)(p)))
 #define ST16(p, v) (*(v16u *)(p) = (v))
-enum { MR = 8 }; /* rows of a register block */
+enum { MR = 8, MR4 = 4 }; /* rows of a register block (32 or 16 columns; 64) */
 
 /* ta 0: A (M × K) row-major; ta 1: A stored transposed, (K × M), so that
  * C += Aᵀ·B without copying the transpose (the backward's Pᵀ·dO and dSᵀ·Q
@@ -119,6 +119,38 @@ enum { MR = 8 }; /* rows of a register block */
 __attribute__((always_inline)) static inline void mk_body(
     float *restrict C, int64_t ldc, const float *restrict A, int64_t lda,
     const float *restrict B, int64_t ldb, int64_t M, int64_t N, int64_t K, int acc, int ta) {
+  /* 64 columns at a time in blocks of MR4 rows: one broadcast of A feeds
+   * four FMAs (the narrower blocks below, two), so broadcasts take fewer
+   * of the vector pipes' slots; the columns left (N mod 64) below */
+  int64_t n64 = N / 64 * 64;
+  for (int64_t j = 0; j < n64; j += 64)
+    for (int64_t i = 0; i < M; i += MR4) {
+      const float *a[MR4];
+      int64_t col[MR4];
+#pragma GCC unroll 4
+      for (int r = 0; r < MR4; r++) {
+        col[r] = i + r < M ? i + r : M - 1;
+        a[r] = A + col[r] * lda;
+      }
+      v16 c[MR4][4];
+#pragma GCC unroll 4
+      for (int r = 0; r < MR4; r++) c[r][0] = c[r][1] = c[r][2] = c[r][3] = (v16){0};
+      for (int64_t k = 0; k < K; k++) {
+        const float *bk = B + k * ldb + j;
+        v16 b0 = LD16(bk), b1 = LD16(bk + 16), b2 = LD16(bk + 32), b3 = LD16(bk + 48);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR4; r++) {
+          float x = ta ? A[k * lda + col[r]] : a[r][k];
+          c[r][0] += x * b0, c[r][1] += x * b1, c[r][2] += x * b2, c[r][3] += x * b3;
+        }
+      }
+      int64_t mr = M - i < MR4 ? M - i : MR4;
+      for (int r = 0; r < mr; r++) {
+        float *o = C + (i + r) * ldc + j;
+        for (int q = 0; q < 4; q++) ST16(o + 16 * q, acc ? LD16(o + 16 * q) + c[r][q] : c[r][q]);
+      }
+    }
+  if (n64 == N) return;
   for (int64_t i = 0; i < M; i += MR) {
     const float *a[MR];
     int64_t col[MR];
@@ -128,7 +160,7 @@ __attribute__((always_inline)) static inline void mk_body(
       a[r] = A + col[r] * lda;
     }
 #define AT(r, k) (ta ? A[(k) * lda + col[r]] : a[r][k])
-    int64_t mr = M - i < MR ? M - i : MR, j = 0;
+    int64_t mr = M - i < MR ? M - i : MR, j = n64;
     for (; j + 32 <= N; j += 32) {
       v16 c[MR], d[MR];
 #pragma GCC unroll 8
