@@ -58,3 +58,14 @@ td_status td_kernels_copy2d_args(int64_t rows, int64_t cols, int64_t ldd, int64_
              (long long)rows, (long long)cols, (long long)ldd, (long long)lds);
   return TD_OK;
 }
+
+td_status td_kernels_moe_args(const char *op, int64_t N, int64_t E, int64_t K, int64_t C,
+                              int64_t cap) {
+  TD_REQUIRE(N >= 0 && C >= 0 && cap >= 0 && E >= 1 && K >= 1 && K <= E, TD_ERR_USAGE,
+             "%s: expected N, C, cap >= 0 and 1 <= K <= E, got N=%lld E=%lld K=%lld C=%lld "
+             "cap=%lld",
+             op, (long long)N, (long long)E, (long long)K, (long long)C, (long long)cap);
+  TD_REQUIRE(N * K <= INT32_MAX, TD_ERR_USAGE, "%s: N·K = %lld slots do not fit an int32", op,
+             (long long)(N * K));
+  return TD_OK;
+}

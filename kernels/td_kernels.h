@@ -262,6 +262,55 @@ struct td_kernels {
                         const int32_t *targets, int64_t v0, float scale, int64_t N,
                         int64_t Vs, int64_t Vvalid);
 
+  /* ---- mixture of experts ---------------------------------------------------
+   * A token (row n of N) goes to K of E experts; slot s = n·K + j is its
+   * j-th choice. Every sum runs in one fixed order, so the results do not
+   * depend on the thread count or the back-end's scheduling. */
+  /* Routing (Mixtral): probs (N, E) = softmax(logits), kept for backward;
+   * lse (N) = logsumexp(logits) (the z-loss's); idx (N, K) the K largest
+   * logits of each row, largest first, a tie to the lower expert (the
+   * softmax keeps their order, so the choice never depends on how exp
+   * rounds); w (N, K) their probabilities divided by their sum; psum (E) =
+   * Σ_n probs[n, e] over the rows in order (the load-balancing loss's P,
+   * before the caller divides and sums it over its group). 1 ≤ K ≤ E. */
+  td_status (*moe_route)(td_kernels *k, float *probs, float *lse, int32_t *idx, float *w,
+                         float *psum, const float *logits, int64_t N, int64_t E, int64_t K);
+  /* The experts' order of the N·K slots: count (E) = the slots routed to
+   * each expert; cap > 0 keeps an expert's first cap slots in slot order
+   * and drops the rest (0: none dropped); off (E + 1) the first row of each
+   * expert in the expert-major order (experts in order, an expert's kept
+   * slots in slot order; off[E] the rows kept); pos (N·K) the row of slot
+   * s, −1 when dropped; perm (N·K, the first off[E] written) the slot of
+   * each row. All on the back-end's memory. */
+  td_status (*moe_plan)(td_kernels *k, int32_t *pos, int32_t *perm, int32_t *off,
+                        int32_t *count, const int32_t *idx, int64_t N, int64_t E, int64_t K,
+                        int64_t cap);
+  /* xe (rows, C) = row perm[r] / K (the slot's token) of x, both of type t. */
+  td_status (*moe_gather)(td_kernels *k, void *xe, const void *x, td_dtype t,
+                          const int32_t *perm, int64_t rows, int64_t C, int64_t K);
+  /* out (N, C) = Σ_j w[n·K + j]·ye[pos[n·K + j]] over row n's kept slots,
+   * j in order (0 when all are dropped). */
+  td_status (*moe_combine)(td_kernels *k, float *out, const float *ye, const float *w,
+                           const int32_t *pos, int64_t N, int64_t K, int64_t C);
+  /* Its backward: dye[pos[s]] (type dt) = w[s]·dout[n] and dw[s] =
+   * dout[n]·ye[pos[s]] for the kept slots (dw 0 for a dropped one; its dye
+   * row does not exist). */
+  td_status (*moe_combine_bwd)(td_kernels *k, void *dye, td_dtype dt, float *dw,
+                               const float *dout, const float *ye, const float *w,
+                               const int32_t *pos, int64_t N, int64_t K, int64_t C);
+  /* dx (N, C) = Σ_j dxe[pos[n·K + j]] over row n's kept slots, j in order
+   * (the gradient of moe_gather's input). */
+  td_status (*moe_scatter)(td_kernels *k, float *dx, const float *dxe, const int32_t *pos,
+                           int64_t N, int64_t K, int64_t C);
+  /* The router's backward, dlogits (N, E) =, from dw (N, K) (the loss's
+   * gradient for the routing weights) through the renormalisation and the
+   * softmax, plus gP (E; NULL: none), the gradient each probs[n, e] gets
+   * from the load-balancing loss (the same for every row), and the
+   * z-loss's zc·lse[n] for lse[n]. */
+  td_status (*moe_route_bwd)(td_kernels *k, float *dlogits, const float *dw, const float *probs,
+                             const float *lse, const int32_t *idx, const float *w,
+                             const float *gP, float zc, int64_t N, int64_t E, int64_t K);
+
   /* ---- optimizer ------------------------------------------------------------ */
   /* AdamW exactly as torch.optim.AdamW (step t ≥ 1, n elements) on the
    * gradient g·gscale (the clipping coefficient, 1 for none; the product
@@ -305,6 +354,10 @@ td_status td_kernels_pos_args(const char *op, const td_pos *pos, int64_t T);
 td_status td_kernels_rope_args(int64_t B, int64_t T, int64_t H, int64_t HS, int64_t ld,
                                float theta);
 td_status td_kernels_xent_args(int64_t N, int64_t Vs, int64_t Vvalid);
+/* The mixture-of-experts ops' sizes: N, C ≥ 0, 1 ≤ K ≤ E, cap ≥ 0; N·K
+ * slots fit an int32. `op` names the caller. */
+td_status td_kernels_moe_args(const char *op, int64_t N, int64_t E, int64_t K, int64_t C,
+                              int64_t cap);
 /* Whether flash_fwd/flash_bwd compute their products in bf16: mt bf16 and
  * a head size that is a multiple of the 16-wide tensor-core tile — on
  * every back-end, so that the CPU computes what a device does. */

@@ -116,6 +116,13 @@ td_status td_kernels_cpu_create(int threads, td_kernels **out) {
   k->xent_sumexp = td_cpu_xent_sumexp;
   k->xent_bwd = td_cpu_xent_bwd;
   k->adamw = td_cpu_adamw;
+  k->moe_route = td_cpu_moe_route;
+  k->moe_plan = td_cpu_moe_plan;
+  k->moe_gather = td_cpu_moe_gather;
+  k->moe_combine = td_cpu_moe_combine;
+  k->moe_combine_bwd = td_cpu_moe_combine_bwd;
+  k->moe_scatter = td_cpu_moe_scatter;
+  k->moe_route_bwd = td_cpu_moe_route_bwd;
   k->destroy = cpu_destroy;
   *out = k;
   k = NULL;

@@ -49,3 +49,12 @@ if(TD_ENABLE_CUDA)
     set_property(TEST flash_cuda APPEND PROPERTY ENVIRONMENT ${TD_CUDAEMU_TEST_ENV})
   endif()
 endif()
+
+# moe — the mixture-of-experts ops (router, its backward, the experts' order
+# with a capacity, the row gathers and sums) of the CPU back-end against a
+# float64 reference written from Mixtral's and Switch's definitions, central
+# differences for the router's backward, ties, and 1 vs 2 threads (bitwise).
+td_add_unit(test_moe ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_moe.c)
+add_test(NAME moe_kernels COMMAND test_moe cpu)
+set_tests_properties(moe_kernels PROPERTIES TIMEOUT 60 PROCESSORS 2 LABELS "unit;kernels"
+  ENVIRONMENT "OMP_NUM_THREADS=2")
