@@ -365,6 +365,13 @@ td_status td_kernels_cuda_create(int threads, td_kernels **out) {
   k->xent_sumexp = td_cuda_xent_sumexp;
   k->xent_bwd = td_cuda_xent_bwd;
   k->adamw = td_cuda_adamw;
+  k->moe_route = td_cuda_moe_route;
+  k->moe_plan = td_cuda_moe_plan;
+  k->moe_gather = td_cuda_moe_gather;
+  k->moe_combine = td_cuda_moe_combine;
+  k->moe_combine_bwd = td_cuda_moe_combine_bwd;
+  k->moe_scatter = td_cuda_moe_scatter;
+  k->moe_route_bwd = td_cuda_moe_route_bwd;
   k->device_peak = cuda_device_peak;
   td_cuda_dcomm_fill(k);
   k->destroy = cuda_destroy;

@@ -242,6 +242,24 @@ td_status td_cuda_swiglu_fwd(td_kernels *k, void *out, td_dtype ot, const float 
                              const float *u, int64_t n);
 td_status td_cuda_swiglu_bwd(td_kernels *k, float *dg, float *du, const float *dout,
                              const float *g, const float *u, int64_t n);
+td_status td_cuda_moe_route(td_kernels *k, float *probs, float *lse, int32_t *idx, float *w,
+                            float *psum, const float *logits, int64_t N, int64_t E, int64_t K);
+td_status td_cuda_moe_plan(td_kernels *k, int32_t *pos, int32_t *perm, int32_t *off,
+                           int32_t *count, const int32_t *idx, int64_t N, int64_t E, int64_t K,
+                           int64_t cap);
+td_status td_cuda_moe_gather(td_kernels *k, void *xe, const void *x, td_dtype t,
+                             const int32_t *perm, int64_t rows, int64_t C, int64_t K);
+td_status td_cuda_moe_combine(td_kernels *k, float *out, const float *ye, const float *w,
+                              const int32_t *pos, int64_t N, int64_t K, int64_t C);
+td_status td_cuda_moe_combine_bwd(td_kernels *k, void *dye, td_dtype dt, float *dw,
+                                  const float *dout, const float *ye, const float *w,
+                                  const int32_t *pos, int64_t N, int64_t K, int64_t C);
+td_status td_cuda_moe_scatter(td_kernels *k, float *dx, const float *dxe, const int32_t *pos,
+                              int64_t N, int64_t K, int64_t C);
+td_status td_cuda_moe_route_bwd(td_kernels *k, float *dlogits, const float *dw,
+                                const float *probs, const float *lse, const int32_t *idx,
+                                const float *w, const float *gP, float zc, int64_t N, int64_t E,
+                                int64_t K);
 td_status td_cuda_gelu_fwd(td_kernels *k, void *out, td_dtype ot, const float *x, int64_t n);
 td_status td_cuda_gelu_bwd(td_kernels *k, float *dx, const float *x, const float *dout,
                            int64_t n);

@@ -58,3 +58,15 @@ td_add_unit(test_moe ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_moe.c)
 add_test(NAME moe_kernels COMMAND test_moe cpu)
 set_tests_properties(moe_kernels PROPERTIES TIMEOUT 60 PROCESSORS 2 LABELS "unit;kernels"
   ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# moe_kernels_cuda — the same checks on the CUDA back-end (kernels/cuda/moe.cu).
+# Label `device`: 77 without a GPU; on the emulated device (cudaemu) in CI.
+if(TD_ENABLE_CUDA)
+  add_test(NAME moe_kernels_cuda COMMAND test_moe cuda)
+  set_tests_properties(moe_kernels_cuda PROPERTIES TIMEOUT 300 PROCESSORS 2
+    LABELS "unit;kernels;device" SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+  if(TD_CUDA_EMULATE)
+    set_property(TEST moe_kernels_cuda APPEND PROPERTY LABELS cudaemu)
+    set_property(TEST moe_kernels_cuda APPEND PROPERTY ENVIRONMENT ${TD_CUDAEMU_TEST_ENV})
+  endif()
+endif()
