@@ -14,6 +14,7 @@
 # stay under 8 minutes. Checks:
 #   kernels_cuda   every CUDA op against the CPU back-end (fp32 1e-5, bf16 per op)
 #   flash_cuda     the fused attention kernels against a float64 reference
+#   moe_cuda       the mixture-of-experts ops against a float64 reference
 #   bench_attention  fused vs materialised attention in training: GPT-2 124M at
 #                  T 1024/4096/8192, LLaMA 1.2B at T 1024/4096 (tok/s, MFU, memory)
 #   dcomm_nccl     an NCCL communicator of 1 rank through every device collective
@@ -200,6 +201,7 @@ cuda=(--run-set run.device=cuda)
 bf16=(--set training.precision=bf16)
 check kernels_cuda 120 build-device/tests/test_kernels_cuda
 check flash_cuda 120 build-device/tests/test_flash cuda
+check moe_cuda 60 build-device/tests/test_moe cuda
 check dcomm_nccl 60 "$MPIEXEC" -n 1 build-device/tests/test_dcomm cuda
 check cuda_vs_cpu 120 $gi "${cuda[@]}" build-device/trident $work cuda_fp32 1,1,1,0 1,1,1,0
 check cuda_bf16 120 $gi "${cuda[@]}" --norm-rtol 3e-3 --param-rtol 1.5e-2 \
