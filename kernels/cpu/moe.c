@@ -97,10 +97,10 @@ td_status td_cpu_moe_gather(td_kernels *k, void *xe, const void *x, td_dtype t,
   return TD_OK;
 }
 
-td_status td_cpu_moe_combine(td_kernels *k, float *out, const float *ye, const float *w,
-                             const int32_t *pos, int64_t N, int64_t K, int64_t C) {
-  (void)k;
-  TD_CHECK(td_kernels_moe_args("moe_combine", N, K, K, C, 0));
+/* out (N, C) = Σ_j a_j·y[pos[n·K + j]] over row n's kept slots, j in order:
+ * a_j = w[n·K + j], or 1 without w (moe_combine and moe_scatter). */
+static void rows_sum(float *out, const float *y, const float *w, const int32_t *pos, int64_t N,
+                     int64_t K, int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; n++) {
     float *o = out + n * C;
@@ -108,11 +108,22 @@ td_status td_cpu_moe_combine(td_kernels *k, float *out, const float *ye, const f
     for (int64_t j = 0; j < K; j++) {
       int32_t r = pos[n * K + j];
       if (r < 0) continue;
-      const float *y = ye + (int64_t)r * C;
-      float a = w[n * K + j];
-      for (int64_t c = 0; c < C; c++) o[c] += a * y[c];
+      const float *v = y + (int64_t)r * C;
+      if (w) {
+        float a = w[n * K + j];
+        for (int64_t c = 0; c < C; c++) o[c] += a * v[c];
+      } else {
+        for (int64_t c = 0; c < C; c++) o[c] += v[c];
+      }
     }
   }
+}
+
+td_status td_cpu_moe_combine(td_kernels *k, float *out, const float *ye, const float *w,
+                             const int32_t *pos, int64_t N, int64_t K, int64_t C) {
+  (void)k;
+  TD_CHECK(td_kernels_moe_args("moe_combine", N, K, K, C, 0));
+  rows_sum(out, ye, w, pos, N, K, C);
   return TD_OK;
 }
 
@@ -151,17 +162,7 @@ td_status td_cpu_moe_scatter(td_kernels *k, float *dx, const float *dxe, const i
                              int64_t N, int64_t K, int64_t C) {
   (void)k;
   TD_CHECK(td_kernels_moe_args("moe_scatter", N, K, K, C, 0));
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; n++) {
-    float *o = dx + n * C;
-    memset(o, 0, (size_t)C * sizeof *o);
-    for (int64_t j = 0; j < K; j++) {
-      int32_t r = pos[n * K + j];
-      if (r < 0) continue;
-      const float *y = dxe + (int64_t)r * C;
-      for (int64_t c = 0; c < C; c++) o[c] += y[c];
-    }
-  }
+  rows_sum(dx, dxe, NULL, pos, N, K, C);
   return TD_OK;
 }
 
