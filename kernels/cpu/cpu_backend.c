@@ -57,6 +57,15 @@ int td_kernels_cpu_host_memory(void) {
   return !(e && strcmp(e, "1") == 0);
 }
 
+td_status td_cpu_grow(void **buf, size_t *bytes, size_t need, const char *what) {
+  if (need <= *bytes) return TD_OK;
+  td_free(*buf);
+  *buf = NULL, *bytes = 0;
+  TD_CHECK(td_alloc(buf, need, what));
+  *bytes = need;
+  return TD_OK;
+}
+
 td_status td_kernels_cpu_create(int threads, td_kernels **out) {
   td_status st = TD_OK;
   td_kernels *k = NULL;

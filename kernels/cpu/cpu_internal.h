@@ -51,11 +51,16 @@ typedef struct {
   float *rope;              /* rope.c: cos then sin, (rope_T positions, rope_half) each, */
   int64_t rope_T, rope_half; /* for rope_theta: made once, read by every call */
   float rope_theta;
-  float *flash;             /* flash.c: the packed keys and values, grown to the */
+  void *flash;              /* flash.c: the packed keys and values, grown to the */
   size_t flash_bytes;       /* largest call's and kept (no fresh pages every call) */
-  float *flash_thr;         /* flash.c: every thread's tiles (and the backward's */
+  void *flash_thr;          /* flash.c: every thread's tiles (and the backward's */
   size_t flash_thr_bytes;   /* whole-sequence dK, dV sums), grown and kept alike */
 } td_cpu_state;
+
+/* A workspace of the state (*buf, *bytes) grown to at least `need` bytes:
+ * freed and allocated again (zeroed, td_alloc) when smaller, else kept as
+ * it is; `what` names it in an allocation failure. */
+td_status td_cpu_grow(void **buf, size_t *bytes, size_t need, const char *what);
 
 /* ---- matmul engine: one implementation per file, matmul_onednn.c or
  * matmul_cblas.c, chosen by TD_HAVE_DNNL --------------------------------- */

@@ -380,12 +380,7 @@ static td_status thread_space(td_kernels *k, int64_t per_thread, int nthr, float
   td_cpu_state *s = k->state;
   *stride = (per_thread + 15) / 16 * 16;
   size_t need = (size_t)*stride * (size_t)nthr * sizeof(float);
-  if (need > s->flash_thr_bytes) {
-    td_free(s->flash_thr);
-    s->flash_thr = NULL, s->flash_thr_bytes = 0;
-    TD_CHECK(td_alloc((void **)&s->flash_thr, need, "flash attention tiles"));
-    s->flash_thr_bytes = need;
-  }
+  TD_CHECK(td_cpu_grow(&s->flash_thr, &s->flash_thr_bytes, need, "flash attention tiles"));
   *base = s->flash_thr;
   return TD_OK;
 }
@@ -413,12 +408,8 @@ static td_status fa_pack_make(td_kernels *k, fa_pack *p, const fa_call *f, const
   const char *keys = "tTrR";
   for (int i = 0; i < 4; i++)
     if (strchr(want, keys[i])) need += i < 2 ? nt : nr;
-  if (need * sizeof(float) > s->flash_bytes) {
-    td_free(s->flash);
-    s->flash = NULL, s->flash_bytes = 0;
-    TD_CHECK(td_alloc((void **)&s->flash, need * sizeof(float), "flash attention workspace"));
-    s->flash_bytes = need * sizeof(float);
-  }
+  TD_CHECK(td_cpu_grow(&s->flash, &s->flash_bytes, need * sizeof(float),
+                       "flash attention workspace"));
   float **dst[4] = {&p->kt, &p->vt, &p->kr, &p->vr}, *at = s->flash;
   for (int i = 0; i < 4; i++)
     if (strchr(want, keys[i])) *dst[i] = at, at += i < 2 ? nt : nr;

@@ -58,13 +58,7 @@ static td_status mm_plan_get(td_cpu_state *s, const td_cpu_mm *d, td_cpu_plan **
       return TD_OK;
     }
   TD_CHECK_GOTO(td_cpu_mm_impl_create(s, d, &impl, &need));
-  if (need > s->scratch_bytes) {
-    td_free(s->scratch);
-    s->scratch = NULL;
-    s->scratch_bytes = 0;
-    TD_CHECK_GOTO(td_alloc(&s->scratch, need, "matmul scratchpad"));
-    s->scratch_bytes = need;
-  }
+  TD_CHECK_GOTO(td_cpu_grow(&s->scratch, &s->scratch_bytes, need, "matmul scratchpad"));
   TD_CHECK_GOTO(td_alloc((void **)&p, sizeof *p, "matmul plan"));
   p->key = *d;
   p->hash = h;
@@ -116,13 +110,8 @@ static td_status mm_run_widened(td_kernels *k, const td_cpu_mm *d, const void *A
   int64_t nb = d->bt == TD_DTYPE_BF16 ? mm_span(d, d->sb, d->K, d->N) : 0;
   int64_t nc = d->ct == TD_DTYPE_BF16 ? mm_span(d, d->sc, d->M, d->N) : 0;
   size_t need = (size_t)(na + nb + nc) * sizeof(float);
-  if (need > s->widen_bytes) {
-    td_free(s->widen);
-    s->widen = NULL;
-    s->widen_bytes = 0;
-    TD_CHECK(td_alloc(&s->widen, need, "bf16 matmul: float32 copies of the operands"));
-    s->widen_bytes = need;
-  }
+  TD_CHECK(td_cpu_grow(&s->widen, &s->widen_bytes, need,
+                       "bf16 matmul: float32 copies of the operands"));
   float *wa = s->widen, *wb = wa + na, *wc = wb + nb;
   td_cpu_mm f = *d;
   f.at = f.bt = f.ct = TD_DTYPE_F32;
