@@ -2,8 +2,10 @@
  * "mixture of experts"; kernels/cpu/moe.c is the reference). Every sum
  * runs in the CPU's order — a row's slots j = 0…K−1, a row's elements, a
  * column's rows in row order — one thread per sum, so the results do not
- * depend on the launch and a routed product is the CPU's bit for bit where
- * its inputs are (the probabilities differ by expf's rounding).
+ * depend on the launch (test_moe checks them against the same float64
+ * reference as the CPU's, within rounding; the probabilities differ from
+ * the CPU's by expf's rounding, the choices do not: they are made on the
+ * logits).
  *
  * moe_plan is a counting sort without atomics: the slots in chunks of
  * TD_MOE_CHUNK, each chunk's per-expert counts (one thread per chunk), each
