@@ -27,7 +27,7 @@ typedef struct {
 #define TD_OFFC_INTS(sec, key) offsetof(td_config, sec##_##key##_count)
 #define TD_OFFC_FLOATS(sec, key) offsetof(td_config, sec##_##key##_count)
 
-static const entry k_schema[] = {
+static entry k_schema[] = {
 #define TD_X_ENTRY(sec, key, type, def, lo, hi, ch, fl, doc)                                \
   {#sec, #key, #sec "." #key, def, ch, doc, T_##type, (double)(lo), (double)(hi), fl, \
    offsetof(td_config, sec##_##key), TD_OFFC_##type(sec, key)},
@@ -35,6 +35,37 @@ static const entry k_schema[] = {
 #undef TD_X_ENTRY
 };
 #define NSCHEMA ((int)(sizeof k_schema / sizeof k_schema[0]))
+
+/* Mappings inside a section (model.moe): their keys are schema rows named
+ * "<map>_<key>" (model_moe_experts), read and written as "<map>: {<key>:
+ * ...}" and named "section.map.key" in messages. */
+static const char *const k_submaps[] = {"moe"};
+#define NSUBMAPS ((int)(sizeof k_submaps / sizeof k_submaps[0]))
+
+/* The submap a row belongs to (its index), or -1. */
+static int submap_of(const char *key) {
+  for (int i = 0; i < NSUBMAPS; ++i) {
+    size_t l = strlen(k_submaps[i]);
+    if (strncmp(key, k_submaps[i], l) == 0 && key[l] == '_') return i;
+  }
+  return -1;
+}
+
+/* The rows' names as users write them: "model.moe.experts" for the row
+ * model_moe_experts. Once, before the table is read. */
+static void schema_names(void) {
+  static int done;
+  static char names[sizeof k_schema / sizeof k_schema[0]][96];
+  if (done) return;
+  done = 1;
+  for (size_t i = 0; i < sizeof k_schema / sizeof k_schema[0]; ++i) {
+    int sm = submap_of(k_schema[i].key);
+    if (sm < 0) continue;
+    snprintf(names[i], sizeof names[i], "%s.%s.%s", k_schema[i].sec, k_submaps[sm],
+             k_schema[i].key + strlen(k_submaps[sm]) + 1);
+    k_schema[i].full = names[i];
+  }
+}
 
 static const char *const k_sections[] = {
 #define TD_X_SEC(s) #s,
@@ -366,6 +397,56 @@ typedef struct {
 
 static int entry_index(const entry *e) { return (int)(e - k_schema); }
 
+/* Whether section sec has rows of submap sm. */
+static int find_submap_row(const char *sec, int sm) {
+  for (int i = 0; i < NSCHEMA; ++i)
+    if (strcmp(k_schema[i].sec, sec) == 0 && submap_of(k_schema[i].key) == sm) return 1;
+  return 0;
+}
+
+static void mark_set(marks *mk, const entry *e, const td_yaml_node *vv) {
+  int ix = entry_index(e);
+  mk->line[ix] = vv->line;
+  mk->col[ix] = vv->col;
+  mk->set[ix] = 1;
+}
+
+/* The mapping "sec.<submap sm>: {key: value, ...}" (empty: the defaults). */
+static td_status apply_submap(td_config *cfg, const char *path, const char *sec, int sm,
+                              const td_yaml_node *map, marks *mk) {
+  const char *name = k_submaps[sm];
+  if (map->kind == TD_YAML_SCALAR && map->value[0] == '\0') return TD_OK;
+  if (map->kind != TD_YAML_MAP)
+    TD_FAIL(TD_ERR_DECK, "%s:%d:%d: %s.%s must be a mapping of keys (e.g. %s: {experts: 8}), "
+            "found %s", path, map->line, map->col, sec, name, name,
+            td_yaml_kind_name(map->kind));
+  for (int j = 0; j < map->n; ++j) {
+    const td_yaml_node *kk = map->keys[j], *vv = map->items[j];
+    char row[96];
+    snprintf(row, sizeof row, "%s_%s", name, kk->value);
+    const entry *e = find_entry(sec, row);
+    if (!e) {
+      const char *best = NULL;
+      int bestd = max_typo(kk->value) + 1;
+      for (int i = 0; i < NSCHEMA; ++i) {
+        if (strcmp(k_schema[i].sec, sec) != 0 || submap_of(k_schema[i].key) != sm) continue;
+        int d = edit_distance(k_schema[i].key + strlen(name) + 1, kk->value);
+        if (d < bestd) bestd = d, best = k_schema[i].full;
+      }
+      if (best)
+        TD_FAIL(TD_ERR_DECK, "%s:%d:%d: unknown key '%s.%s.%s' (did you mean '%s'?)", path,
+                kk->line, kk->col, sec, name, kk->value, best);
+      TD_FAIL(TD_ERR_DECK, "%s:%d:%d: unknown key '%s.%s.%s' (see `trident check --schema`)",
+              path, kk->line, kk->col, sec, name, kk->value);
+    }
+    place p;
+    place_node(&p, path, vv);
+    TD_CHECK(set_value(cfg, e, &p, vv));
+    mark_set(mk, e, vv);
+  }
+  return TD_OK;
+}
+
 static td_status apply_deck(td_config *cfg, const char *path, const td_yaml_node *root,
                             marks *mk) {
   if (root->kind != TD_YAML_MAP)
@@ -392,6 +473,13 @@ static td_status apply_deck(td_config *cfg, const char *path, const td_yaml_node
               sv->line, sv->col, sk->value, td_yaml_kind_name(sv->kind));
     for (int j = 0; j < sv->n; ++j) {
       const td_yaml_node *kk = sv->keys[j], *vv = sv->items[j];
+      int sm = -1;
+      for (int i2 = 0; i2 < NSUBMAPS; ++i2)
+        if (strcmp(kk->value, k_submaps[i2]) == 0) sm = i2;
+      if (sm >= 0 && find_submap_row(sk->value, sm)) {
+        TD_CHECK(apply_submap(cfg, path, sk->value, sm, vv, mk));
+        continue;
+      }
       const entry *e = find_entry(sk->value, kk->value);
       if (!e) {
         const char *s = suggest_key(sk->value, kk->value);
@@ -424,6 +512,11 @@ static td_status apply_set(td_config *cfg, const char *arg, marks *mk) {
   char sec[64], key[64];
   snprintf(sec, sizeof sec, "%.*s", (int)(dot - arg), arg);
   snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
+  char *dot2 = strchr(key, '.'); /* model.moe.experts: the row moe_experts */
+  if (dot2) {
+    *dot2 = '_';
+    if (submap_of(key) < 0) *dot2 = '.';
+  }
   const entry *e = find_entry(sec, key);
   if (!e) {
     char full[160];
@@ -659,6 +752,39 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
       TD_FAIL(TD_ERR_DECK, "%s: gpt2 ties its output head to the embedding; "
               "model.tie_embeddings = false is for llama", WHERE(model, tie_embeddings));
   }
+  if (cfg->model_moe_experts > 0) { /* model.moe */
+    const char *zb = "zb-h1";
+    if (cfg->model_moe_experts < 2)
+      TD_FAIL(TD_ERR_DECK, "%s: model.moe.experts = %lld: a mixture needs at least 2 experts "
+              "(0: a dense model)", WHERE(model, moe_experts), (long long)cfg->model_moe_experts);
+    if (cfg->model_moe_top_k > cfg->model_moe_experts)
+      TD_FAIL(TD_ERR_DECK, "%s: model.moe.top_k = %lld is more than model.moe.experts = %lld",
+              WHERE(model, moe_top_k), (long long)cfg->model_moe_top_k,
+              (long long)cfg->model_moe_experts);
+    if (cfg->model_moe_every > cfg->model_layers)
+      TD_FAIL(TD_ERR_DECK, "%s: model.moe.every = %lld: the model has %lld blocks, so none "
+              "would be sparse", WHERE(model, moe_every), (long long)cfg->model_moe_every,
+              (long long)cfg->model_layers);
+    if (!dm.llama)
+      TD_FAIL(TD_ERR_DECK, "%s: model.moe is built for model.arch = llama (SwiGLU experts, "
+              "Mixtral's layout); gpt2's GELU experts are not built yet", WHERE(model, moe_experts));
+    if (dm.Fe % tp != 0)
+      TD_FAIL(TD_ERR_DECK, "%s: the experts' width %lld (model.moe.ffn_dim, else model.ffn_dim) "
+              "is not divisible by parallel.tp = %lld (experts are split like the MLP)",
+              WHERE(model, moe_ffn_dim), (long long)dm.Fe, (long long)tp);
+    if (cfg->model_moe_capacity_factor > 0)
+      TD_FAIL(TD_ERR_DECK, "%s: model.moe.capacity_factor = %g: dropping tokens over a "
+              "capacity is not built yet; use 0 (dropless: every token reaches its experts)",
+              WHERE(model, moe_capacity_factor), cfg->model_moe_capacity_factor);
+    if (cp > 1)
+      TD_FAIL(TD_ERR_DECK, "%s: model.moe with parallel.cp = %lld is not built yet (the "
+              "load-balancing loss of a sequence split over cp ranks); use parallel.cp: 1",
+              WHERE(parallel, cp), (long long)cp);
+    if (strcmp(cfg->parallel_pp_schedule, zb) == 0)
+      TD_FAIL(TD_ERR_DECK, "%s: model.moe with parallel.pp_schedule = zb-h1 is not built yet "
+              "(the experts' weight gradients in the split backward); use 1f1b, gpipe or "
+              "interleaved", WHERE(parallel, pp_schedule));
+  }
   int interleaved = strcmp(cfg->parallel_pp_schedule, "interleaved") == 0;
   int64_t vs = cfg->parallel_virtual_stages, nchunks = pp * vs;
   if (interleaved && pp < 2)
@@ -774,6 +900,7 @@ static td_status load_impl(const char *path, const char *text, int nset, char **
                            td_config *cfg) {
   td_status st = TD_OK;
   td_yaml_node *root = NULL;
+  schema_names();
   marks *mk = calloc(1, sizeof *mk);
   if (!mk) TD_FAIL(TD_ERR_NOMEM, "out of memory");
   memset(cfg, 0, sizeof *cfg);
@@ -908,6 +1035,7 @@ static void print_value(FILE *out, const td_config *cfg, const entry *e) {
 }
 
 static void print_keys(const td_config *cfg, FILE *out, unsigned skip) {
+  schema_names();
   const char *sec = "";
   for (int i = 0; i < NSCHEMA; ++i) {
     const entry *e = &k_schema[i];
@@ -916,7 +1044,15 @@ static void print_keys(const td_config *cfg, FILE *out, unsigned skip) {
       fprintf(out, "%s:\n", e->sec);
       sec = e->sec;
     }
-    fprintf(out, "  %s: ", e->key);
+    int sm = submap_of(e->key);
+    if (sm >= 0) { /* "  moe:" once, then its keys one level deeper */
+      if (i == 0 || submap_of(k_schema[i - 1].key) != sm ||
+          strcmp(k_schema[i - 1].sec, e->sec) != 0)
+        fprintf(out, "  %s:\n", k_submaps[sm]);
+      fprintf(out, "    %s: ", e->key + strlen(k_submaps[sm]) + 1);
+    } else {
+      fprintf(out, "  %s: ", e->key);
+    }
     print_value(out, cfg, e);
     fputc('\n', out);
   }
@@ -936,6 +1072,7 @@ td_status td_config_to_text(const td_config *cfg, int checkpoint, char **out) {
 }
 
 void td_config_print_schema(FILE *out) {
+  schema_names();
   fprintf(out, "| key | type | default | allowed | meaning |\n");
   fprintf(out, "| --- | --- | --- | --- | --- |\n");
   for (int i = 0; i < NSCHEMA; ++i) {
@@ -972,6 +1109,7 @@ void td_config_print_schema(FILE *out) {
 }
 
 void td_config_model_diff(const td_config *a, const td_config *b, char *buf, size_t cap) {
+  schema_names();
   buf[0] = '\0';
   for (int i = 0; i < NSCHEMA; ++i) {
     const entry *e = &k_schema[i];
@@ -1021,6 +1159,28 @@ void td_config_dims(const td_config *cfg, td_model_dims *d) {
     d->params = sat_add(sat_add(embed, sat_mul(d->T, C)), 2 * C); /* + wpe, ln_f */
   }
   d->params = sat_add(d->params, sat_mul(d->L, d->block_params));
+  d->active_params = d->params;
+  if (cfg->model_moe_experts <= 0) return;
+  /* sparse blocks: the MLP becomes a router (E, C) and E experts, of which a
+   * token uses K */
+  d->E = cfg->model_moe_experts, d->K = cfg->model_moe_top_k, d->every = cfg->model_moe_every;
+  d->Fe = cfg->model_moe_ffn_dim > 0 ? cfg->model_moe_ffn_dim : d->F;
+  d->moe_layers = d->L / d->every;
+  int64_t mlp = sat_mul(3 * C, d->F), expert = sat_mul(3 * C, d->Fe), router = sat_mul(d->E, C);
+  int64_t rest = d->block_params - mlp; /* attention and norms */
+  d->moe_params = sat_add(sat_add(rest, router), sat_mul(d->E, expert));
+  d->moe_matmul = sat_add(sat_add(d->block_matmul - mlp, router), sat_mul(d->K, expert));
+  int64_t dense = d->params - sat_mul(d->L, d->block_params);
+  int64_t Ld = d->L - d->moe_layers;
+  d->params = sat_add(sat_add(dense, sat_mul(Ld, d->block_params)),
+                      sat_mul(d->moe_layers, d->moe_params));
+  d->active_params =
+      sat_add(sat_add(dense, sat_mul(Ld, d->block_params)),
+              sat_mul(d->moe_layers, sat_add(sat_add(rest, router), sat_mul(d->K, expert))));
+}
+
+int td_config_moe_layer(const td_config *cfg, int64_t layer) {
+  return cfg->model_moe_experts > 0 && (layer + 1) % cfg->model_moe_every == 0;
 }
 
 int64_t td_config_micro_batch(const td_config *cfg) {

@@ -65,6 +65,22 @@
     "float32 logits)")                                                                       \
   X(model, head_chunk, INT, "256", 1, 1048576, NULL, 0,                                      \
     "rows of logits the fused head holds at once: (head_chunk, V/tp) float32")               \
+  X(model, moe_experts, INT, "0", 0, 65536, NULL, 0,                                        \
+    "mixture of experts (model.moe: a mapping): experts of each sparse block's feed-forward " \
+    "layer (0: a dense model; otherwise at least 2)")                                        \
+  X(model, moe_top_k, INT, "2", 1, 65536, NULL, 0,                                           \
+    "experts each token goes to (at most model.moe.experts)")                               \
+  X(model, moe_every, INT, "1", 1, 100000, NULL, 0,                                          \
+    "every n-th block is sparse: blocks n-1, 2n-1, ... (1: all)")                           \
+  X(model, moe_ffn_dim, INT, "0", 0, 4194304, NULL, 0,                                       \
+    "an expert's hidden width (0: model.ffn_dim)")                                          \
+  X(model, moe_aux_loss, FLOAT, "0.01", 0, 1.0e6, NULL, 0,                                   \
+    "weight α of the load-balancing loss α·E·Σ f_i·P_i (per sequence and sparse block, "    \
+    "averaged), added to the loss minimised")                                               \
+  X(model, moe_z_loss, FLOAT, "0.0", 0, 1.0e6, NULL, 0,                                      \
+    "weight β of the router z-loss β·mean(logsumexp(router logits)²)")                     \
+  X(model, moe_capacity_factor, FLOAT, "0.0", 0, 1.0e6, NULL, 0,                             \
+    "0: dropless (every token reaches its top_k experts); > 0 is not built yet")             \
   X(model, init_from, STR, "", 0, 0, NULL, 0,                                                \
     "start from these weights: safetensors (Hugging Face, trident export), a model folder "  \
     "(model.safetensors or a sharded index, config.json checked) or llm.c .bin; empty: random") \
@@ -196,7 +212,15 @@ typedef struct td_model_dims {
   int64_t block_params;   /* parameters of one block */
   int64_t block_matmul;   /* weights of one block's matmuls (FLOPs: 6 per token each) */
   int64_t params;         /* all parameters (global, unpadded) */
+  /* model.moe: E experts of width Fe, top K, in every-th block (0: dense) */
+  int64_t E, K, Fe, every;
+  int64_t moe_layers;     /* sparse blocks */
+  int64_t moe_params;     /* one sparse block's router and experts (replacing its MLP) */
+  int64_t active_params;  /* parameters a token uses: the K experts of each sparse block */
+  int64_t moe_matmul;     /* weights of a sparse block's matmuls a token uses (router, K experts) */
 } td_model_dims;
+/* Block `layer` is sparse (model.moe). */
+int td_config_moe_layer(const td_config *cfg, int64_t layer);
 void td_config_dims(const td_config *cfg, td_model_dims *d);
 
 /* Derived quantities used everywhere. */

@@ -42,6 +42,8 @@ td_status td_model_llama_block_fwd(td_model *m, td_acts *a, int64_t li, int laye
   TD_CHECK(td_model_row_out(m, NULL, resid, res2));
   TD_CHECK(k->rmsnorm_fwd(k, n2, at, a->ln2_rstd + li * Nl, res2,
                           td_model_pw(m, TD_PK_MLP_NORM, layer), pt, m->norm_eps, Nl, C));
+  if (td_config_moe_layer(m->cfg, layer)) /* a sparse block: the experts instead (moe.c) */
+    return td_model_moe_fwd(m, a, li, layer, n2, res2, res3);
   TD_CHECK(td_model_col_in(m, n2, &x));
   TD_CHECK(td_model_mm(m, 0, 1, N, F, C, x, at, td_model_pw(m, TD_PK_GATE_W, layer), pt, 0.0f,
                        gate));
@@ -93,14 +95,18 @@ td_status td_model_llama_block_bwd(td_model *m, td_acts *a, int64_t li, int laye
   float *dq = m->dqkv, *dk = dq + N * Cq, *dv = dk + N * Ckv;
   const float *dy = NULL, *dx = NULL; /* a row-parallel output's / column-parallel input's */
   const void *x = NULL;               /* a column-parallel matmul's input */
-  /* MLP: res3 = res2 + down(silu(gate(n2))·up(n2)) */
-  TD_CHECK(td_model_row_grad(m, &dy));
-  TD_CHECK(linear_bwd(m, dy, C, h, keep, F, TD_PK_DOWN_W, layer, 0.0f, dh));
-  TD_CHECK(k->swiglu_bwd(k, dgate, dup, dh, gate, up, N * F));
-  TD_CHECK(td_model_col_in(m, n2, &x));
-  TD_CHECK(linear_bwd(m, dgate, F, x, keepx, C, TD_PK_GATE_W, layer, 0.0f, m->dln));
-  TD_CHECK(linear_bwd(m, dup, F, x, keepx, C, TD_PK_UP_W, layer, 1.0f, m->dln));
-  TD_CHECK(td_model_col_grad(m, &dx));
+  /* MLP: res3 = res2 + down(silu(gate(n2))·up(n2)), or the experts' mixture */
+  if (td_config_moe_layer(m->cfg, layer)) {
+    TD_CHECK(td_model_moe_bwd(m, a, li, layer, n2, &dx));
+  } else {
+    TD_CHECK(td_model_row_grad(m, &dy));
+    TD_CHECK(linear_bwd(m, dy, C, h, keep, F, TD_PK_DOWN_W, layer, 0.0f, dh));
+    TD_CHECK(k->swiglu_bwd(k, dgate, dup, dh, gate, up, N * F));
+    TD_CHECK(td_model_col_in(m, n2, &x));
+    TD_CHECK(linear_bwd(m, dgate, F, x, keepx, C, TD_PK_GATE_W, layer, 0.0f, m->dln));
+    TD_CHECK(linear_bwd(m, dup, F, x, keepx, C, TD_PK_UP_W, layer, 1.0f, m->dln));
+    TD_CHECK(td_model_col_grad(m, &dx));
+  }
   TD_CHECK(td_model_rep_dst(m, TD_PK_MLP_NORM, layer, &gn));
   TD_CHECK(k->rmsnorm_bwd(k, m->dres, gn, dx, res2, td_model_pw(m, TD_PK_MLP_NORM, layer), pt,
                           a->ln2_rstd + li * Nl, Nl, C));

@@ -91,8 +91,28 @@ static td_status alloc_blocks(td_model *m, td_acts *a, int64_t nl) {
   ACTM(ln2, L * Nl * C);
   ACT(ln2_mean, means * L * Nl);
   ACT(ln2_rstd, L * Nl);
-  ACT(fch, L * N * m->F * (m->llama ? 2 : 1));
-  ACTM(fch_gelu, L * N * m->F);
+  int64_t Ld = m->moe && m->cfg->model_moe_every == 1 ? 0 : L; /* a dense MLP anywhere */
+  ACT(fch, Ld * N * m->F * (m->llama ? 2 : 1));
+  ACTM(fch_gelu, Ld * N * m->F);
+  if (!m->moe) return TD_OK;
+  /* sparse blocks (moe.c): routing, the experts' order, their activations */
+  int64_t E = m->E, K = m->K, R = N * K, Fe = m->Fe;
+  ACT(mprobs, L * N * E);
+  ACT(mlse, L * N);
+  ACT(mw, L * N * K);
+  ACT(midx, L * N * K);
+  ACT(mpos, L * R);
+  ACT(mperm, L * R);
+  ACT(moff, L * (E + 1));
+  ACT(mgu, L * 2 * R * Fe);
+  ACTM(mh, L * R * Fe);
+  ACT(mye, L * R * C);
+  if (m->k && L > 0) { /* host: 4 bytes per expert and 8 per sequence and expert, a layer */
+    TD_CHECK(td_alloc((void **)&a->moff_host, (size_t)(L * (E + 1)) * sizeof(int32_t),
+                      "expert offsets"));
+    TD_CHECK(td_alloc((void **)&a->mcnt_host, (size_t)(L * m->B * E) * sizeof(double),
+                      "expert counts"));
+  }
   return TD_OK;
 }
 
@@ -208,10 +228,32 @@ static td_status alloc_buffers(td_model *m) {
   SCR(dfch, N * m->F * (m->llama ? 3 : 1)); /* llama: d gate, d up, d (silu(gate)·up) */
   SCR(datt_scratch, m->B * m->NH * m->T * td_model_att_cols(m)); /* fused: D */
   if (m->recompute_att) SCR(att_re, m->B * m->NH * m->T * m->Tk);
+  int64_t R = N * m->K; /* sparse blocks: the slots of a micro-batch */
+  if (m->moe) {
+    int64_t E = m->E, BE = m->B * E;
+    SCR(mlog, N * E);
+    SCR(mpsum, BE);
+    SCR(mdw, R);
+    SCR(mdlog, N * E);
+    SCR(mgP, BE);
+    SCR(mdh, 3 * R * m->Fe);
+    SCR(mdxe, R * C);
+    SCR(mcount, E);
+    TD_CHECK(dev_alloc(m, &m->mxe, R * C, td_dtype_size(m->at), "backward scratch mxe"));
+    TD_CHECK(dev_alloc(m, &m->mdye, R * C, td_dtype_size(m->at), "backward scratch mdye"));
+    if (m->k) { /* host, not counted */
+      TD_CHECK(td_alloc((void **)&m->midx_host, (size_t)R * sizeof(int32_t), "expert choices"));
+      TD_CHECK(td_alloc((void **)&m->mpsum_host, (size_t)BE * sizeof(float), "router sums"));
+      TD_CHECK(td_alloc((void **)&m->mlse_host, (size_t)N * sizeof(float), "router lse"));
+      TD_CHECK(td_alloc((void **)&m->moe_load, (size_t)E * sizeof(double), "expert load"));
+    }
+  }
   if (m->at == TD_DTYPE_BF16) { /* the widest gradient a matmul reads */
     int64_t w = C > m->C3 ? C : m->C3;
     w = w > m->F ? w : m->F;
     int64_t n = N * w; /* and the head's gradient: all rows, or one fused chunk */
+    if (m->moe && R * m->Fe > n) n = R * m->Fe; /* an expert's gate or up gradient */
+    if (m->moe && N * m->E > n) n = N * m->E;   /* the router's logits' */
     int64_t hr = m->fused_head ? (m->head_rows < N ? m->head_rows : N) : N;
     if (any_last && hr * m->Vs > n) n = hr * m->Vs;
     TD_CHECK(dev_alloc(m, &m->dmm, n, 2, "backward scratch dmm (bf16 gradients)"));
@@ -227,6 +269,7 @@ static td_status alloc_buffers(td_model *m) {
   int64_t hs = 0;
   int staged = m->staged && !m->dcomm;
   if (staged && m->grid->tp > 1) hs = N * C > 2 * N ? N * C : 2 * N;
+  if (staged && m->grid->tp > 1 && m->moe && R > hs) hs = R; /* the mixing weights' gradient */
   if (staged && m->sp) { /* a reduce-scatter's whole and part; the replicated gradients */
     hs = hs > N * C + Nl * C ? hs : N * C + Nl * C;
     hs = hs > 6 * C ? hs : 6 * C;
@@ -287,6 +330,9 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   }
   m->pos_base = m->pos;
   m->docs = strcmp(cfg->data_attend, "document") == 0;
+  m->moe = d.E > 0;
+  m->E = d.E, m->K = d.K, m->Fe = d.Fe / tp, m->moe_layers = d.moe_layers;
+  m->aux_alpha = cfg->model_moe_aux_loss, m->z_beta = cfg->model_moe_z_loss;
   m->NH = d.H / tp, m->KV = d.KV / tp, m->HS = d.HS;
   m->Cl = m->NH * m->HS, m->C3 = (m->NH + 2 * m->KV) * m->HS, m->F = d.F / tp;
   td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);
@@ -333,16 +379,27 @@ void td_model_destroy(td_model **mp) {
       void *bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att,
                       a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->res3,
                       a->lnf, a->lnf_mean, a->lnf_rstd, a->logits, a->rowmax, a->sumexp,
-                      a->inputs, a->targets, a->doc};
+                      a->inputs, a->targets, a->doc, a->mprobs, a->mlse, a->mw, a->midx,
+                      a->mpos, a->mperm, a->moff, a->mgu, a->mh, a->mye};
       for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; ++j)
         if (bufs[j]) m->k->free(m->k, bufs[j]);
     }
     void *scr[] = {m->dres, m->dtmp, m->dln,    m->dqkv, m->datty, m->dfch, m->datt_scratch,
                    m->dmm,  m->att_re, m->xg, m->gsp,  m->kvl,  m->kvg,  m->kvf, m->dkvf,
-                   m->hlog};
+                   m->hlog, m->mlog, m->mpsum, m->mdw, m->mdlog, m->mgP, m->mdh, m->mdxe,
+                   m->mcount, m->mxe, m->mdye};
     for (size_t j = 0; j < sizeof scr / sizeof scr[0]; ++j)
       if (scr[j]) m->k->free(m->k, scr[j]);
   }
+  for (int i = -1; m->acts && i < m->nslots; ++i) {
+    td_acts *a = i < 0 ? &m->work : &m->acts[i];
+    td_free(a->moff_host);
+    td_free(a->mcnt_host);
+  }
+  td_free(m->midx_host);
+  td_free(m->mpsum_host);
+  td_free(m->mlse_host);
+  td_free(m->moe_load);
   for (int i = 0; m->wl && i < m->nslots; ++i) {
     if (m->k && m->wl[i].arena) m->k->free(m->k, m->wl[i].arena);
     free(m->wl[i].ops);
@@ -731,8 +788,11 @@ static td_status backward_impl(td_model *m, int slot, float loss_scale, const fl
     int64_t ix = li;
     if (m->recompute) { /* the block's activations again, from its kept input */
       w = &m->work, ix = 0;
-      TD_CHECK(m->llama ? td_model_llama_block_fwd(m, w, 0, layer, resid, w->res3)
-                        : td_model_gpt2_block_fwd(m, w, 0, layer, resid, w->res3));
+      m->moe_quiet = 1; /* its auxiliary losses were counted in the forward */
+      td_status rs = m->llama ? td_model_llama_block_fwd(m, w, 0, layer, resid, w->res3)
+                              : td_model_gpt2_block_fwd(m, w, 0, layer, resid, w->res3);
+      m->moe_quiet = 0;
+      TD_CHECK(rs);
     }
     TD_CHECK(m->llama ? td_model_llama_block_bwd(m, w, ix, layer, resid)
                       : td_model_gpt2_block_bwd(m, w, ix, layer, resid));

@@ -110,4 +110,18 @@ td_status td_model_llama_block_fwd(td_model *m, td_acts *a, int64_t li, int laye
 td_status td_model_llama_block_bwd(td_model *m, td_acts *a, int64_t li, int layer,
                                    const float *resid);
 
+/* ---- moe.c: the feed-forward layer of a sparse block ----------------------------- */
+
+/* n2 (Nl rows, type at, the MLP norm's output) → out = res2 + the experts'
+ * mixture; backward: m->dres holds d loss / d out and leaves with d loss /
+ * d n2 (summed over tp) in *dx, as td_model_col_grad gives it. Collective
+ * on tp_comm. */
+td_status td_model_moe_fwd(td_model *m, td_acts *a, int64_t li, int layer, const void *n2,
+                           const float *res2, float *out);
+td_status td_model_moe_bwd(td_model *m, td_acts *a, int64_t li, int layer, const void *n2,
+                           const float **dx);
+/* Parameter (type pt) of expert e where its unit lives now; its gradient. */
+void *td_model_pwe(const td_model *m, td_param_kind k, int layer, int e);
+float *td_model_pge(const td_model *m, td_param_kind k, int layer, int e);
+
 #endif

@@ -48,6 +48,13 @@ static const kind_info k_kinds[TD_PK_COUNT] = {
     [TD_PK_UP_W] = {"mlp.up_proj.weight", 1, 0, 1, TD_INIT_NORMAL},
     [TD_PK_DOWN_W] = {"mlp.down_proj.weight", 1, 1, 1, TD_INIT_NORMAL_RESID},
     [TD_PK_LM_HEAD] = {"lm_head.weight", 0, 0, 1, TD_INIT_NORMAL},
+    /* sparse blocks (Mixtral): the router replicated over tp (every tp rank
+     * routes the same rows); each expert split like the MLP, w1 and w3 by
+     * output, w2 by input */
+    [TD_PK_ROUTER] = {"block_sparse_moe.gate.weight", 1, -1, 1, TD_INIT_NORMAL},
+    [TD_PK_EXP_W1] = {"w1.weight", 1, 0, 1, TD_INIT_NORMAL},
+    [TD_PK_EXP_W2] = {"w2.weight", 1, 1, 1, TD_INIT_NORMAL_RESID},
+    [TD_PK_EXP_W3] = {"w3.weight", 1, 0, 1, TD_INIT_NORMAL},
 };
 
 /* The blocks' kinds of each family, in model order. */
@@ -57,9 +64,14 @@ static const td_param_kind k_gpt2_block[] = {
 static const td_param_kind k_llama_block[] = {TD_PK_ATTN_NORM, TD_PK_Q_W, TD_PK_K_W,
                                               TD_PK_V_W, TD_PK_O_W, TD_PK_MLP_NORM,
                                               TD_PK_GATE_W, TD_PK_UP_W, TD_PK_DOWN_W};
+/* A sparse LLaMA block (Mixtral): the block without its MLP, then the
+ * router; each expert's w1, w2, w3 follow. */
+static const td_param_kind k_moe_block[] = {TD_PK_ATTN_NORM, TD_PK_Q_W, TD_PK_K_W, TD_PK_V_W,
+                                            TD_PK_O_W, TD_PK_MLP_NORM, TD_PK_ROUTER};
+static const td_param_kind k_expert[] = {TD_PK_EXP_W1, TD_PK_EXP_W2, TD_PK_EXP_W3};
 
 static void global_shape(td_param_kind k, const td_model_dims *d, int *ndim, int64_t s[2]) {
-  int64_t C = d->C, F = d->F, Cq = d->H * d->HS, Ckv = d->KV * d->HS;
+  int64_t C = d->C, F = d->F, Cq = d->H * d->HS, Ckv = d->KV * d->HS, Fe = d->Fe;
   s[0] = s[1] = 1;
   *ndim = 2;
   switch (k) {
@@ -74,6 +86,9 @@ static void global_shape(td_param_kind k, const td_model_dims *d, int *ndim, int
     case TD_PK_O_W: s[0] = C, s[1] = Cq; break;
     case TD_PK_GATE_W: case TD_PK_UP_W: s[0] = F, s[1] = C; break;
     case TD_PK_DOWN_W: s[0] = C, s[1] = F; break;
+    case TD_PK_ROUTER: s[0] = d->E, s[1] = C; break;
+    case TD_PK_EXP_W1: case TD_PK_EXP_W3: s[0] = Fe, s[1] = C; break;
+    case TD_PK_EXP_W2: s[0] = C, s[1] = Fe; break;
     case TD_PK_QKV_B: *ndim = 1, s[0] = 3 * C; break;
     case TD_PK_FC_B: *ndim = 1, s[0] = F; break;
     default: *ndim = 1, s[0] = C; break;
@@ -92,13 +107,17 @@ static int stage_of_layer(const td_config *cfg, int layer) {
 }
 
 static void add_param(td_registry *r, const td_config *cfg, const td_model_dims *d,
-                      td_param_kind k, int layer) {
+                      td_param_kind k, int layer, int expert) {
   td_param *p = &r->p[r->n++];
   memset(p, 0, sizeof *p);
   const kind_info *ki = &k_kinds[k];
   p->kind = k;
   p->layer = layer;
-  if (ki->block)
+  p->expert = expert;
+  if (expert >= 0)
+    snprintf(p->name, sizeof p->name, "model.layers.%d.block_sparse_moe.experts.%d.%s", layer,
+             expert, ki->name);
+  else if (ki->block)
     snprintf(p->name, sizeof p->name, "%s%d.%s", d->llama ? "model.layers." : "h.", layer,
              ki->name);
   else if (d->llama && k != TD_PK_LM_HEAD)
@@ -146,20 +165,29 @@ td_status td_registry_create(const td_config *cfg, int tp, int tp_rank, int pp, 
                      : (int)(sizeof k_gpt2_block / sizeof *blk);
   td_registry *r = calloc(1, sizeof *r);
   int64_t L = cfg->model_layers;
-  int64_t max_n = 4 + nblk * L + 2;
+  int64_t max_n = 4 + (nblk + 1 + 3 * d.E) * L + 2;
   if (r) r->p = calloc((size_t)max_n, sizeof *r->p);
   if (!r || !r->p) {
     if (r) free(r);
     TD_FAIL(TD_ERR_NOMEM, "out of memory for the parameter registry");
   }
   r->tp = tp, r->tp_rank = tp_rank, r->pp = pp, r->pp_rank = pp_rank;
-  add_param(r, cfg, &d, TD_PK_WTE, -1);
-  if (!d.llama) add_param(r, cfg, &d, TD_PK_WPE, -1);
-  for (int l = 0; l < L; ++l)
-    for (int i = 0; i < nblk; ++i) add_param(r, cfg, &d, blk[i], l);
-  add_param(r, cfg, &d, TD_PK_LNF_W, -1);
-  if (!d.llama) add_param(r, cfg, &d, TD_PK_LNF_B, -1);
-  if (!d.tied) add_param(r, cfg, &d, TD_PK_LM_HEAD, -1);
+  add_param(r, cfg, &d, TD_PK_WTE, -1, -1);
+  if (!d.llama) add_param(r, cfg, &d, TD_PK_WPE, -1, -1);
+  for (int l = 0; l < L; ++l) {
+    if (!td_config_moe_layer(cfg, l)) {
+      for (int i = 0; i < nblk; ++i) add_param(r, cfg, &d, blk[i], l, -1);
+      continue;
+    }
+    for (size_t i = 0; i < sizeof k_moe_block / sizeof *k_moe_block; ++i)
+      add_param(r, cfg, &d, k_moe_block[i], l, -1);
+    for (int e = 0; e < d.E; ++e)
+      for (size_t i = 0; i < sizeof k_expert / sizeof *k_expert; ++i)
+        add_param(r, cfg, &d, k_expert[i], l, e);
+  }
+  add_param(r, cfg, &d, TD_PK_LNF_W, -1, -1);
+  if (!d.llama) add_param(r, cfg, &d, TD_PK_LNF_B, -1, -1);
+  if (!d.tied) add_param(r, cfg, &d, TD_PK_LM_HEAD, -1, -1);
   *out = r;
   return TD_OK;
 }
@@ -174,6 +202,12 @@ void td_registry_destroy(td_registry **rp) {
 td_param *td_registry_find(const td_registry *r, td_param_kind k, int layer) {
   for (int i = 0; i < r->n; ++i)
     if (r->p[i].kind == k && r->p[i].layer == layer) return &r->p[i];
+  return NULL;
+}
+
+td_param *td_registry_find_expert(const td_registry *r, td_param_kind k, int layer, int e) {
+  for (int i = 0; i < r->n; ++i)
+    if (r->p[i].kind == k && r->p[i].layer == layer && r->p[i].expert == e) return &r->p[i];
   return NULL;
 }
 

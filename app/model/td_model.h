@@ -43,6 +43,17 @@ typedef struct td_acts {
   int32_t *inputs, *targets;       /* (N) tokens of this micro-batch (target < 0: not in
                                       the loss) */
   int32_t *doc;                    /* (N) document starts (data.attend: document), else NULL */
+  /* sparse blocks (model.moe), per layer, over all N rows (gathered under
+   * sequence parallelism; every tp rank routes the same rows); R = N·K rows
+   * in the experts' order (dropless): */
+  float *mprobs, *mlse, *mw;       /* (N, E) router probabilities, (N) their lse, (N, K) weights */
+  int32_t *midx, *mpos, *mperm, *moff; /* (N, K) experts, (N·K) row of each slot, slot of each
+                                      row, (E + 1) first row of each expert */
+  float *mgu;                      /* (R, Fe/tp) gate then (R, Fe/tp) up */
+  void *mh;                        /* (R, Fe/tp) silu(gate)·up, type at */
+  float *mye;                      /* (R, C) expert outputs (partial over tp) */
+  int32_t *moff_host;              /* host: per layer (E + 1) copy of moff */
+  double *mcnt_host;               /* host: per layer (B, E) slots of each sequence per expert */
 } td_acts;
 
 typedef struct td_model td_model;
@@ -187,6 +198,22 @@ struct td_model {
   int nrep;
   int64_t rep_used;
   struct { td_param_kind kind; int layer; int64_t off, n; } rep[8];
+  /* model.moe (sparse blocks, moe.c): E experts, top K, Fe = the expert
+   * width / tp; the auxiliary losses' weights; what the forwards with
+   * targets since td_model_moe_reset added up (host: Σ over sequences and
+   * sparse blocks of E·Σ f·P, Σ over rows of lse², slots per expert); quiet
+   * during a recomputation (the block ran already) */
+  int moe;
+  int64_t E, K, Fe, moe_layers;
+  double aux_alpha, z_beta;
+  double moe_aux, moe_z, *moe_load;
+  int moe_quiet;
+  float *mlog, *mpsum, *mdw, *mdlog, *mgP, *mdh, *mdxe;
+  int32_t *mcount;
+  void *mxe, *mdye;            /* (R, C) the experts' inputs, their output gradient (type at) */
+  int32_t *midx_host;          /* host: (N, K) */
+  float *mpsum_host;           /* host: (B, E) */
+  float *mlse_host;            /* host: (N) */
   float *dres, *dtmp, *dln, *dqkv, *datty, *dfch, *datt_scratch;
   void *dmm;             /* bf16: a gradient rounded for the matmuls that read it */
   float *rowstat_host;   /* (3N) host staging for cross-entropy statistics */
@@ -217,6 +244,13 @@ struct td_model {
   float **unit_grad;               /* ... and of the grads */
   td_model_hooks hooks;            /* place units (the trainer's ZeRO engine) */
 };
+
+/* Sparse blocks (model.moe): zero the sums the forwards add up; read them
+ * (aux: Σ over sequences and sparse blocks of E·Σ_i f_i·P_i; z: Σ over rows
+ * and sparse blocks of logsumexp²; load: (E) slots routed to each expert
+ * over the sparse blocks) — this rank's, from its stage's blocks. */
+void td_model_moe_reset(td_model *m);
+void td_model_moe_sums(const td_model *m, double *aux, double *z, const double **load);
 
 /* Rows of the residual stream a rank holds for micro-batches of B
  * sequences: B·T, or B·T / tp under parallel.sequence_parallel. */

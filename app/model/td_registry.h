@@ -29,13 +29,17 @@ typedef enum {
   TD_PK_ATTPROJ_W, TD_PK_ATTPROJ_B, TD_PK_LN2_W, TD_PK_LN2_B, TD_PK_FC_W, TD_PK_FC_B,
   TD_PK_FCPROJ_W, TD_PK_FCPROJ_B, TD_PK_LNF_W, TD_PK_LNF_B,
   TD_PK_ATTN_NORM, TD_PK_Q_W, TD_PK_K_W, TD_PK_V_W, TD_PK_O_W, TD_PK_MLP_NORM, TD_PK_GATE_W,
-  TD_PK_UP_W, TD_PK_DOWN_W, TD_PK_LM_HEAD, TD_PK_COUNT
+  TD_PK_UP_W, TD_PK_DOWN_W, TD_PK_LM_HEAD,
+  /* a sparse block (model.moe, Mixtral's names): the router, and per expert
+   * w1 (gate), w2 (down), w3 (up) */
+  TD_PK_ROUTER, TD_PK_EXP_W1, TD_PK_EXP_W2, TD_PK_EXP_W3, TD_PK_COUNT
 } td_param_kind;
 
 typedef struct td_param {
   char name[64];        /* "h.3.attn.c_attn.weight", "model.layers.3.mlp.up_proj.weight" */
   td_param_kind kind;
   int layer;            /* block index, -1 for embeddings, final norm and head */
+  int expert;           /* expert index of TD_PK_EXP_*, else -1 */
   int ndim;             /* 1 or 2 */
   int64_t shape[2];     /* global logical shape (unused dims = 1) */
   int split_dim;        /* -1 replicated across tp; else the dimension split */
@@ -66,8 +70,11 @@ typedef struct td_registry {
 td_status td_registry_create(const td_config *cfg, int tp, int tp_rank, int pp, int pp_rank,
                              td_registry **out);
 void td_registry_destroy(td_registry **r);
-/* The parameter of kind k in block `layer` (-1 for non-block ones), or NULL. */
+/* The parameter of kind k in block `layer` (-1 for non-block ones), or NULL
+ * (an expert kind: expert 0's). */
 td_param *td_registry_find(const td_registry *r, td_param_kind k, int layer);
+/* ... of expert e (TD_PK_EXP_*), or NULL. */
+td_param *td_registry_find_expert(const td_registry *r, td_param_kind k, int layer, int e);
 /* Global flat index (row-major over the global shape) of local element
  * (i, j) of p's shard, or -1 if it is padding. */
 int64_t td_param_global_index(const td_registry *r, const td_param *p, int64_t i, int64_t j);

@@ -120,6 +120,13 @@ static td_status dump_begin(td_trainer *t, dump_state *d) {
   TD_CHECK(td_h5_attr_write_i64(f, "tie_embeddings", dm.tied));
   TD_CHECK(td_h5_attr_write_f64(f, "norm_eps", c->model_norm_eps));
   TD_CHECK(td_h5_attr_write_f64(f, "rope_theta", c->model_rope_theta));
+  if (dm.E > 0) { /* model.moe */
+    const char *mk[] = {"moe_experts", "moe_top_k", "moe_every", "moe_ffn_dim"};
+    int64_t mv[] = {dm.E, dm.K, dm.every, dm.Fe};
+    for (int i = 0; i < 4; ++i) TD_CHECK(td_h5_attr_write_i64(f, mk[i], mv[i]));
+    TD_CHECK(td_h5_attr_write_f64(f, "moe_aux_loss", c->model_moe_aux_loss));
+    TD_CHECK(td_h5_attr_write_f64(f, "moe_z_loss", c->model_moe_z_loss));
+  }
   TD_CHECK(dump_tensors(t, f, "/model", td_zero_owned_params(t->zero),
                         td_zero_state_on_host(t->zero)));
   TD_CHECK(td_alloc((void **)&t->grad_snapshot, (size_t)t->model->reg->total_local * sizeof(float),

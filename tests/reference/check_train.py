@@ -112,6 +112,10 @@ def read_dump(path):
             d["llama"] = {"kv_heads": int(_attr(f, "kv_heads")),
                           "norm_eps": float(_attr(f, "norm_eps")),
                           "rope_theta": float(_attr(f, "rope_theta"))}
+            if "moe_experts" in f.attrs:  # model.moe: Mixtral's sparse blocks
+                d["llama"]["moe"] = {k: (float if k in ("aux_loss", "z_loss") else int)(
+                    _attr(f, "moe_" + k)) for k in ("experts", "top_k", "every", "ffn_dim",
+                                                    "aux_loss", "z_loss")}
         elif d["arch"] != "gpt2":
             raise BadInput("%s: arch %r (gpt2 or llama expected)" % (path, d["arch"]))
     M = LL if d["arch"] == "llama" else G

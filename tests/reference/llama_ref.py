@@ -57,24 +57,41 @@ class Config:
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     tied: bool = False
+    # model.moe (Mixtral's sparse blocks): 0 experts is a dense model
+    experts: int = 0
+    top_k: int = 2
+    every: int = 1
+    moe_ffn: int = 0
+    aux_loss: float = 0.0
+    z_loss: float = 0.0
+
+    def sparse(self, i):
+        return self.experts > 0 and (i + 1) % self.every == 0
 
     @property
     def head_size(self):
         return self.dim // self.heads
 
 
-def block_names(i):
+def block_names(i, cfg=None):
     p = "model.layers.%d." % i
-    return [p + "input_layernorm.weight", p + "self_attn.q_proj.weight",
-            p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight",
-            p + "self_attn.o_proj.weight", p + "post_attention_layernorm.weight",
-            p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight"]
+    names = [p + "input_layernorm.weight", p + "self_attn.q_proj.weight",
+             p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight",
+             p + "self_attn.o_proj.weight", p + "post_attention_layernorm.weight"]
+    if cfg is not None and cfg.sparse(i):  # Mixtral: block_sparse_moe
+        names.append(p + "block_sparse_moe.gate.weight")
+        for e in range(cfg.experts):
+            q = p + "block_sparse_moe.experts.%d." % e
+            names += [q + "w1.weight", q + "w2.weight", q + "w3.weight"]
+        return names
+    return names + [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight",
+                    p + "mlp.down_proj.weight"]
 
 
 def param_names(cfg):
     names = ["model.embed_tokens.weight"]
     for i in range(cfg.layers):
-        names += block_names(i)
+        names += block_names(i, cfg)
     names += ["model.norm.weight"] + ([] if cfg.tied else ["lm_head.weight"])
     return names
 
@@ -93,15 +110,24 @@ def param_shapes(cfg):
             p + "self_attn.v_proj.weight": (cfg.kv_heads * hs, C),
             p + "self_attn.o_proj.weight": (C, cfg.heads * hs),
             p + "post_attention_layernorm.weight": (C,),
-            p + "mlp.gate_proj.weight": (F_, C),
-            p + "mlp.up_proj.weight": (F_, C),
-            p + "mlp.down_proj.weight": (C, F_),
         })
+        if cfg.sparse(i):
+            Fe = cfg.moe_ffn or F_
+            out[p + "block_sparse_moe.gate.weight"] = (cfg.experts, C)
+            for e in range(cfg.experts):
+                q = p + "block_sparse_moe.experts.%d." % e
+                out.update({q + "w1.weight": (Fe, C), q + "w2.weight": (C, Fe),
+                            q + "w3.weight": (Fe, C)})
+        else:
+            out.update({p + "mlp.gate_proj.weight": (F_, C), p + "mlp.up_proj.weight": (F_, C),
+                        p + "mlp.down_proj.weight": (C, F_)})
     return out
 
 
-def infer_config(params, heads, kv_heads=0, norm_eps=1e-5, rope_theta=10000.0, seq_len=None):
-    """Config from a dict of arrays; checks every name and shape."""
+def infer_config(params, heads, kv_heads=0, norm_eps=1e-5, rope_theta=10000.0, seq_len=None,
+                 moe=None):
+    """Config from a dict of arrays; checks every name and shape. moe: the
+    deck's model.moe (experts, top_k, every, ffn_dim, aux_loss, z_loss)."""
     V, C = tuple(params["model.embed_tokens.weight"].shape)
     layers = 0
     while ("model.layers.%d.input_layernorm.weight" % layers) in params:
@@ -109,10 +135,17 @@ def infer_config(params, heads, kv_heads=0, norm_eps=1e-5, rope_theta=10000.0, s
     if heads <= 0 or C % heads:
         raise ValueError("dim %d is not divisible by heads %d" % (C, heads))
     kv = kv_heads or heads
-    F_ = tuple(params["model.layers.0.mlp.gate_proj.weight"].shape)[0] if layers else 0
+    dense = [i for i in range(layers) if ("model.layers.%d.mlp.gate_proj.weight" % i) in params]
+    F_ = tuple(params["model.layers.%d.mlp.gate_proj.weight" % dense[0]].shape)[0] if dense else 0
     cfg = Config(vocab_size=V, seq_len=seq_len or 0, layers=layers, dim=C, heads=heads,
                  kv_heads=kv, ffn_dim=F_, norm_eps=norm_eps, rope_theta=rope_theta,
                  tied="lm_head.weight" not in params)
+    if moe:
+        cfg.experts, cfg.top_k, cfg.every = moe["experts"], moe["top_k"], moe["every"]
+        cfg.aux_loss, cfg.z_loss = moe["aux_loss"], moe["z_loss"]
+        cfg.moe_ffn = moe["ffn_dim"]
+        if not dense:
+            cfg.ffn_dim = cfg.moe_ffn
     G.check_params(params, param_shapes(cfg))
     return cfg
 
@@ -169,8 +202,41 @@ def _attention(x, P, p, cfg, mask, cos, sin):
     return y @ P[p + "self_attn.o_proj.weight"].t()
 
 
-def forward(params, idx, cfg, targets=None, mask=None):
-    """idx, targets: int64 (B, T). Returns (logits (B,T,V), loss or None)."""
+def _moe(x, P, p, cfg):
+    """Hugging Face MixtralSparseMoeBlock: softmax over the router's logits,
+    the top_k, their weights renormalised, Σ w · w2(silu(w1 x) · w3 x). Also
+    this block's auxiliary terms, per sequence: E·Σ_i f_i·P_i (f_i: the
+    sequence's top-k choices of expert i / T; P_i: its mean probability of
+    i) summed over sequences, and Σ over rows of logsumexp(logits)²."""
+    B, T, C = x.shape
+    E, K = cfg.experts, cfg.top_k
+    logits = x @ P[p + "block_sparse_moe.gate.weight"].t()           # (B, T, E)
+    probs = torch.softmax(logits, dim=-1)
+    w, sel = torch.topk(probs, K, dim=-1)                             # (B, T, K)
+    w = w / w.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e in range(E):
+        q = p + "block_sparse_moe.experts.%d." % e
+        hit = sel == e                                                # (B, T, K)
+        if not bool(hit.any()):
+            continue
+        y = (F.silu(x @ P[q + "w1.weight"].t()) * (x @ P[q + "w3.weight"].t())) @ \
+            P[q + "w2.weight"].t()
+        out = out + (w * hit).sum(-1, keepdim=True) * y
+    f = F.one_hot(sel, E).sum(dim=2).to(x.dtype) / T                  # (B, T, E) -> per row
+    f = f.sum(dim=1)                                                  # (B, E): fraction × K
+    Pm = probs.mean(dim=1)                                            # (B, E)
+    aux = (E * (f * Pm).sum(-1)).sum()
+    z = (torch.logsumexp(logits, dim=-1) ** 2).sum()
+    return out, aux, z
+
+
+def forward(params, idx, cfg, targets=None, mask=None, terms=None):
+    """idx, targets: int64 (B, T). Returns (logits (B,T,V), loss or None).
+    With sparse blocks the loss's gradient is that of the language-model
+    loss + aux_loss·aux + z_loss·z (means over the batch's sequences, rows
+    and sparse blocks) while its value is the language-model loss, as
+    trident reports it; terms (a dict), if given, receives aux and z."""
     B, T = idx.shape
     if mask is None:
         mask = causal_mask(T, idx.device)
@@ -178,11 +244,19 @@ def forward(params, idx, cfg, targets=None, mask=None):
     emb = P["model.embed_tokens.weight"]
     cos, sin = _rope_tables(T, cfg.head_size, cfg.rope_theta, emb.dtype)
     x = emb[idx]
+    aux = z = None
+    nsparse = sum(1 for i in range(cfg.layers) if cfg.sparse(i))
     for i in range(cfg.layers):
         p = "model.layers.%d." % i
         h = _rms_norm(x, P[p + "input_layernorm.weight"], cfg.norm_eps)
         x = x + _attention(h, P, p, cfg, mask, cos, sin)
         h = _rms_norm(x, P[p + "post_attention_layernorm.weight"], cfg.norm_eps)
+        if cfg.sparse(i):
+            y, a, zz = _moe(h, P, p, cfg)
+            x = x + y
+            aux = a if aux is None else aux + a
+            z = zz if z is None else z + zz
+            continue
         g = h @ P[p + "mlp.gate_proj.weight"].t()
         u = h @ P[p + "mlp.up_proj.weight"].t()
         x = x + (F.silu(g) * u) @ P[p + "mlp.down_proj.weight"].t()
@@ -192,6 +266,13 @@ def forward(params, idx, cfg, targets=None, mask=None):
     loss = None
     if targets is not None:
         loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
+        if aux is not None:
+            aux = aux / (B * nsparse)
+            z = z / (B * T * nsparse)
+            extra = cfg.aux_loss * aux + cfg.z_loss * z
+            loss = loss + (extra - extra.detach())  # the gradient, not the value
+            if terms is not None:
+                terms["aux"], terms["z"] = aux.item(), z.item()
     return logits, loss
 
 

@@ -1,0 +1,208 @@
+/* moe.c — the feed-forward layer of a sparse LLaMA block (model.moe;
+ * docs/architecture.md, "Mixture of experts"), on one rank's shard, built
+ * from the moe_* kernels:
+ *
+ *   logits = x·Gᵀ (N, E); p = softmax(logits); the top K experts of each
+ *   row (ties to the lower index), weights w = their p renormalised over
+ *   the K (Hugging Face MixtralSparseMoeBlock);
+ *   out = res2 + Σ_j w_j · w2_e(silu(w1_e·x)·(w3_e·x)), e the j-th expert.
+ *
+ * Dropless: every token reaches its K experts; the N·K slots are put in
+ * the experts' order (moe_plan) so each expert is one matmul over its own
+ * rows (a grouped matmul). Tensor parallelism splits every expert like the
+ * dense MLP (w1, w3 by output, w2 by input): every tp rank routes the same
+ * rows (the input all-gathered under sequence parallelism), mixes its
+ * partial outputs, and the row-parallel sum adds them. The router is
+ * replicated over tp: its gradient, from the mixing weights' gradient
+ * summed over tp, is the same on every tp rank, and its input gradient is
+ * added once (tp rank 0) to the partial sum the column-parallel backward
+ * reduces.
+ *
+ * Auxiliary losses, per sequence and sparse block (a grid never changes
+ * them: a sequence is one sequence on every grid), averaged over the
+ * global batch's S sequences and the Lm sparse blocks and added to the
+ * loss minimised:
+ *   aux = α · E · Σ_i f_i·P_i, f_i = (slots of the sequence routed to i) / T,
+ *         P_i = mean over its T rows of p_i (Switch, Mixtral; as DeepSeek-V3's
+ *         sequence-wise balance loss, per sequence);
+ *   z   = β · mean over rows of logsumexp(logits)² (ST-MoE).
+ * f has no gradient (a count); the gradient reaches p through P. */
+#include "app/model/model_internal.h"
+
+#include <string.h>
+
+void *td_model_pwe(const td_model *m, td_param_kind k, int layer, int e) {
+  const td_param *p = td_registry_find_expert(m->reg, k, layer, e);
+  int u = td_model_unit_of(m, p);
+  return (char *)m->unit_param[u] + (size_t)(p->offset - m->unit_begin[u]) * td_dtype_size(m->pt);
+}
+
+float *td_model_pge(const td_model *m, td_param_kind k, int layer, int e) {
+  const td_param *p = td_registry_find_expert(m->reg, k, layer, e);
+  int u = td_model_unit_of(m, p);
+  return m->unit_grad[u] + (p->offset - m->unit_begin[u]);
+}
+
+void td_model_moe_reset(td_model *m) {
+  m->moe_aux = 0.0, m->moe_z = 0.0;
+  for (int64_t e = 0; m->moe_load && e < m->E; ++e) m->moe_load[e] = 0.0;
+}
+
+void td_model_moe_sums(const td_model *m, double *aux, double *z, const double **load) {
+  *aux = m->moe_aux, *z = m->moe_z, *load = m->moe_load;
+}
+
+/* The global batch's sequences S and the sparse blocks Lm: the auxiliary
+ * losses are means over S·Lm (per sequence) and S·T·Lm (per row). */
+static double moe_norm(const td_model *m) {
+  return (double)m->cfg->training_global_batch * (double)m->moe_layers;
+}
+
+/* Element r·cols of a buffer of type at. */
+static const void *rows_at(const td_model *m, const void *base, int64_t r, int64_t cols) {
+  return (const char *)base + (size_t)(r * cols) * td_dtype_size(m->at);
+}
+
+td_status td_model_moe_fwd(td_model *m, td_acts *a, int64_t li, int layer, const void *n2,
+                           const float *res2, float *out) {
+  td_kernels *k = m->k;
+  int64_t B = m->B, T = m->T, N = B * T, C = m->C, E = m->E, K = m->K, F = m->Fe, R = N * K;
+  td_dtype at = m->at, pt = m->pt;
+  float *probs = a->mprobs + li * N * E, *lse = a->mlse + li * N, *w = a->mw + li * N * K;
+  int32_t *idx = a->midx + li * N * K, *pos = a->mpos + li * R, *perm = a->mperm + li * R;
+  int32_t *off = a->moff + li * (E + 1), *offh = a->moff_host + li * (E + 1);
+  float *gate = a->mgu + li * 2 * R * F, *up = gate + R * F, *ye = a->mye + li * R * C;
+  void *h = td_model_at(m, a->mh, li * R * F);
+  const void *x = NULL;
+  TD_CHECK(td_model_col_in(m, n2, &x));
+  /* the router, per sequence (its P for the balance loss) */
+  TD_CHECK(td_model_mm(m, 0, 1, N, E, C, x, at, td_model_pw(m, TD_PK_ROUTER, layer), pt, 0.0f,
+                       m->mlog));
+  for (int64_t b = 0; b < B; ++b)
+    TD_CHECK(k->moe_route(k, probs + b * T * E, lse + b * T, idx + b * T * K, w + b * T * K,
+                          m->mpsum + b * E, m->mlog + b * T * E, T, E, K));
+  TD_CHECK(k->moe_plan(k, pos, perm, off, m->mcount, idx, N, E, K, 0));
+  TD_CHECK(k->to_host(k, offh, off, (size_t)(E + 1) * sizeof(int32_t)));
+  if (offh[E] != R)
+    TD_FAIL(TD_ERR_INTERNAL, "moe: block %d kept %d of %lld slots without a capacity", layer,
+            (int)offh[E], (long long)R);
+  /* the experts, each over its rows */
+  TD_CHECK(k->moe_gather(k, m->mxe, x, at, perm, R, C, K));
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+    if (n == 0) continue;
+    const void *xr = rows_at(m, m->mxe, r0, C);
+    TD_CHECK(td_model_mm(m, 0, 1, n, F, C, xr, at, td_model_pwe(m, TD_PK_EXP_W1, layer, (int)e),
+                         pt, 0.0f, gate + r0 * F));
+    TD_CHECK(td_model_mm(m, 0, 1, n, F, C, xr, at, td_model_pwe(m, TD_PK_EXP_W3, layer, (int)e),
+                         pt, 0.0f, up + r0 * F));
+  }
+  TD_CHECK(td_model_poll(m));
+  TD_CHECK(k->swiglu_fwd(k, h, at, gate, up, R * F));
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+    if (n == 0) continue;
+    TD_CHECK(td_model_mm(m, 0, 1, n, C, F, rows_at(m, h, r0, F), at,
+                         td_model_pwe(m, TD_PK_EXP_W2, layer, (int)e), pt, 0.0f, ye + r0 * C));
+  }
+  TD_CHECK(td_model_poll(m));
+  TD_CHECK(k->moe_combine(k, m->dtmp, ye, w, pos, N, K, C));
+  TD_CHECK(td_model_row_out(m, NULL, res2, out));
+  /* what the step reports and the backward's balance gradient needs: each
+   * sequence's slots per expert; the losses' sums (not again in a
+   * recomputation) */
+  double *cnt = a->mcnt_host + li * B * E;
+  TD_CHECK(k->to_host(k, m->midx_host, idx, (size_t)N * K * sizeof(int32_t)));
+  memset(cnt, 0, (size_t)(B * E) * sizeof *cnt);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t j = 0; j < K; ++j) cnt[(r / T) * E + m->midx_host[r * K + j]] += 1.0;
+  if (m->moe_quiet) return TD_OK;
+  TD_CHECK(k->to_host(k, m->mpsum_host, m->mpsum, (size_t)(B * E) * sizeof(float)));
+  TD_CHECK(k->to_host(k, m->mlse_host, lse, (size_t)N * sizeof(float)));
+  for (int64_t b = 0; b < B; ++b) {
+    double s = 0.0;
+    for (int64_t e = 0; e < E; ++e) {
+      s += (cnt[b * E + e] / (double)T) * ((double)m->mpsum_host[b * E + e] / (double)T);
+      m->moe_load[e] += cnt[b * E + e];
+    }
+    m->moe_aux += (double)E * s;
+  }
+  for (int64_t r = 0; r < N; ++r) m->moe_z += (double)m->mlse_host[r] * (double)m->mlse_host[r];
+  return TD_OK;
+}
+
+td_status td_model_moe_bwd(td_model *m, td_acts *a, int64_t li, int layer, const void *n2,
+                           const float **dx) {
+  td_kernels *k = m->k;
+  int64_t B = m->B, T = m->T, N = B * T, C = m->C, E = m->E, K = m->K, F = m->Fe, R = N * K;
+  td_dtype at = m->at, pt = m->pt;
+  const float *probs = a->mprobs + li * N * E, *lse = a->mlse + li * N, *w = a->mw + li * N * K;
+  const int32_t *idx = a->midx + li * N * K, *pos = a->mpos + li * R, *perm = a->mperm + li * R;
+  const int32_t *offh = a->moff_host + li * (E + 1);
+  const float *gate = a->mgu + li * 2 * R * F, *up = gate + R * F, *ye = a->mye + li * R * C;
+  const void *h = td_model_at(m, a->mh, li * R * F);
+  const double *cnt = a->mcnt_host + li * B * E;
+  float *dgate = m->mdh, *dup = dgate + R * F, *dh = dup + R * F;
+  const float *dy = NULL;
+  const void *x = NULL, *d = NULL;
+  /* the mixture: the experts' output gradient, the weights' (summed over tp:
+   * each rank's outputs are partial) */
+  TD_CHECK(td_model_row_grad(m, &dy));
+  TD_CHECK(k->moe_combine_bwd(k, m->mdye, at, m->mdw, dy, ye, w, pos, N, K, C));
+  TD_CHECK(td_model_tp_sum(m, m->mdw, N * K));
+  /* w2: dW2_e += dyeᵀ·h, dh = dye·W2_e */
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+    if (n == 0) continue;
+    const void *dr = rows_at(m, m->mdye, r0, C);
+    TD_CHECK(td_model_mm(m, 1, 0, C, F, n, dr, at, rows_at(m, h, r0, F), at, 1.0f,
+                         td_model_pge(m, TD_PK_EXP_W2, layer, (int)e)));
+    TD_CHECK(td_model_mm(m, 0, 0, n, F, C, dr, at, td_model_pwe(m, TD_PK_EXP_W2, layer, (int)e),
+                         pt, 0.0f, dh + r0 * F));
+  }
+  TD_CHECK(td_model_poll(m));
+  TD_CHECK(k->swiglu_bwd(k, dgate, dup, dh, gate, up, R * F));
+  /* w1, w3: their gradients from the experts' inputs again, the inputs'
+   * gradient dxe summed over both */
+  TD_CHECK(td_model_col_in(m, n2, &x));
+  TD_CHECK(k->moe_gather(k, m->mxe, x, at, perm, R, C, K));
+  for (int pass = 0; pass < 2; ++pass) {
+    td_param_kind kind = pass == 0 ? TD_PK_EXP_W1 : TD_PK_EXP_W3;
+    TD_CHECK(td_model_mm_grad(m, pass == 0 ? dgate : dup, R * F, &d));
+    for (int64_t e = 0; e < E; ++e) {
+      int64_t r0 = offh[e], n = offh[e + 1] - r0;
+      if (n == 0) continue;
+      const void *dr = rows_at(m, d, r0, F);
+      TD_CHECK(td_model_mm(m, 1, 0, F, C, n, dr, at, rows_at(m, m->mxe, r0, C), at, 1.0f,
+                           td_model_pge(m, kind, layer, (int)e)));
+      TD_CHECK(td_model_mm(m, 0, 0, n, C, F, dr, at, td_model_pwe(m, kind, layer, (int)e), pt,
+                           pass == 0 ? 0.0f : 1.0f, m->mdxe + r0 * C));
+    }
+    TD_CHECK(td_model_poll(m));
+  }
+  TD_CHECK(k->moe_scatter(k, m->dln, m->mdxe, pos, N, K, C));
+  /* the router: through the weights' renormalisation and the softmax, plus
+   * each sequence's balance gradient α·E·f_i/(S·Lm·T) for p_i, and the
+   * z-loss's 2β·lse/(S·T·Lm) */
+  double norm = moe_norm(m);
+  float zc = (float)(2.0 * m->z_beta / (norm * (double)T));
+  if (m->aux_alpha > 0.0) { /* (B, E), staged through the forward's host buffer */
+    float *g = m->mpsum_host;
+    for (int64_t i = 0; i < B * E; ++i)
+      g[i] = (float)(m->aux_alpha * (double)E * (cnt[i] / (double)T) / (norm * (double)T));
+    TD_CHECK(k->to_device(k, m->mgP, g, (size_t)(B * E) * sizeof(float)));
+  }
+  for (int64_t b = 0; b < B; ++b)
+    TD_CHECK(k->moe_route_bwd(k, m->mdlog + b * T * E, m->mdw + b * T * K, probs + b * T * E,
+                              lse + b * T, idx + b * T * K, w + b * T * K,
+                              m->aux_alpha > 0.0 ? m->mgP + b * E : NULL, zc, T, E, K));
+  TD_CHECK(td_model_mm_grad(m, m->mdlog, N * E, &d));
+  float *gr = NULL;
+  TD_CHECK(td_model_wdst(m, TD_PK_ROUTER, layer, &gr));
+  TD_CHECK(td_model_mm(m, 1, 0, E, C, N, d, at, x, at, 1.0f, gr));
+  if (m->grid->tp_rank == 0) /* the same on every tp rank: added once to the partial sum */
+    TD_CHECK(td_model_mm(m, 0, 0, N, C, E, d, at, td_model_pw(m, TD_PK_ROUTER, layer), pt, 1.0f,
+                         m->dln));
+  TD_CHECK(td_model_poll(m));
+  return td_model_col_grad(m, dx);
+}
