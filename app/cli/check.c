@@ -228,6 +228,17 @@ static td_status report(const td_config *cfg, const td_grid *g, const rank_info 
          dm.tied ? "tied" : "untied");
   human_count((double)reg->total_global, a, sizeof a);
   printf("parameters: %lld (%s)\n", (long long)reg->total_global, a);
+  if (dm.E > 0) { /* model.moe: what a token uses, which FLOPs and MFU count */
+    char act[32];
+    human_count((double)dm.active_params, act, sizeof act);
+    printf("mixture of experts: %lld of %lld blocks sparse (every %lld), each %lld SwiGLU experts "
+           "of width %lld, top %lld, a router (%lld, %lld) replicated over tp; dropless; "
+           "load-balancing loss %g, z-loss %g; active parameters %lld (%s) a token, of %lld "
+           "(%s)\n", (long long)dm.moe_layers, (long long)dm.L, (long long)dm.every,
+           (long long)dm.E, (long long)dm.Fe, (long long)dm.K, (long long)dm.E, (long long)dm.C,
+           cfg->model_moe_aux_loss, cfg->model_moe_z_loss, (long long)dm.active_params, act,
+           (long long)reg->total_global, a);
+  }
   printf("batch: global %lld sequences = %lld tokens; micro-batch %lld per rank, %lld "
          "accumulation step%s per optimizer step\n",
          (long long)cfg->training_global_batch,

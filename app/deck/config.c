@@ -512,6 +512,8 @@ static td_status apply_set(td_config *cfg, const char *arg, marks *mk) {
   char sec[64], key[64];
   snprintf(sec, sizeof sec, "%.*s", (int)(dot - arg), arg);
   snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
+  char written[64]; /* as the user wrote it, for messages */
+  snprintf(written, sizeof written, "%s", key);
   char *dot2 = strchr(key, '.'); /* model.moe.experts: the row moe_experts */
   if (dot2) {
     *dot2 = '_';
@@ -520,7 +522,7 @@ static td_status apply_set(td_config *cfg, const char *arg, marks *mk) {
   const entry *e = find_entry(sec, key);
   if (!e) {
     char full[160];
-    snprintf(full, sizeof full, "%s.%s", sec, key);
+    snprintf(full, sizeof full, "%s.%s", sec, written);
     const char *s = suggest_key(sec, key);
     if (s) TD_FAIL(TD_ERR_DECK, "%s: unknown key '%s' (did you mean '%s'?)", where, full, s);
     TD_FAIL(TD_ERR_DECK, "%s: unknown key '%s' (see `trident check --schema`)", where, full);

@@ -56,6 +56,7 @@ typedef struct {
   uint8_t *masks;   /* (S, G, T+1) loss masks, when the data has them or documents */
   int32_t *docs;    /* (S, G, T+1) document starts (td_dataset_read_meta) */
   double *losses, *norms, *lrs;
+  double *moe_aux, *moe_z; /* (S) model.moe: the step's auxiliary terms */
 } dump_state;
 
 /* Write every parameter (or gradient) of the model as `prefix/<name>`. */
@@ -96,9 +97,10 @@ static td_status dump_begin(td_trainer *t, dump_state *d) {
     TD_CHECK(td_alloc((void **)&d->docs, (size_t)(d->S * d->G * (d->T + 1)) * sizeof(int32_t),
                       "dump documents"));
   }
-  TD_CHECK(td_alloc((void **)&d->losses, (size_t)(d->S + 1) * 3 * sizeof(double), "dump losses"));
+  TD_CHECK(td_alloc((void **)&d->losses, (size_t)(d->S + 1) * 5 * sizeof(double), "dump losses"));
   d->norms = d->losses + d->S + 1;
   d->lrs = d->norms + d->S + 1;
+  d->moe_aux = d->lrs + d->S + 1, d->moe_z = d->moe_aux + d->S + 1;
   TD_CHECK(ensure_parent(t->dump_path));
   TD_CHECK(td_h5_create(t->dump_path, MPI_COMM_NULL, &d->file));
   hid_t f = d->file;
@@ -157,6 +159,10 @@ static td_status dump_end(td_trainer *t, dump_state *d) {
   TD_CHECK(td_h5_write(d->file, "/losses", H5T_NATIVE_DOUBLE, 1, dims1, d->losses));
   TD_CHECK(td_h5_write(d->file, "/grad_norms", H5T_NATIVE_DOUBLE, 1, dims1, d->norms));
   TD_CHECK(td_h5_write(d->file, "/lrs", H5T_NATIVE_DOUBLE, 1, dims1, d->lrs));
+  if (t->model->moe) {
+    TD_CHECK(td_h5_write(d->file, "/moe_aux_losses", H5T_NATIVE_DOUBLE, 1, dims1, d->moe_aux));
+    TD_CHECK(td_h5_write(d->file, "/moe_z_losses", H5T_NATIVE_DOUBLE, 1, dims1, d->moe_z));
+  }
   td_h5_close(&d->file);
   return TD_OK;
 }
@@ -599,6 +605,11 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
         fprintf(t->metrics, "%s%.4f", i ? ", " : "", stage_max[256 + i]);
       fprintf(t->metrics, "]");
     }
+    if (t->model->moe) /* the sparse blocks' auxiliary terms and expert load */
+      fprintf(t->metrics,
+              ", \"moe_aux_loss\": %.9g, \"moe_z_loss\": %.9g, \"moe_tokens_min\": %.9g, "
+              "\"moe_tokens_max\": %.9g, \"moe_tokens_mean\": %.9g",
+              t->moe_aux, t->moe_z, t->moe_tok_min, t->moe_tok_max, t->moe_tok_mean);
     if (has_val) fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
     if (has_val && t->has_choice)
       fprintf(t->metrics, ", \"choice_acc\": %.9g, \"choice_acc_norm\": %.9g", t->choice_acc,
@@ -609,13 +620,20 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
   if (t->tb) {
     /* the JSONL's numbers under TensorBoard's usual names (docs/monitoring.md) */
     const double gib = 1024.0 * 1024.0 * 1024.0;
-    const char *tags[48];
-    double v[48];
+    const char *tags[64];
+    double v[64];
     int n = 0;
 #define TB(tag, value) (tags[n] = (tag), v[n++] = (value))
     TB("loss_metrics/global_avg_loss", loss);
     TB("lr", lr);
     TB("grad_norm", norm);
+    if (t->model->moe) {
+      TB("moe/aux_loss", t->moe_aux);
+      TB("moe/z_loss", t->moe_z);
+      TB("moe/tokens_per_expert_min", t->moe_tok_min);
+      TB("moe/tokens_per_expert_max", t->moe_tok_max);
+      TB("moe/tokens_per_expert_mean", t->moe_tok_mean);
+    }
     TB("tokens_seen", (double)t->tokens_seen);
     TB("time_metrics/step(ms)", step_s * 1e3);
     TB("throughput(tps)", tps);
@@ -788,6 +806,7 @@ td_status td_trainer_run(td_trainer *t) {
     if (d.file >= 0) {
       TD_CHECK_GOTO(dump_batch(t, &d, s));
       d.losses[s] = loss, d.norms[s] = norm, d.lrs[s] = lr;
+      d.moe_aux[s] = t->moe_aux, d.moe_z[s] = t->moe_z;
       if (s == 0) {
         TD_CHECK_GOTO(dump_tensors(t, d.file, "/grad", t->grad_snapshot, 1));
         TD_CHECK_GOTO(dump_tensors(t, d.file, "/model_after", td_zero_owned_params(t->zero),

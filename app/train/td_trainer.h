@@ -82,6 +82,11 @@ typedef struct td_trainer {
   uint8_t *mask_win;
   int32_t *doc_win, *tok_doc;
   double loss_tokens;  /* the last step's: targets counted in the loss over the global batch */
+  /* model.moe, the last step's (every rank): the load-balancing term E·Σ f·P
+   * (mean over sequences and sparse blocks, before its weight), the z-loss
+   * term (mean of logsumexp² over rows and sparse blocks), and the slots an
+   * expert received per sparse block: the least, the most, the mean */
+  double moe_aux, moe_z, moe_tok_min, moe_tok_max, moe_tok_mean;
   struct td_choice_set *choice; /* eval.choice's examples, td_trainer_run's (NULL: none) */
   double choice_acc, choice_acc_norm;
   int has_choice;      /* the evaluation just done scored them */

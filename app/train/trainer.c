@@ -695,6 +695,38 @@ done:
   return st;
 }
 
+/* The step's auxiliary terms of the sparse blocks (t->moe_*): each rank's
+ * sums over its blocks and micro-batches, added over the data-parallel
+ * replicas and the pipeline stages (every tp rank holds the same). */
+static td_status moe_metrics(td_trainer *t) {
+  const td_model *m = t->model;
+  const td_config *c = &t->cfg;
+  int64_t E = m->E;
+  double *v = calloc((size_t)(E + 2), sizeof *v);
+  if (!v) TD_FAIL(TD_ERR_NOMEM, "out of memory for the expert metrics");
+  const double *load = NULL;
+  td_model_moe_sums(m, &v[0], &v[1], &load);
+  for (int64_t e = 0; e < E; ++e) v[2 + e] = load[e];
+  td_status st = td_coll_allreduce_f64(t->grid->dpcp_comm, v, E + 2, MPI_SUM,
+                                       &t->gstats[TD_GROUP_DP]);
+  if (st == TD_OK)
+    st = td_coll_allreduce_f64(t->grid->pp_comm, v, E + 2, MPI_SUM, &t->gstats[TD_GROUP_PP]);
+  if (st == TD_OK) {
+    double S = (double)c->training_global_batch, T = (double)c->model_seq_len;
+    double Lm = (double)m->moe_layers;
+    t->moe_aux = v[0] / (S * Lm), t->moe_z = v[1] / (S * T * Lm);
+    t->moe_tok_min = t->moe_tok_max = v[2] / Lm, t->moe_tok_mean = 0.0;
+    for (int64_t e = 0; e < E; ++e) {
+      double x = v[2 + e] / Lm;
+      t->moe_tok_min = x < t->moe_tok_min ? x : t->moe_tok_min;
+      t->moe_tok_max = x > t->moe_tok_max ? x : t->moe_tok_max;
+      t->moe_tok_mean += x / (double)E;
+    }
+  }
+  free(v);
+  return st;
+}
+
 td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr) {
   td_config *c = &t->cfg;
   td_kernels *k = t->k;
@@ -720,6 +752,7 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
   TD_CHECK(td_zero_begin_step(t->zero, t->accum));
   double loss_sum = 0.0;
   td_timer_start(&t->timers, tid_fwd);
+  td_model_moe_reset(t->model);
   TD_CHECK(td_pipe_train(t->pipe, loss_tokens > 0 ? loss_tokens : 1.0, &loss_sum));
   TD_CHECK(k->sync(k));
   long slow = slow_ms(t, 0);
@@ -733,6 +766,7 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
   TD_CHECK(td_coll_allreduce_f64(t->grid->pp_comm, &loss_sum, 1, MPI_SUM,
                                  &t->gstats[TD_GROUP_PP])); /* last stage's */
   *loss = loss_tokens > 0 ? loss_sum / loss_tokens : 0.0;
+  if (t->model->moe) TD_CHECK(moe_metrics(t));
 
   double ss = 0.0;
   TD_CHECK(grad_sumsq(t, &ss));

@@ -5,7 +5,8 @@
 # (the CPU run is the reference; losses and grad_norm within the bounds the
 # CPU grids use: fp32 1e-4, bf16 the mixed-precision bounds of
 # precision.cmake; final parameters per tensor).
-#   - both families, fp32 and bf16, on 1 rank; recomputation;
+#   - both families, fp32 and bf16, on 1 rank; recomputation; mixture of
+#     experts on 1 rank and at tp 2 with sequence parallelism;
 #   - dp 2 ZeRO-1 and ZeRO-3, tp 2 (and with sequence parallelism), pp 2 (1F1B, zb-h1, interleaved),
 #     (tp 2, pp 2) (stage messages scattered over tp), pp 2 with an empty first stage,
 #     (dp 2, tp 2) ZeRO-3 bf16: one
@@ -119,6 +120,16 @@ if(TD_CUDA_EMULATE)
     ${TD_GRID_BIN} ${_cu_work} fused_gpt2_1rank_bf16 1,1,1,0 1,1,1,0 ${_small} ${_bf16} ${_fused})
   td_cudaemu_grid(fused_llama_cp2 ${_cu} ${_llama}
     ${TD_GRID_BIN} ${_cu_work} fused_llama_cp2 1,1,1,0 1,1,1,0,0,2 ${_small} ${_fused})
+  # mixture of experts (inputs/moe-tiny.yaml, 2 layers: block 1 sparse): the
+  # router, the experts' order and the grouped products (kernels/cuda/moe.cu,
+  # one cuBLASLt product per expert) on one rank, and at tp 2 with sequence
+  # parallelism (the mixing weights' gradient summed over tp, the router's
+  # input gathered, by the emulated NCCL)
+  set(_moe --deck ${PROJECT_SOURCE_DIR}/inputs/moe-tiny.yaml)
+  td_cudaemu_grid(moe_1rank ${_cu} ${_moe}
+    ${TD_GRID_BIN} ${_cu_work} moe_1rank 1,1,1,0 1,1,1,0 ${_small})
+  td_cudaemu_grid(moe_tp2_sp ${_cu} ${_moe} --run-set parallel.sequence_parallel=true
+    ${TD_GRID_BIN} ${_cu_work} moe_tp2_sp 1,1,1,0 1,2,1,0 ${_small})
   # packed chat data (data.attend: document, a loss mask): the device's
   # document masks in the fused attention, positions restarting in the
   # embedding (its wpe gradient by the documents' kernel) and in RoPE, and

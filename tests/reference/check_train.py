@@ -42,6 +42,10 @@ Checks (all recomputed in float64 from the dumped float32 initial parameters):
   (e) replay every step (or the first N) with the same batches from the same
       initial parameters (float64, own AdamW): loss relative 1e-4, grad norm
       relative 1e-3.
+  (f) model.moe (the dump has /moe_aux_losses, /moe_z_losses): the sparse
+      blocks' auxiliary terms of every replayed step, relative 1e-5 at step 0
+      (the same parameters) and 1e-3 after (a token routed differently at a
+      near-tie of float32 and float64 logits moves the replay off by ~1e-5).
 
 Exit status: 0 all checks pass, 1 a check failed, 2 bad input.
 """
@@ -105,7 +109,7 @@ def read_dump(path):
             if k not in f:
                 raise BadInput("%s: missing dataset /%s" % (path, k))
             d[k] = f[k][()]
-        for k in ["masks", "docs"]:
+        for k in ["masks", "docs", "moe_aux_losses", "moe_z_losses"]:
             d[k] = f[k][()] if k in f else None
         d["arch"] = str(_attr(f, "arch")) if "arch" in f.attrs else "gpt2"
         if d["arch"] == "llama":
@@ -336,10 +340,16 @@ def check_dump(path, max_steps=None, log=print, verbose=True):
     mask = M.causal_mask(cfg.seq_len)
     eok = True
     wl = wg = 0.0
+    moe = d["moe_aux_losses"] is not None
+    terms, seen = {}, []  # model.moe: each step's auxiliary terms, the oracle's
+
+    def with_terms(params, idx, cfg, targets=None, mask=None):
+        return M.forward(params, idx, cfg, targets, mask, terms=terms)
     for s in range(nrep):
         idx, tgt = _batch(d, s)
-        l, gn = G.train_step(R, opt, idx, tgt, cfg, _lr(d, s), d["grad_clip"], mask,
-                             model=_model(d, s))
+        fwd = with_terms if moe and d["masks"] is None else _model(d, s)
+        l, gn = G.train_step(R, opt, idx, tgt, cfg, _lr(d, s), d["grad_clip"], mask, model=fwd)
+        seen.append((terms.get("aux"), terms.get("z")))
         el = _rel(float(d["losses"][s]), l)
         eg = _rel(float(d["grad_norms"][s]), gn)
         ok = el <= TOL_LOSS and eg <= TOL_GNORM
@@ -350,6 +360,31 @@ def check_dump(path, max_steps=None, log=print, verbose=True):
                 s, d["losses"][s], l, el, d["grad_norms"][s], gn, eg, "ok" if ok else "FAIL"))
     res["e_replay"] = eok
     log("    worst: loss %.2e, grad norm %.2e  %s" % (wl, wg, "ok" if eok else "FAIL"))
+
+    # ---- (f) the sparse blocks' auxiliary terms (model.moe) -------------------
+    if moe:
+        log("")
+        log("(f) model.moe auxiliary terms over the replay (load balance E*sum f*P, z-loss "
+            "mean lse^2; tol %.0e at step 0, %.0e after)" % (TOL_LOSS0, TOL_GNORM))
+        fok, wa, wz = True, 0.0, 0.0
+        for s, (a, z) in enumerate(seen):
+            if a is None:
+                raise BadInput("%s: /moe_aux_losses but the oracle computed no sparse block" % path)
+            ea = _rel(float(d["moe_aux_losses"][s]), a)
+            ez = _rel(float(d["moe_z_losses"][s]), z)
+            # step 0 from the same parameters; later steps from the replay's, which
+            # a token routed differently at a near-tie (float32 vs float64 logits)
+            # moves off trident's by ~1e-5 (the loss tolerance absorbs it)
+            tol = TOL_LOSS0 if s == 0 else TOL_GNORM
+            ok = ea <= tol and ez <= tol
+            fok &= ok
+            wa, wz = max(wa, ea), max(wz, ez)
+            if verbose or not ok or s == nrep - 1:
+                log("    %5d aux trident %.10f oracle %.10f (%.2e)  z trident %.10f oracle %.10f "
+                    "(%.2e)  %s" % (s, d["moe_aux_losses"][s], a, ea, d["moe_z_losses"][s], z, ez,
+                                   "ok" if ok else "FAIL"))
+        res["f_moe"] = fok
+        log("    worst: aux %.2e, z %.2e  %s" % (wa, wz, "ok" if fok else "FAIL"))
 
     log("")
     log("summary: " + "  ".join("%s=%s" % (k, "ok" if v else "FAIL") for k, v in res.items()))
