@@ -364,7 +364,7 @@ done:
 const char *const td_hf_keys[TD_HF_NKEYS] = {
     "vocab_size", "n_embd", "n_layer", "n_head", "n_positions",
     "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-    "intermediate_size", "max_position_embeddings"};
+    "intermediate_size", "max_position_embeddings", "num_local_experts", "num_experts_per_tok"};
 
 const float *td_model_file_tensor(const td_model_file *m, const char *name, int *ndim,
                                   int64_t shape[2]) {

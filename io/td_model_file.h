@@ -44,7 +44,7 @@ const char *td_model_file_format(const td_model_file *m);
  * hidden_size num_hidden_layers num_attention_heads num_key_value_heads
  * intermediate_size max_position_embeddings (v[i] for td_hf_keys[i]; -1:
  * absent). *found = 0 when path is not a folder or has no config.json. */
-enum { TD_HF_NKEYS = 11 };
+enum { TD_HF_NKEYS = 13 };
 extern const char *const td_hf_keys[TD_HF_NKEYS];
 typedef struct {
   char path[4200];

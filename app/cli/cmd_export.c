@@ -56,12 +56,24 @@ static td_status parse(int argc, char **argv, export_args *a) {
   return TD_OK;
 }
 
-/* config.json for transformers' LlamaForCausalLM. */
+/* config.json for transformers' LlamaForCausalLM, or MixtralForCausalLM
+ * when every block is sparse (model.moe.every 1: Mixtral's intermediate_size
+ * is an expert's width). */
 static void write_llama_config(FILE *f, const td_config *c, int bf16) {
   td_model_dims d;
   td_config_dims(c, &d);
+  if (d.E > 0) {
+    fprintf(f,
+            "{\n  \"architectures\": [\"MixtralForCausalLM\"],\n  \"model_type\": \"mixtral\",\n"
+            "  \"num_local_experts\": %lld,\n  \"num_experts_per_tok\": %lld,\n"
+            "  \"router_aux_loss_coef\": %.17g,\n  \"output_router_logits\": false,\n"
+            "  \"sliding_window\": null,\n",
+            (long long)d.E, (long long)d.K, c->model_moe_aux_loss);
+    d.F = d.Fe;
+  } else {
+    fprintf(f, "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n");
+  }
   fprintf(f,
-          "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
           "  \"vocab_size\": %lld,\n  \"hidden_size\": %lld,\n  \"intermediate_size\": %lld,\n"
           "  \"num_hidden_layers\": %lld,\n  \"num_attention_heads\": %lld,\n"
           "  \"num_key_value_heads\": %lld,\n  \"head_dim\": %lld,\n"
@@ -74,7 +86,8 @@ static void write_llama_config(FILE *f, const td_config *c, int bf16) {
           c->model_rope_theta, d.tied ? "true" : "false", bf16 ? "bfloat16" : "float32");
 }
 
-/* config.json for transformers' GPT2LMHeadModel or LlamaForCausalLM. */
+/* config.json for transformers' GPT2LMHeadModel, LlamaForCausalLM or
+ * MixtralForCausalLM. */
 static td_status write_config(const char *dir, const td_config *c, int bf16) {
   char path[4096];
   snprintf(path, sizeof path, "%s/config.json", dir);
@@ -152,6 +165,10 @@ static td_status export_main(const export_args *a) {
   snprintf(where, sizeof where, "%s:/config", a->ckpt);
   TD_CHECK_GOTO(td_config_load_text(where, yaml, &cfg));
   const char *prefix = strcmp(cfg.model_arch, "gpt2") == 0 ? "transformer." : "";
+  if (cfg.model_moe_experts > 0 && cfg.model_moe_every != 1)
+    TD_FAIL_GOTO(TD_ERR_USAGE, "%s: model.moe.every = %lld: transformers' Mixtral makes every "
+                 "block sparse, and has no class for a model with dense blocks between; nothing "
+                 "exported", a->ckpt, (long long)cfg.model_moe_every);
   TD_CHECK_GOTO(td_registry_create(&cfg, 1, 0, 1, 0, &reg));
   t = calloc((size_t)reg->n, sizeof *t);
   names = calloc((size_t)reg->n, sizeof *names);

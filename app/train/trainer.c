@@ -332,17 +332,28 @@ static td_status check_hf_config(const td_config *c) {
   if (!found) return TD_OK;
   td_model_dims d;
   td_config_dims(c, &d);
-  if (h.model_type[0] && strcmp(h.model_type, c->model_arch) != 0)
+  /* Mixtral: the LLaMA family with every block sparse (model.moe) */
+  int mixtral = strcmp(h.model_type, "mixtral") == 0;
+  if (mixtral && (!d.llama || d.E == 0 || d.every != 1))
+    TD_FAIL(TD_ERR_DATA, "%s (model.init_from): model_type is \"mixtral\" (every block sparse): "
+            "the deck needs model.arch llama with model.moe.experts > 0 and model.moe.every 1",
+            h.path);
+  if (h.model_type[0] && !mixtral && strcmp(h.model_type, c->model_arch) != 0)
     TD_FAIL(TD_ERR_DATA, "%s (model.init_from): model_type is \"%s\", the deck's model.arch %s",
             h.path, h.model_type, c->model_arch);
+  if (!mixtral && d.E > 0 && d.every == 1 && h.model_type[0])
+    TD_FAIL(TD_ERR_DATA, "%s (model.init_from): model_type is \"%s\", but the deck's model.moe "
+            "makes every block sparse (Mixtral: model_type \"mixtral\")", h.path, h.model_type);
   /* config.json key -> the deck's value, key and kind (0 equal, 1 at least) */
   struct { int i; int64_t deck; const char *key; int atleast; } want[] = {
       {0, d.V, "model.vocab_size", 0},  {1, d.C, "model.dim", 0},
       {2, d.L, "model.layers", 0},      {3, d.H, "model.heads", 0},
       {4, d.T, "model.seq_len", 1},     {5, d.C, "model.dim", 0},
       {6, d.L, "model.layers", 0},      {7, d.H, "model.heads", 0},
-      {8, d.KV, "model.kv_heads", 0},   {9, d.F, "model.ffn_dim", 0},
-      {10, d.T, "model.seq_len", 1}};
+      {8, d.KV, "model.kv_heads", 0},
+      {9, mixtral ? d.Fe : d.F, mixtral ? "model.moe.ffn_dim" : "model.ffn_dim", 0},
+      {10, d.T, "model.seq_len", 1},    {11, d.E, "model.moe.experts", 0},
+      {12, d.K, "model.moe.top_k", 0}};
   for (size_t k = 0; k < sizeof want / sizeof want[0]; ++k) {
     double v = h.v[want[k].i];
     if (v < 0) continue; /* not in this config.json */

@@ -56,3 +56,14 @@ add_test(NAME moe_ckpt_reshard_tp2_to_1
 set_tests_properties(moe_ckpt_reshard_tp2_to_1 PROPERTIES TIMEOUT 450 PROCESSORS 2
   LABELS "e2e;mpi;checkpoint;moe"
   ENVIRONMENT "${TD_GRID_ENV};TD_DECK=${TD_MOE_DECK};TD_CKPT_LR=3.0e-4")
+
+# export_moe: Hugging Face Mixtral interop (tests/e2e/export_moe.sh): the
+# export's names, values and config.json, the float64 Mixtral on the export
+# and on the checkpoint against `trident eval` within 1e-6, model.init_from
+# of the export bit for bit at pp 2, and the refusals of a model with dense
+# blocks between the sparse ones.
+add_test(NAME export_moe
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/e2e/export_moe.sh $<TARGET_FILE:trident>
+          ${CMAKE_CURRENT_BINARY_DIR}/export_moe)
+set_tests_properties(export_moe PROPERTIES TIMEOUT 300 PROCESSORS 2
+  LABELS "e2e;mpi;interop;moe;reference" ENVIRONMENT "${TD_GRID_ENV}")

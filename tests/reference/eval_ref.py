@@ -114,8 +114,14 @@ def read_llama(path):
         cj = os.path.join(os.path.dirname(path) or ".", "config.json")
         try:
             c = json.load(open(cj))
-            return {"kv_heads": int(c["num_key_value_heads"]), "norm_eps": float(c["rms_norm_eps"]),
-                    "rope_theta": float(c["rope_theta"])}
+            out = {"kv_heads": int(c["num_key_value_heads"]), "norm_eps": float(c["rms_norm_eps"]),
+                   "rope_theta": float(c["rope_theta"])}
+            if c.get("model_type") == "mixtral":  # every block sparse
+                out["moe"] = {"experts": int(c["num_local_experts"]),
+                              "top_k": int(c["num_experts_per_tok"]), "every": 1,
+                              "ffn_dim": int(c["intermediate_size"]), "aux_loss": 0.0,
+                              "z_loss": 0.0}
+            return out
         except (OSError, ValueError, KeyError) as e:
             raise BadInput("%s: cannot read the LLaMA settings: %s" % (cj, e))
     import h5py
@@ -130,6 +136,14 @@ def read_llama(path):
                                ("rope_theta", float, 10000.0)]:
         m = re.search(r"\b%s\s*:\s*([-+0-9.eE]+)" % key, str(text))  # keys unique in the deck
         out[key] = conv(m.group(1)) if m else default
+    # model.moe: the mapping's lines under "  moe:" (4 spaces in)
+    m = re.search(r"\n  moe:\n((?:    \w+: [^\n]*\n)+)", str(text))
+    if m:
+        kv = dict(re.findall(r"    (\w+): ([^\n]*)", m.group(1)))
+        if int(kv.get("experts", 0)) > 0:
+            out["moe"] = {"experts": int(kv["experts"]), "top_k": int(kv["top_k"]),
+                          "every": int(kv["every"]), "ffn_dim": int(kv["ffn_dim"]),
+                          "aux_loss": float(kv["aux_loss"]), "z_loss": float(kv["z_loss"])}
     return out
 
 

@@ -143,7 +143,10 @@ def infer_config(params, heads, kv_heads=0, norm_eps=1e-5, rope_theta=10000.0, s
     if moe:
         cfg.experts, cfg.top_k, cfg.every = moe["experts"], moe["top_k"], moe["every"]
         cfg.aux_loss, cfg.z_loss = moe["aux_loss"], moe["z_loss"]
-        cfg.moe_ffn = moe["ffn_dim"]
+        first = [i for i in range(layers) if cfg.sparse(i)]
+        w1 = "model.layers.%d.block_sparse_moe.experts.0.w1.weight" % first[0] if first else ""
+        # an expert's width from its weights (the deck's 0 means model.ffn_dim)
+        cfg.moe_ffn = tuple(params[w1].shape)[0] if w1 in params else moe["ffn_dim"]
         if not dense:
             cfg.ffn_dim = cfg.moe_ffn
     G.check_params(params, param_shapes(cfg))
