@@ -778,10 +778,6 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
       TD_FAIL(TD_ERR_DECK, "%s: model.moe.capacity_factor = %g: dropping tokens over a "
               "capacity is not built yet; use 0 (dropless: every token reaches its experts)",
               WHERE(model, moe_capacity_factor), cfg->model_moe_capacity_factor);
-    if (cp > 1)
-      TD_FAIL(TD_ERR_DECK, "%s: model.moe with parallel.cp = %lld is not built yet (the "
-              "load-balancing loss of a sequence split over cp ranks); use parallel.cp: 1",
-              WHERE(parallel, cp), (long long)cp);
     if (strcmp(cfg->parallel_pp_schedule, zb) == 0)
       TD_FAIL(TD_ERR_DECK, "%s: model.moe with parallel.pp_schedule = zb-h1 is not built yet "
               "(the experts' weight gradients in the split backward); use 1f1b, gpipe or "

@@ -244,6 +244,8 @@ static td_status alloc_buffers(td_model *m) {
     if (m->k) { /* host, not counted */
       TD_CHECK(td_alloc((void **)&m->midx_host, (size_t)R * sizeof(int32_t), "expert choices"));
       TD_CHECK(td_alloc((void **)&m->mpsum_host, (size_t)BE * sizeof(float), "router sums"));
+      TD_CHECK(td_alloc((void **)&m->mseq_host, (size_t)(2 * BE) * sizeof(double),
+                        "per-sequence expert sums"));
       TD_CHECK(td_alloc((void **)&m->mlse_host, (size_t)N * sizeof(float), "router lse"));
       TD_CHECK(td_alloc((void **)&m->moe_load, (size_t)E * sizeof(double), "expert load"));
     }
@@ -398,6 +400,7 @@ void td_model_destroy(td_model **mp) {
   }
   td_free(m->midx_host);
   td_free(m->mpsum_host);
+  td_free(m->mseq_host);
   td_free(m->mlse_host);
   td_free(m->moe_load);
   for (int i = 0; m->wl && i < m->nslots; ++i) {

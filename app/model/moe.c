@@ -19,7 +19,9 @@
  * reduces.
  *
  * Auxiliary losses, per sequence and sparse block (a grid never changes
- * them: a sequence is one sequence on every grid), averaged over the
+ * them: a sequence is one sequence on every grid; under context
+ * parallelism its counts and probability sums are added over the cp ranks
+ * that hold its parts, and its term counted by cp rank 0), averaged over the
  * global batch's S sequences and the Lm sparse blocks and added to the
  * loss minimised:
  *   aux = α · E · Σ_i f_i·P_i, f_i = (slots of the sequence routed to i) / T,
@@ -30,6 +32,8 @@
 #include "app/model/model_internal.h"
 
 #include <string.h>
+
+#include "parallel/td_coll.h"
 
 void *td_model_pwe(const td_model *m, td_param_kind k, int layer, int e) {
   const td_param *p = td_registry_find_expert(m->reg, k, layer, e);
@@ -56,6 +60,34 @@ void td_model_moe_sums(const td_model *m, double *aux, double *z, const double *
  * losses are means over S·Lm (per sequence) and S·T·Lm (per row). */
 static double moe_norm(const td_model *m) {
   return (double)m->cfg->training_global_batch * (double)m->moe_layers;
+}
+
+/* An expert's product over its n rows, the rows split into pieces of
+ * power-of-two sizes, largest first: both back-ends keep a plan per product
+ * shape (a oneDNN primitive, a cuBLASLt heuristic), and the experts' row
+ * counts change every step — unsplit, every step would build new plans and
+ * the caches would grow without bound; split, an expert's products use at
+ * most log2(N·K) + 1 shapes each. The pieces always fall the same way for
+ * the same n, so the results stay deterministic.
+ *   rows in M (rows_k 0): C (n, N) (+)= A (n, K) · op(B), A and C by rows;
+ *   rows in K (rows_k 1): C (M, N) += A (n, M)ᵀ · B (n, N), summed piece by
+ *   piece (a weight gradient over the expert's rows). */
+static td_status expert_mm(td_model *m, int rows_k, int tb, int64_t n, int64_t M, int64_t N,
+                           int64_t K, const void *A, td_dtype at, const void *B, td_dtype bt,
+                           float beta, float *C) {
+  size_t ea = td_dtype_size(at), eb = td_dtype_size(bt);
+  for (int64_t r0 = 0; r0 < n;) {
+    int64_t len = 1;
+    while (len * 2 <= n - r0) len *= 2;
+    if (rows_k)
+      TD_CHECK(td_model_mm(m, 1, 0, M, N, len, (const char *)A + (size_t)(r0 * M) * ea, at,
+                           (const char *)B + (size_t)(r0 * N) * eb, bt, r0 ? 1.0f : beta, C));
+    else
+      TD_CHECK(td_model_mm(m, 0, tb, len, N, K, (const char *)A + (size_t)(r0 * K) * ea, at, B,
+                           bt, beta, C + r0 * N));
+    r0 += len;
+  }
+  return TD_OK;
 }
 
 /* Element r·cols of a buffer of type at. */
@@ -92,39 +124,45 @@ td_status td_model_moe_fwd(td_model *m, td_acts *a, int64_t li, int layer, const
     int64_t r0 = offh[e], n = offh[e + 1] - r0;
     if (n == 0) continue;
     const void *xr = rows_at(m, m->mxe, r0, C);
-    TD_CHECK(td_model_mm(m, 0, 1, n, F, C, xr, at, td_model_pwe(m, TD_PK_EXP_W1, layer, (int)e),
-                         pt, 0.0f, gate + r0 * F));
-    TD_CHECK(td_model_mm(m, 0, 1, n, F, C, xr, at, td_model_pwe(m, TD_PK_EXP_W3, layer, (int)e),
-                         pt, 0.0f, up + r0 * F));
+    TD_CHECK(expert_mm(m, 0, 1, n, 0, F, C, xr, at, td_model_pwe(m, TD_PK_EXP_W1, layer, (int)e),
+                       pt, 0.0f, gate + r0 * F));
+    TD_CHECK(expert_mm(m, 0, 1, n, 0, F, C, xr, at, td_model_pwe(m, TD_PK_EXP_W3, layer, (int)e),
+                       pt, 0.0f, up + r0 * F));
   }
   TD_CHECK(td_model_poll(m));
   TD_CHECK(k->swiglu_fwd(k, h, at, gate, up, R * F));
   for (int64_t e = 0; e < E; ++e) {
     int64_t r0 = offh[e], n = offh[e + 1] - r0;
     if (n == 0) continue;
-    TD_CHECK(td_model_mm(m, 0, 1, n, C, F, rows_at(m, h, r0, F), at,
-                         td_model_pwe(m, TD_PK_EXP_W2, layer, (int)e), pt, 0.0f, ye + r0 * C));
+    TD_CHECK(expert_mm(m, 0, 1, n, 0, C, F, rows_at(m, h, r0, F), at,
+                       td_model_pwe(m, TD_PK_EXP_W2, layer, (int)e), pt, 0.0f, ye + r0 * C));
   }
   TD_CHECK(td_model_poll(m));
   TD_CHECK(k->moe_combine(k, m->dtmp, ye, w, pos, N, K, C));
   TD_CHECK(td_model_row_out(m, NULL, res2, out));
   /* what the step reports and the backward's balance gradient needs: each
-   * sequence's slots per expert; the losses' sums (not again in a
-   * recomputation) */
-  double *cnt = a->mcnt_host + li * B * E;
+   * sequence's slots per expert and Σ p over its rows — under context
+   * parallelism summed over the cp ranks that hold the sequence's parts —
+   * and the losses' sums (not again in a recomputation) */
+  double *cnt = a->mcnt_host + li * B * E, *seq = m->mseq_host, Tf = (double)m->Tk;
   TD_CHECK(k->to_host(k, m->midx_host, idx, (size_t)N * K * sizeof(int32_t)));
-  memset(cnt, 0, (size_t)(B * E) * sizeof *cnt);
-  for (int64_t r = 0; r < N; ++r)
-    for (int64_t j = 0; j < K; ++j) cnt[(r / T) * E + m->midx_host[r * K + j]] += 1.0;
-  if (m->moe_quiet) return TD_OK;
   TD_CHECK(k->to_host(k, m->mpsum_host, m->mpsum, (size_t)(B * E) * sizeof(float)));
+  memset(seq, 0, (size_t)(2 * B * E) * sizeof *seq);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t j = 0; j < K; ++j) seq[(r / T) * E + m->midx_host[r * K + j]] += 1.0;
+  for (int64_t i = 0; i < B * E; ++i) {
+    if (!m->moe_quiet) m->moe_load[i % E] += seq[i]; /* this rank's rows */
+    seq[B * E + i] = (double)m->mpsum_host[i];
+  }
+  if (m->cp > 1)
+    TD_CHECK(td_coll_allreduce_f64(m->grid->cp_comm, seq, 2 * B * E, MPI_SUM,
+                                   m->cp_stats ? m->cp_stats : m->stats));
+  memcpy(cnt, seq, (size_t)(B * E) * sizeof *cnt);
+  if (m->moe_quiet) return TD_OK;
   TD_CHECK(k->to_host(k, m->mlse_host, lse, (size_t)N * sizeof(float)));
-  for (int64_t b = 0; b < B; ++b) {
+  for (int64_t b = 0; b < B && m->grid->cp_rank == 0; ++b) { /* a sequence once */
     double s = 0.0;
-    for (int64_t e = 0; e < E; ++e) {
-      s += (cnt[b * E + e] / (double)T) * ((double)m->mpsum_host[b * E + e] / (double)T);
-      m->moe_load[e] += cnt[b * E + e];
-    }
+    for (int64_t e = 0; e < E; ++e) s += (cnt[b * E + e] / Tf) * (seq[B * E + b * E + e] / Tf);
     m->moe_aux += (double)E * s;
   }
   for (int64_t r = 0; r < N; ++r) m->moe_z += (double)m->mlse_host[r] * (double)m->mlse_host[r];
@@ -155,10 +193,10 @@ td_status td_model_moe_bwd(td_model *m, td_acts *a, int64_t li, int layer, const
     int64_t r0 = offh[e], n = offh[e + 1] - r0;
     if (n == 0) continue;
     const void *dr = rows_at(m, m->mdye, r0, C);
-    TD_CHECK(td_model_mm(m, 1, 0, C, F, n, dr, at, rows_at(m, h, r0, F), at, 1.0f,
-                         td_model_pge(m, TD_PK_EXP_W2, layer, (int)e)));
-    TD_CHECK(td_model_mm(m, 0, 0, n, F, C, dr, at, td_model_pwe(m, TD_PK_EXP_W2, layer, (int)e),
-                         pt, 0.0f, dh + r0 * F));
+    TD_CHECK(expert_mm(m, 1, 0, n, C, F, 0, dr, at, rows_at(m, h, r0, F), at, 1.0f,
+                       td_model_pge(m, TD_PK_EXP_W2, layer, (int)e)));
+    TD_CHECK(expert_mm(m, 0, 0, n, 0, F, C, dr, at, td_model_pwe(m, TD_PK_EXP_W2, layer, (int)e),
+                       pt, 0.0f, dh + r0 * F));
   }
   TD_CHECK(td_model_poll(m));
   TD_CHECK(k->swiglu_bwd(k, dgate, dup, dh, gate, up, R * F));
@@ -173,10 +211,10 @@ td_status td_model_moe_bwd(td_model *m, td_acts *a, int64_t li, int layer, const
       int64_t r0 = offh[e], n = offh[e + 1] - r0;
       if (n == 0) continue;
       const void *dr = rows_at(m, d, r0, F);
-      TD_CHECK(td_model_mm(m, 1, 0, F, C, n, dr, at, rows_at(m, m->mxe, r0, C), at, 1.0f,
-                           td_model_pge(m, kind, layer, (int)e)));
-      TD_CHECK(td_model_mm(m, 0, 0, n, C, F, dr, at, td_model_pwe(m, kind, layer, (int)e), pt,
-                           pass == 0 ? 0.0f : 1.0f, m->mdxe + r0 * C));
+      TD_CHECK(expert_mm(m, 1, 0, n, F, C, 0, dr, at, rows_at(m, m->mxe, r0, C), at, 1.0f,
+                         td_model_pge(m, kind, layer, (int)e)));
+      TD_CHECK(expert_mm(m, 0, 0, n, 0, C, F, dr, at, td_model_pwe(m, kind, layer, (int)e), pt,
+                         pass == 0 ? 0.0f : 1.0f, m->mdxe + r0 * C));
     }
     TD_CHECK(td_model_poll(m));
   }
@@ -184,12 +222,12 @@ td_status td_model_moe_bwd(td_model *m, td_acts *a, int64_t li, int layer, const
   /* the router: through the weights' renormalisation and the softmax, plus
    * each sequence's balance gradient α·E·f_i/(S·Lm·T) for p_i, and the
    * z-loss's 2β·lse/(S·T·Lm) */
-  double norm = moe_norm(m);
-  float zc = (float)(2.0 * m->z_beta / (norm * (double)T));
+  double norm = moe_norm(m), Tf = (double)m->Tk; /* a whole sequence's rows */
+  float zc = (float)(2.0 * m->z_beta / (norm * Tf));
   if (m->aux_alpha > 0.0) { /* (B, E), staged through the forward's host buffer */
     float *g = m->mpsum_host;
     for (int64_t i = 0; i < B * E; ++i)
-      g[i] = (float)(m->aux_alpha * (double)E * (cnt[i] / (double)T) / (norm * (double)T));
+      g[i] = (float)(m->aux_alpha * (double)E * (cnt[i] / Tf) / (norm * Tf));
     TD_CHECK(k->to_device(k, m->mgP, g, (size_t)(B * E) * sizeof(float)));
   }
   for (int64_t b = 0; b < B; ++b)

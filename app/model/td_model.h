@@ -213,6 +213,8 @@ struct td_model {
   void *mxe, *mdye;            /* (R, C) the experts' inputs, their output gradient (type at) */
   int32_t *midx_host;          /* host: (N, K) */
   float *mpsum_host;           /* host: (B, E) */
+  double *mseq_host;           /* host: (2, B, E) a micro-batch's per-sequence counts and
+                                  Σ p, summed over cp */
   float *mlse_host;            /* host: (N) */
   float *dres, *dtmp, *dln, *dqkv, *datty, *dfch, *datt_scratch;
   void *dmm;             /* bf16: a gradient rounded for the matmuls that read it */

@@ -15,11 +15,12 @@ add_test(NAME reference_moe
 set_tests_properties(reference_moe PROPERTIES TIMEOUT 300 PROCESSORS 2
   LABELS "reference;llama;moe")
 
-# Grid invariance at the fp32 bounds (loss and grad_norm 1e-4 a step, the
-# final parameters of every expert): tensor parallel with sequence
+# Grid invariance at the fp32 bounds (loss, grad_norm and the auxiliary terms
+# 1e-4 a step, the least and most loaded expert's slots equal — the same
+# routing — and the final parameters of every expert): tensor parallel with sequence
 # parallelism (experts split like the MLP, the router replicated), data
 # parallel at ZeRO-1 and ZeRO-3 with accumulation, 1F1B and interleaved
-# pipelines, and block recomputation bit for bit.
+# pipelines, context parallel, and block recomputation bit for bit.
 td_add_grid_test(NAME moe_grid_tp2_sp LABELS moe
   ARGS --deck ${TD_MOE_DECK} --run-set parallel.sequence_parallel=true ${TD_GRID_BIN}
        ${TD_MOE_WORK} moe_grid_tp2_sp ${TD_GRID_REF} 1,2,1,0)
@@ -36,15 +37,23 @@ td_add_grid_test(NAME moe_grid_pp2_interleaved LABELS moe
   ARGS --deck ${TD_MOE_DECK} --run-set parallel.pp_schedule=interleaved
        --run-set parallel.virtual_stages=2 ${TD_GRID_BIN} ${TD_MOE_WORK} moe_grid_pp2_interleaved
        ${TD_GRID_REF} 1,1,2,0,2)
+# context parallel: each sequence's expert counts and probability sums added
+# over the cp ranks for its load-balancing term
+td_add_grid_test(NAME moe_grid_cp2 LABELS moe
+  ARGS --deck ${TD_MOE_DECK} ${TD_GRID_BIN} ${TD_MOE_WORK} moe_grid_cp2 ${TD_GRID_REF}
+       1,1,1,0,0,2)
 td_add_grid_test(NAME moe_recompute_blocks LABELS moe
   ARGS --bitwise --deck ${TD_MOE_DECK} --run-set training.recompute=blocks ${TD_GRID_BIN}
        ${TD_MOE_WORK} moe_recompute_blocks ${TD_GRID_REF} ${TD_GRID_REF})
 # bf16 at llama_bf16_grid_tp2's bounds (llama.cmake says why): measured, every
 # step's grad_norm within 1e-4 but step 13's, 1.03e-2 (2.3074 vs 2.3314), the
 # step whose gradient is sensitive to bf16 rounding in the dense model too;
-# loss within 3.8e-5.
+# loss within 3.8e-5. In bf16 the grids' roundings move router logits enough
+# to route a few tokens of a near-tie differently (measured: the least
+# loaded expert's slots off by up to 4 of ~100, 3.9e-2; the balance term
+# 1.7e-4, the z term 1.1e-3): --moe-rtol 5e-2.
 td_add_grid_test(NAME moe_bf16_grid_dp2_zero3 LABELS moe precision
-  ARGS --norm-rtol 2e-2 --param-rtol 5e-2 --deck ${TD_MOE_DECK} ${TD_GRID_BIN} ${TD_MOE_WORK}
+  ARGS --moe-rtol 5e-2 --norm-rtol 2e-2 --param-rtol 5e-2 --deck ${TD_MOE_DECK} ${TD_GRID_BIN} ${TD_MOE_WORK}
        moe_bf16_grid_dp2_zero3 ${TD_GRID_REF} 2,1,1,3 --set training.precision=bf16)
 
 # moe_ckpt_reshard_tp2_to_1: saved at step 10 on (dp 2, tp 2), resumed on one

@@ -1,13 +1,15 @@
 #!/usr/bin/python3
 """compare_runs.py REF_DIR RUN_DIR [--loss-rtol R] [--norm-rtol R] [--param-rtol R]
-                 [--zero-grad-atol A] [--bitwise]
+                 [--zero-grad-atol A] [--moe-rtol R] [--bitwise]
 
 Compares two trident runs (docs/architecture.md, invariant 1 "Grid invariance"):
 
   metrics  REF_DIR/metrics.jsonl and RUN_DIR/metrics.jsonl must both exist, be
            non-empty and log the same steps. On every step `loss` (and
            `val_loss` where logged) must agree within --loss-rtol and
-           `grad_norm` within --norm-rtol, relative to the reference. The
+           `grad_norm` within --norm-rtol, relative to the reference (a
+           mixture of experts: `moe_aux_loss` and `moe_z_loss` as the loss,
+           `moe_tokens_min`/`max` equal: the same routing). The
            gradient norm is compared because nothing else sees a wrong
            gradient scale: gradient clipping and Adam's invariance to the
            scale of the gradient leave loss and parameters almost unchanged
@@ -144,10 +146,17 @@ def compare_metrics(ref, run, args, problems):
         only_run = sorted(set(us) - set(rs))
         problems.append(f"metrics: steps differ (only in ref: {only_ref[:10]}, only in run: {only_run[:10]})")
     common = [s for s in rs if s in run]
-    tol = {"loss": args.loss_rtol, "val_loss": args.loss_rtol, "grad_norm": args.norm_rtol}
+    # model.moe: the auxiliary terms as the loss; the slots the least and the
+    # most loaded expert received exactly (the routing is the same)
+    tol = {"loss": args.loss_rtol, "val_loss": args.loss_rtol, "grad_norm": args.norm_rtol,
+           "moe_aux_loss": args.loss_rtol, "moe_z_loss": args.loss_rtol,
+           "moe_tokens_min": 0.0, "moe_tokens_max": 0.0}
+    if args.moe_rtol is not None:  # bf16: a near-tie of two logits may route differently
+        for k in ("moe_aux_loss", "moe_z_loss", "moe_tokens_min", "moe_tokens_max"):
+            tol[k] = args.moe_rtol
     rows, worst = [], {}
     for s in common:
-        for key in ("loss", "val_loss", "grad_norm"):
+        for key in tol:
             if key not in ref[s] and key not in run[s]:
                 continue
             if (key in ref[s]) != (key in run[s]):
@@ -186,7 +195,7 @@ def compare_metrics(ref, run, args, problems):
         mode = f"loss/val_loss rtol {args.loss_rtol:g}, grad_norm rtol {args.norm_rtol:g}"
     print(f"metrics: {len(common)} steps compared ({mode}); worst rel: "
           + ", ".join(f"{k} {worst[k][0]:.2e} (step {worst[k][1]})"
-                      for k in ("loss", "val_loss", "grad_norm") if k in worst))
+                      for k in tol if k in worst))
 
 
 def latest_ckpt(run_dir):
@@ -303,6 +312,9 @@ def main():
     p.add_argument("--param-rtol", type=float, default=PARAM_RTOL_DEFAULT)
     p.add_argument("--zero-grad-atol", type=float, default=ZERO_GRAD_ATOL_DEFAULT)
     p.add_argument("--bitwise", action="store_true")
+    p.add_argument("--moe-rtol", type=float, default=None,
+                   help="model.moe: the auxiliary terms and the expert loads within R "
+                        "(default: the terms at --loss-rtol, the loads equal)")
     args = p.parse_args()
     for d in (args.ref_dir, args.run_dir):
         if not os.path.isdir(d):

@@ -15,6 +15,8 @@
 # Extra arguments go to every run (both sides). OPTIONS:
 #   --loss-rtol R      (default 1e-4)      --param-rtol R  (default: compare_runs.py's)
 #   --norm-rtol R      grad_norm (default: compare_runs.py's, 1e-4)
+#   --moe-rtol R       model.moe's auxiliary terms and expert loads (default:
+#                      compare_runs.py's: the terms as the loss, loads equal)
 #   --vocab V          train with model.vocab_size=V on a corpus whose tokens
 #                      are all < 128 (the licenses with bytes >= 128 deleted,
 #                      its vocab_size attribute set to V): V need not divide tp.
@@ -41,11 +43,11 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
-twice=0 bitwise=0 loss_rtol=1e-4 param_rtol="" norm_rtol="" vocab="" steps=20 run_extra=() deck=""
+twice=0 bitwise=0 loss_rtol=1e-4 param_rtol="" norm_rtol="" moe_rtol="" vocab="" steps=20 run_extra=() deck=""
 run_env=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -53,6 +55,7 @@ while [ $# -gt 0 ]; do
     --loss-rtol) loss_rtol=$2; shift 2 ;;
     --param-rtol) param_rtol=$2; shift 2 ;;
     --norm-rtol) norm_rtol=$2; shift 2 ;;
+    --moe-rtol) moe_rtol=$2; shift 2 ;;
     --vocab) vocab=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --run-set) run_extra+=(--set "$2"); shift 2 ;;
@@ -222,6 +225,7 @@ else
   tol=(--loss-rtol "$loss_rtol")
   if [ -n "$param_rtol" ]; then tol+=(--param-rtol "$param_rtol"); fi
   if [ -n "$norm_rtol" ]; then tol+=(--norm-rtol "$norm_rtol"); fi
+  if [ -n "$moe_rtol" ]; then tol+=(--moe-rtol "$moe_rtol"); fi
   [ $bitwise = 0 ] || tol=(--bitwise)
   if [ $bitwise = 1 ]; then
     "$py" - "$ref_dir/metrics.jsonl" "$run_dir/run/metrics.jsonl" <<'PYEOF2'
