@@ -755,7 +755,6 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
               "model.tie_embeddings = false is for llama", WHERE(model, tie_embeddings));
   }
   if (cfg->model_moe_experts > 0) { /* model.moe */
-    const char *zb = "zb-h1";
     if (cfg->model_moe_experts < 2)
       TD_FAIL(TD_ERR_DECK, "%s: model.moe.experts = %lld: a mixture needs at least 2 experts "
               "(0: a dense model)", WHERE(model, moe_experts), (long long)cfg->model_moe_experts);
@@ -778,10 +777,6 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
       TD_FAIL(TD_ERR_DECK, "%s: model.moe.capacity_factor = %g: dropping tokens over a "
               "capacity is not built yet; use 0 (dropless: every token reaches its experts)",
               WHERE(model, moe_capacity_factor), cfg->model_moe_capacity_factor);
-    if (strcmp(cfg->parallel_pp_schedule, zb) == 0)
-      TD_FAIL(TD_ERR_DECK, "%s: model.moe with parallel.pp_schedule = zb-h1 is not built yet "
-              "(the experts' weight gradients in the split backward); use 1f1b, gpipe or "
-              "interleaved", WHERE(parallel, pp_schedule));
   }
   int interleaved = strcmp(cfg->parallel_pp_schedule, "interleaved") == 0;
   int64_t vs = cfg->parallel_virtual_stages, nchunks = pp * vs;

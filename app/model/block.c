@@ -340,7 +340,7 @@ td_status td_model_wmm(td_model *m, int ta, int tb, int64_t M, int64_t N, int64_
   }
   if (!keepA) TD_CHECK(wl_copy(m, A, M * K, &A));
   if (!keepB) TD_CHECK(wl_copy(m, B, K * N, &B));
-  td_wop op = {WOP_MM, ta, tb, layer, kind, M, N, K, A, B};
+  td_wop op = {WOP_MM, ta, tb, layer, kind, M, N, K, A, B, 0};
   return td_model_wl_push(m, &op);
 }
 
@@ -356,7 +356,7 @@ td_status td_model_wdst(td_model *m, td_param_kind kind, int layer, float **out)
   void *st = NULL;
   TD_CHECK(td_model_wl_take(m, p->local_numel, 4, &st));
   TD_CHECK(m->k->zero(m->k, st, (size_t)p->local_numel * sizeof(float)));
-  td_wop op = {WOP_ADD, 0, 0, layer, kind, p->local_numel, 0, 0, st, NULL};
+  td_wop op = {WOP_ADD, 0, 0, layer, kind, p->local_numel, 0, 0, st, NULL, 0};
   TD_CHECK(td_model_wl_push(m, &op));
   *out = st;
   return TD_OK;

@@ -704,6 +704,16 @@ static size_t wl_bytes(const td_model *m, int64_t *nops) {
       ops += 4 + 8 + 2;
     }
   }
+  for (int64_t l = 0; m->moe && l < m->L_count; ++l) { /* a sparse block's (moe.c) */
+    if (!td_config_moe_layer(m->cfg, m->L_first + l)) continue;
+    int64_t R = N * m->K, Fe = m->Fe, E = m->E, pieces = 1;
+    while ((int64_t)1 << pieces <= R) ++pieces;
+    PIECE(R * C, at), PIECE(R * Fe, at), PIECE(R * C, at), PIECE(R * Fe, at), PIECE(R * C, at);
+    if (m->recompute) PIECE(R * Fe, at); /* h, from the shared block */
+    bytes += E * 6 * 64;                  /* each expert's copies rounded up */
+    PIECE(E * C, 4);                      /* the router's stash */
+    ops += 3 * E * pieces + 1;
+  }
   if (m->last_stage) {
     if (m->fused_head) { /* the head's weight gradient, summed over the chunks in B */
       PIECE(m->Vs * C, 4);
@@ -726,7 +736,7 @@ static size_t wl_bytes(const td_model *m, int64_t *nops) {
  * and gradients; B only its parameters and records the unit for W. */
 static td_status bhook(td_model *m, int acquire, int u) {
   if (!m->defer) return hook(m, acquire, u, TD_PHASE_BACKWARD);
-  td_wop op = {acquire ? WOP_ACQUIRE : WOP_RELEASE, 0, 0, u, 0, 0, 0, 0, NULL, NULL};
+  td_wop op = {acquire ? WOP_ACQUIRE : WOP_RELEASE, 0, 0, u, 0, 0, 0, 0, NULL, NULL, 0};
   TD_CHECK(td_model_wl_push(m, &op));
   return hook(m, acquire, u, TD_PHASE_BACKWARD_INPUT);
 }
@@ -811,7 +821,7 @@ static td_status backward_impl(td_model *m, int slot, float loss_scale, const fl
     void *c = NULL;
     TD_CHECK(td_model_wl_take(m, N * C, 4, &c));
     TD_CHECK(k->cast(k, c, TD_DTYPE_F32, de, TD_DTYPE_F32, N * C));
-    td_wop op = {WOP_EMBED, 0, 0, -1, TD_PK_WTE, 0, 0, 0, c, a->inputs};
+    td_wop op = {WOP_EMBED, 0, 0, -1, TD_PK_WTE, 0, 0, 0, c, a->inputs, 0};
     TD_CHECK(td_model_wl_push(m, &op));
   }
   if (uses_unit0(m)) TD_CHECK(bhook(m, 0, 0));
@@ -843,7 +853,8 @@ td_status td_model_backward_weight(td_model *m, int slot) {
       case WOP_RELEASE: TD_CHECK(hook(m, 0, op->layer, TD_PHASE_BACKWARD_WEIGHT)); break;
       case WOP_MM:
         TD_CHECK(td_model_mm(m, op->ta, op->tb, op->M, op->N, op->K, op->a, m->at, op->b, m->at,
-                             1.0f, td_model_pg(m, op->pk, op->layer)));
+                             1.0f, op->xe ? td_model_pge(m, op->pk, op->layer, op->xe - 1)
+                                          : td_model_pg(m, op->pk, op->layer)));
         TD_CHECK(td_model_poll(m));
         break;
       case WOP_ADD: {

@@ -24,6 +24,7 @@ typedef struct td_wop {
   int64_t M, N, K;  /* MM: grad (M, N) += op(a)·op(b), op(a) (M, K); ADD: M floats */
   const void *a, *b; /* MM: of type at; ADD: a = the stash (float); EMBED: a = d (N, C),
                         b = the slot's tokens */
+  int xe;            /* MM of an expert's weight (TD_PK_EXP_*): its index + 1; else 0 */
 } td_wop;
 
 struct td_wlist {

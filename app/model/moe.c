@@ -90,6 +90,34 @@ static td_status expert_mm(td_model *m, int rows_k, int tb, int64_t n, int64_t M
   return TD_OK;
 }
 
+/* An expert's weight gradient grad(kind, layer, e) (M, N) += A (n, M)ᵀ · B
+ * (n, N) over its n rows (type at): now, or under a split backward (zb-h1)
+ * recorded for W, piece by piece as expert_mm runs it, on copies of A and
+ * (unless keepB: the slot's own activations) B. */
+static td_status expert_wgrad(td_model *m, int64_t n, int64_t M, int64_t N, const void *A,
+                              const void *B, int keepB, td_param_kind kind, int layer, int e) {
+  td_dtype at = m->at;
+  if (!m->defer)
+    return expert_mm(m, 1, 0, n, M, N, 0, A, at, B, at, 1.0f, td_model_pge(m, kind, layer, e));
+  size_t es = td_dtype_size(at);
+  void *ca = NULL, *cb = (void *)B;
+  TD_CHECK(td_model_wl_take(m, n * M, es, &ca));
+  TD_CHECK(m->k->cast(m->k, ca, at, A, at, n * M));
+  if (!keepB) {
+    TD_CHECK(td_model_wl_take(m, n * N, es, &cb));
+    TD_CHECK(m->k->cast(m->k, cb, at, B, at, n * N));
+  }
+  for (int64_t r0 = 0; r0 < n;) {
+    int64_t len = 1;
+    while (len * 2 <= n - r0) len *= 2;
+    td_wop op = {WOP_MM, 1, 0, layer, kind, M, N, len, (const char *)ca + (size_t)(r0 * M) * es,
+                 (const char *)cb + (size_t)(r0 * N) * es, e + 1};
+    TD_CHECK(td_model_wl_push(m, &op));
+    r0 += len;
+  }
+  return TD_OK;
+}
+
 /* Element r·cols of a buffer of type at. */
 static const void *rows_at(const td_model *m, const void *base, int64_t r, int64_t cols) {
   return (const char *)base + (size_t)(r * cols) * td_dtype_size(m->at);
@@ -193,8 +221,8 @@ td_status td_model_moe_bwd(td_model *m, td_acts *a, int64_t li, int layer, const
     int64_t r0 = offh[e], n = offh[e + 1] - r0;
     if (n == 0) continue;
     const void *dr = rows_at(m, m->mdye, r0, C);
-    TD_CHECK(expert_mm(m, 1, 0, n, C, F, 0, dr, at, rows_at(m, h, r0, F), at, 1.0f,
-                       td_model_pge(m, TD_PK_EXP_W2, layer, (int)e)));
+    TD_CHECK(expert_wgrad(m, n, C, F, dr, rows_at(m, h, r0, F), a != &m->work, TD_PK_EXP_W2,
+                          layer, (int)e));
     TD_CHECK(expert_mm(m, 0, 0, n, 0, F, C, dr, at, td_model_pwe(m, TD_PK_EXP_W2, layer, (int)e),
                        pt, 0.0f, dh + r0 * F));
   }
@@ -211,8 +239,7 @@ td_status td_model_moe_bwd(td_model *m, td_acts *a, int64_t li, int layer, const
       int64_t r0 = offh[e], n = offh[e + 1] - r0;
       if (n == 0) continue;
       const void *dr = rows_at(m, d, r0, F);
-      TD_CHECK(expert_mm(m, 1, 0, n, F, C, 0, dr, at, rows_at(m, m->mxe, r0, C), at, 1.0f,
-                         td_model_pge(m, kind, layer, (int)e)));
+      TD_CHECK(expert_wgrad(m, n, F, C, dr, rows_at(m, m->mxe, r0, C), 0, kind, layer, (int)e));
       TD_CHECK(expert_mm(m, 0, 0, n, 0, C, F, dr, at, td_model_pwe(m, kind, layer, (int)e), pt,
                          pass == 0 ? 0.0f : 1.0f, m->mdxe + r0 * C));
     }

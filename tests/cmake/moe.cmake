@@ -19,8 +19,8 @@ set_tests_properties(reference_moe PROPERTIES TIMEOUT 300 PROCESSORS 2
 # 1e-4 a step, the least and most loaded expert's slots equal — the same
 # routing — and the final parameters of every expert): tensor parallel with sequence
 # parallelism (experts split like the MLP, the router replicated), data
-# parallel at ZeRO-1 and ZeRO-3 with accumulation, 1F1B and interleaved
-# pipelines, context parallel, and block recomputation bit for bit.
+# parallel at ZeRO-1 and ZeRO-3 with accumulation, 1F1B, interleaved and
+# zb-h1 pipelines, context parallel, and block recomputation bit for bit.
 td_add_grid_test(NAME moe_grid_tp2_sp LABELS moe
   ARGS --deck ${TD_MOE_DECK} --run-set parallel.sequence_parallel=true ${TD_GRID_BIN}
        ${TD_MOE_WORK} moe_grid_tp2_sp ${TD_GRID_REF} 1,2,1,0)
@@ -37,6 +37,12 @@ td_add_grid_test(NAME moe_grid_pp2_interleaved LABELS moe
   ARGS --deck ${TD_MOE_DECK} --run-set parallel.pp_schedule=interleaved
        --run-set parallel.virtual_stages=2 ${TD_GRID_BIN} ${TD_MOE_WORK} moe_grid_pp2_interleaved
        ${TD_GRID_REF} 1,1,2,0,2)
+# the split backward (zb-h1: the experts' weight gradients recorded piece by
+# piece for W) at ZeRO-3 with block recomputation
+td_add_grid_test(NAME moe_grid_pp2_zbh1 LABELS moe
+  ARGS --deck ${TD_MOE_DECK} --run-set parallel.pp_schedule=zb-h1
+       --run-set training.recompute=blocks ${TD_GRID_BIN} ${TD_MOE_WORK} moe_grid_pp2_zbh1
+       ${TD_GRID_REF} 1,1,2,3,2)
 # context parallel: each sequence's expert counts and probability sums added
 # over the cp ranks for its load-balancing term
 td_add_grid_test(NAME moe_grid_cp2 LABELS moe
