@@ -3,7 +3,9 @@
    plot.py --scaling SCALING.json... [-o FILE.png] [--label NAME]... [--title TEXT]
 
 Training curves of one or several trident runs, side by side: training and
-validation loss, tokens/s and peak memory per rank against the step. Each
+validation loss, tokens/s and peak memory per rank against the step, and for
+a mixture of experts (model.moe) the most and least loaded expert against
+the mean and the load-balancing term. Each
 argument is a run's folder (its metrics.jsonl) or a metrics file. A resumed
 run is one curve (trident trims its metrics file to the checkpoint it
 resumes from); runs on different grids drawn together show grid invariance:
@@ -101,8 +103,10 @@ def main():
         scaling(a, plt)
         return
     runs = [load(r) for r in a.runs]
-    fig, ax = plt.subplots(2, 2, figsize=(11, 7.5))
-    (al, av), (at, am) = ax
+    moe = any("moe_tokens_mean" in row for _, train, _ in runs for row in train.values())
+    fig, ax = plt.subplots(3 if moe else 2, 2, figsize=(11, 11 if moe else 7.5))
+    (al, av), (at, am) = ax[0], ax[1]
+    ae, ax_aux = ax[2] if moe else (None, None)
     for i, (path, train, val) in enumerate(runs):
         name = a.label[i] if i < len(a.label) else os.path.basename(
             os.path.dirname(os.path.abspath(path))) or path
@@ -115,6 +119,15 @@ def main():
             mem = [max(train[s].get("mem_bytes", 0), train[s].get("device_mem_bytes", 0)) / 2**20
                    for s in steps]
             am.plot(steps, mem, color=color, lw=1.0, label=name)
+            ms = [s for s in steps if "moe_tokens_mean" in train[s]]
+            if moe and ms:  # an expert's load over the mean: 1 is a perfect balance
+                r = [train[s] for s in ms]
+                ae.plot(ms, [x["moe_tokens_max"] / x["moe_tokens_mean"] for x in r], color=color,
+                        lw=1.0, label=name + " most loaded")
+                ae.plot(ms, [x["moe_tokens_min"] / x["moe_tokens_mean"] for x in r], color=color,
+                        lw=1.0, ls="--", label=name + " least loaded")
+                ax_aux.plot(ms, [x["moe_aux_loss"] for x in r], color=color, lw=1.0,
+                            label=name + " balance E·Σf·P")
         if val:
             vs = sorted(val)
             av.plot(vs, [val[s] for s in vs], color=color, marker="o", ms=3, lw=1.2, label=name)
@@ -122,7 +135,12 @@ def main():
     av.set_title("validation loss")
     at.set_title("tokens/s")
     am.set_title("peak memory per rank (MiB)")
-    for x in (al, av, at, am):
+    panels = [al, av, at, am]
+    if moe:
+        ae.set_title("expert load: slots per sparse block / mean")
+        ax_aux.set_title("load-balancing term (top_k when balanced)")
+        panels += [ae, ax_aux]
+    for x in panels:
         x.set_xlabel("step")
         x.grid(alpha=0.3)
         if x.lines:

@@ -1153,6 +1153,7 @@ void td_config_dims(const td_config *cfg, td_model_dims *d) {
   }
   d->params = sat_add(d->params, sat_mul(d->L, d->block_params));
   d->active_params = d->params;
+  d->avg_block_matmul = (double)d->block_matmul, d->avg_block_params = (double)d->block_params;
   if (cfg->model_moe_experts <= 0) return;
   /* sparse blocks: the MLP becomes a router (E, C) and E experts, of which a
    * token uses K */
@@ -1170,6 +1171,9 @@ void td_config_dims(const td_config *cfg, td_model_dims *d) {
   d->active_params =
       sat_add(sat_add(dense, sat_mul(Ld, d->block_params)),
               sat_mul(d->moe_layers, sat_add(sat_add(rest, router), sat_mul(d->K, expert))));
+  double L = (double)(d->L > 0 ? d->L : 1), Lm = (double)d->moe_layers;
+  d->avg_block_matmul = ((L - Lm) * (double)d->block_matmul + Lm * (double)d->moe_matmul) / L;
+  d->avg_block_params = ((L - Lm) * (double)d->block_params + Lm * (double)d->moe_params) / L;
 }
 
 int td_config_moe_layer(const td_config *cfg, int64_t layer) {

@@ -218,6 +218,9 @@ typedef struct td_model_dims {
   int64_t moe_params;     /* one sparse block's router and experts (replacing its MLP) */
   int64_t active_params;  /* parameters a token uses: the K experts of each sparse block */
   int64_t moe_matmul;     /* weights of a sparse block's matmuls a token uses (router, K experts) */
+  /* per block, averaged over the blocks (= block_matmul, block_params for a
+   * dense model): the matmul weights a token uses, the parameters held */
+  double avg_block_matmul, avg_block_params;
 } td_model_dims;
 /* Block `layer` is sparse (model.moe). */
 int td_config_moe_layer(const td_config *cfg, int64_t layer);

@@ -382,7 +382,7 @@ td_status td_plan_comm_bytes(const td_config *c, int stage, td_plan_comm *o) {
       /* stage 3: each block gathered in forward and again in backward, but
        * the two block slots keep the last two gathered across the turn:
        * L + (2m − 1)(L − 2) block gathers; the persistent units once */
-      double block = (double)d.block_params / tp, persist = n - (double)L * block;
+      double block = d.avg_block_params / tp, persist = n - (double)L * block;
       double gathers = L > 2 ? (double)L + (2.0 * (double)m - 1.0) * ((double)L - 2.0) : (double)L;
       add(o, TD_GROUP_DP, TD_COLL_REDUCE_SCATTER, (double)m * f * 4.0 * n, (double)m);
       add(o, TD_GROUP_DP, TD_COLL_ALLGATHER, f * es * (persist + gathers * block), gathers + 1);
@@ -497,8 +497,8 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
   /* FLOPs per token of one block's forward on one rank (td_flops_per_token's
    * terms over 3: forward is a third of training), and the head's */
   double A = (double)(d.H * d.HS), T = (double)d.T;
-  double blk_f = (2.0 * (double)d.block_matmul + 4.0 * A * T) / tp;
-  double blk_mm = 2.0 * (double)d.block_matmul / tp, blk_att = 4.0 * A * T / tp;
+  double blk_f = (2.0 * d.avg_block_matmul + 4.0 * A * T) / tp;
+  double blk_mm = 2.0 * d.avg_block_matmul / tp, blk_att = 4.0 * A * T / tp;
   double head_f = 2.0 * (double)d.V * (double)d.C / tp;
   /* recomputation in hardware FLOPs: blocks → every block's forward again;
    * attention → the attention scores (Q·Kᵀ) again. The fused attention
@@ -530,7 +530,7 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
     td_plan_layer_cost(c, cl, B, &lc);
     td_plan_head_cost(c, cl, B, &hc);
     lrec = blocks ? lc.f : attn ? lc.att_rec : 0.0;
-    r->eff = 2.0 * (double)d.block_matmul / tp * (double)B * T / cp /
+    r->eff = 2.0 * d.avg_block_matmul / tp * (double)B * T / cp /
              ((lc.f - lc.att_f - lc.ew_f) * peak);
   } else {
     /* the efficiency model: FLOPs at peak × efficiency; the attention
