@@ -773,10 +773,11 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
       TD_FAIL(TD_ERR_DECK, "%s: the experts' width %lld (model.moe.ffn_dim, else model.ffn_dim) "
               "is not divisible by parallel.tp = %lld (experts are split like the MLP)",
               WHERE(model, moe_ffn_dim), (long long)dm.Fe, (long long)tp);
-    if (cfg->model_moe_capacity_factor > 0)
-      TD_FAIL(TD_ERR_DECK, "%s: model.moe.capacity_factor = %g: dropping tokens over a "
-              "capacity is not built yet; use 0 (dropless: every token reaches its experts)",
-              WHERE(model, moe_capacity_factor), cfg->model_moe_capacity_factor);
+    if (cfg->model_moe_capacity_factor > 0 && cp > 1)
+      TD_FAIL(TD_ERR_DECK, "%s: model.moe.capacity_factor = %g with parallel.cp = %lld is not "
+              "built yet (a sequence's capacity is kept in position order, which its cp ranks "
+              "would have to agree on); use parallel.cp: 1 or capacity_factor: 0 (dropless)",
+              WHERE(model, moe_capacity_factor), cfg->model_moe_capacity_factor, (long long)cp);
   }
   int interleaved = strcmp(cfg->parallel_pp_schedule, "interleaved") == 0;
   int64_t vs = cfg->parallel_virtual_stages, nchunks = pp * vs;

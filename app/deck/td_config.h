@@ -80,7 +80,9 @@
   X(model, moe_z_loss, FLOAT, "0.0", 0, 1.0e6, NULL, 0,                                      \
     "weight β of the router z-loss β·mean(logsumexp(router logits)²)")                     \
   X(model, moe_capacity_factor, FLOAT, "0.0", 0, 1.0e6, NULL, 0,                             \
-    "0: dropless (every token reaches its top_k experts); > 0 is not built yet")             \
+    "0: dropless (every token reaches its top_k experts); c > 0: in each sequence an "       \
+    "expert keeps the first ⌈c·seq_len·top_k/experts⌉ slots routed to it (position order) " \
+    "and drops the rest")                                                                    \
   X(model, init_from, STR, "", 0, 0, NULL, 0,                                                \
     "start from these weights: safetensors (Hugging Face, trident export), a model folder "  \
     "(model.safetensors or a sharded index, config.json checked) or llm.c .bin; empty: random") \

@@ -248,6 +248,9 @@ static td_status alloc_buffers(td_model *m) {
                         "per-sequence expert sums"));
       TD_CHECK(td_alloc((void **)&m->mlse_host, (size_t)N * sizeof(float), "router lse"));
       TD_CHECK(td_alloc((void **)&m->moe_load, (size_t)E * sizeof(double), "expert load"));
+      if (m->cap > 0)
+        TD_CHECK(td_alloc((void **)&m->mplan_host, (size_t)(2 * R + BE + E) * sizeof(int32_t),
+                          "expert plan"));
     }
   }
   if (m->at == TD_DTYPE_BF16) { /* the widest gradient a matmul reads */
@@ -335,6 +338,9 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->moe = d.E > 0;
   m->E = d.E, m->K = d.K, m->Fe = d.Fe / tp, m->moe_layers = d.moe_layers;
   m->aux_alpha = cfg->model_moe_aux_loss, m->z_beta = cfg->model_moe_z_loss;
+  if (m->moe && cfg->model_moe_capacity_factor > 0)
+    m->cap = (int64_t)ceil(cfg->model_moe_capacity_factor * (double)cfg->model_seq_len *
+                           (double)d.K / (double)d.E);
   m->NH = d.H / tp, m->KV = d.KV / tp, m->HS = d.HS;
   m->Cl = m->NH * m->HS, m->C3 = (m->NH + 2 * m->KV) * m->HS, m->F = d.F / tp;
   td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);
@@ -401,6 +407,7 @@ void td_model_destroy(td_model **mp) {
   td_free(m->midx_host);
   td_free(m->mpsum_host);
   td_free(m->mseq_host);
+  td_free(m->mplan_host);
   td_free(m->mlse_host);
   td_free(m->moe_load);
   for (int i = 0; m->wl && i < m->nslots; ++i) {

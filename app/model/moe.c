@@ -48,12 +48,13 @@ float *td_model_pge(const td_model *m, td_param_kind k, int layer, int e) {
 }
 
 void td_model_moe_reset(td_model *m) {
-  m->moe_aux = 0.0, m->moe_z = 0.0;
+  m->moe_aux = 0.0, m->moe_z = 0.0, m->moe_dropped = 0.0;
   for (int64_t e = 0; m->moe_load && e < m->E; ++e) m->moe_load[e] = 0.0;
 }
 
-void td_model_moe_sums(const td_model *m, double *aux, double *z, const double **load) {
-  *aux = m->moe_aux, *z = m->moe_z, *load = m->moe_load;
+void td_model_moe_sums(const td_model *m, double *aux, double *z, double *dropped,
+                       const double **load) {
+  *aux = m->moe_aux, *z = m->moe_z, *dropped = m->moe_dropped, *load = m->moe_load;
 }
 
 /* The global batch's sequences S and the sparse blocks Lm: the auxiliary
@@ -118,6 +119,40 @@ static td_status expert_wgrad(td_model *m, int64_t n, int64_t M, int64_t N, cons
   return TD_OK;
 }
 
+/* The experts' order of the micro-batch's slots with a capacity
+ * (model.moe.capacity_factor c > 0), on the host from m->midx_host: per
+ * sequence, an expert keeps the first cap = ⌈c·T·K/E⌉ of the slots routed
+ * to it in slot order (position, then choice) and drops the rest (Switch;
+ * per sequence, so no grid changes which); the kept slots in moe_plan's
+ * order (experts in order, an expert's slots in slot order). Writes pos
+ * (R) and perm (R) into m->mplan_host and the first row of each expert
+ * into off (E + 1). */
+static td_status plan_capacity(td_model *m, int32_t *off) {
+  int64_t B = m->B, T = m->T, E = m->E, K = m->K, R = B * T * K;
+  const int32_t *idx = m->midx_host;
+  int32_t *pos = m->mplan_host, *perm = pos + R, *seen = perm + R, *kept = seen + B * E;
+  memset(seen, 0, (size_t)(B * E + E) * sizeof *seen);
+  for (int64_t s = 0; s < R; ++s) {
+    int32_t *c = &seen[(s / (T * K)) * E + idx[s]];
+    if (*c < m->cap) ++kept[idx[s]];
+    ++*c;
+  }
+  off[0] = 0;
+  for (int64_t e = 0; e < E; ++e) off[e + 1] = off[e] + kept[e];
+  memset(seen, 0, (size_t)(B * E + E) * sizeof *seen);
+  for (int64_t s = 0; s < R; ++s) {
+    int32_t e = idx[s], *c = &seen[(s / (T * K)) * E + e];
+    if (*c >= m->cap) {
+      pos[s] = -1;
+      continue;
+    }
+    ++*c;
+    int32_t r = off[e] + kept[e]++;
+    pos[s] = r, perm[r] = (int32_t)s;
+  }
+  return TD_OK;
+}
+
 /* Element r·cols of a buffer of type at. */
 static const void *rows_at(const td_model *m, const void *base, int64_t r, int64_t cols) {
   return (const char *)base + (size_t)(r * cols) * td_dtype_size(m->at);
@@ -141,13 +176,22 @@ td_status td_model_moe_fwd(td_model *m, td_acts *a, int64_t li, int layer, const
   for (int64_t b = 0; b < B; ++b)
     TD_CHECK(k->moe_route(k, probs + b * T * E, lse + b * T, idx + b * T * K, w + b * T * K,
                           m->mpsum + b * E, m->mlog + b * T * E, T, E, K));
-  TD_CHECK(k->moe_plan(k, pos, perm, off, m->mcount, idx, N, E, K, 0));
-  TD_CHECK(k->to_host(k, offh, off, (size_t)(E + 1) * sizeof(int32_t)));
-  if (offh[E] != R)
-    TD_FAIL(TD_ERR_INTERNAL, "moe: block %d kept %d of %lld slots without a capacity", layer,
-            (int)offh[E], (long long)R);
+  TD_CHECK(k->to_host(k, m->midx_host, idx, (size_t)N * K * sizeof(int32_t)));
+  if (m->cap > 0) {
+    TD_CHECK(plan_capacity(m, offh));
+    TD_CHECK(k->to_device(k, pos, m->mplan_host, (size_t)R * sizeof(int32_t)));
+    TD_CHECK(k->to_device(k, perm, m->mplan_host + R, (size_t)R * sizeof(int32_t)));
+    TD_CHECK(k->to_device(k, off, offh, (size_t)(E + 1) * sizeof(int32_t)));
+  } else {
+    TD_CHECK(k->moe_plan(k, pos, perm, off, m->mcount, idx, N, E, K, 0));
+    TD_CHECK(k->to_host(k, offh, off, (size_t)(E + 1) * sizeof(int32_t)));
+    if (offh[E] != R)
+      TD_FAIL(TD_ERR_INTERNAL, "moe: block %d kept %d of %lld slots without a capacity", layer,
+              (int)offh[E], (long long)R);
+  }
+  int64_t Rk = offh[E]; /* the rows kept */
   /* the experts, each over its rows */
-  TD_CHECK(k->moe_gather(k, m->mxe, x, at, perm, R, C, K));
+  TD_CHECK(k->moe_gather(k, m->mxe, x, at, perm, Rk, C, K));
   for (int64_t e = 0; e < E; ++e) {
     int64_t r0 = offh[e], n = offh[e + 1] - r0;
     if (n == 0) continue;
@@ -158,7 +202,7 @@ td_status td_model_moe_fwd(td_model *m, td_acts *a, int64_t li, int layer, const
                        pt, 0.0f, up + r0 * F));
   }
   TD_CHECK(td_model_poll(m));
-  TD_CHECK(k->swiglu_fwd(k, h, at, gate, up, R * F));
+  TD_CHECK(k->swiglu_fwd(k, h, at, gate, up, Rk * F));
   for (int64_t e = 0; e < E; ++e) {
     int64_t r0 = offh[e], n = offh[e + 1] - r0;
     if (n == 0) continue;
@@ -173,8 +217,8 @@ td_status td_model_moe_fwd(td_model *m, td_acts *a, int64_t li, int layer, const
    * parallelism summed over the cp ranks that hold the sequence's parts —
    * and the losses' sums (not again in a recomputation) */
   double *cnt = a->mcnt_host + li * B * E, *seq = m->mseq_host, Tf = (double)m->Tk;
-  TD_CHECK(k->to_host(k, m->midx_host, idx, (size_t)N * K * sizeof(int32_t)));
   TD_CHECK(k->to_host(k, m->mpsum_host, m->mpsum, (size_t)(B * E) * sizeof(float)));
+  if (!m->moe_quiet) m->moe_dropped += (double)(R - Rk);
   memset(seq, 0, (size_t)(2 * B * E) * sizeof *seq);
   for (int64_t r = 0; r < N; ++r)
     for (int64_t j = 0; j < K; ++j) seq[(r / T) * E + m->midx_host[r * K + j]] += 1.0;
@@ -205,6 +249,7 @@ td_status td_model_moe_bwd(td_model *m, td_acts *a, int64_t li, int layer, const
   const float *probs = a->mprobs + li * N * E, *lse = a->mlse + li * N, *w = a->mw + li * N * K;
   const int32_t *idx = a->midx + li * N * K, *pos = a->mpos + li * R, *perm = a->mperm + li * R;
   const int32_t *offh = a->moff_host + li * (E + 1);
+  int64_t Rk = offh[E]; /* the rows kept */
   const float *gate = a->mgu + li * 2 * R * F, *up = gate + R * F, *ye = a->mye + li * R * C;
   const void *h = td_model_at(m, a->mh, li * R * F);
   const double *cnt = a->mcnt_host + li * B * E;
@@ -227,14 +272,14 @@ td_status td_model_moe_bwd(td_model *m, td_acts *a, int64_t li, int layer, const
                        pt, 0.0f, dh + r0 * F));
   }
   TD_CHECK(td_model_poll(m));
-  TD_CHECK(k->swiglu_bwd(k, dgate, dup, dh, gate, up, R * F));
+  TD_CHECK(k->swiglu_bwd(k, dgate, dup, dh, gate, up, Rk * F));
   /* w1, w3: their gradients from the experts' inputs again, the inputs'
    * gradient dxe summed over both */
   TD_CHECK(td_model_col_in(m, n2, &x));
-  TD_CHECK(k->moe_gather(k, m->mxe, x, at, perm, R, C, K));
+  TD_CHECK(k->moe_gather(k, m->mxe, x, at, perm, Rk, C, K));
   for (int pass = 0; pass < 2; ++pass) {
     td_param_kind kind = pass == 0 ? TD_PK_EXP_W1 : TD_PK_EXP_W3;
-    TD_CHECK(td_model_mm_grad(m, pass == 0 ? dgate : dup, R * F, &d));
+    TD_CHECK(td_model_mm_grad(m, pass == 0 ? dgate : dup, Rk * F, &d));
     for (int64_t e = 0; e < E; ++e) {
       int64_t r0 = offh[e], n = offh[e + 1] - r0;
       if (n == 0) continue;

@@ -206,8 +206,11 @@ struct td_model {
   int moe;
   int64_t E, K, Fe, moe_layers;
   double aux_alpha, z_beta;
-  double moe_aux, moe_z, *moe_load;
+  double moe_aux, moe_z, moe_dropped, *moe_load;
   int moe_quiet;
+  int64_t cap;                 /* model.moe.capacity_factor: slots an expert keeps of a
+                                  sequence, ⌈c·T·K/E⌉ (0: dropless) */
+  int32_t *mplan_host;         /* host, with a capacity: (R) pos, (R) perm, (B·E + E) counts */
   float *mlog, *mpsum, *mdw, *mdlog, *mgP, *mdh, *mdxe;
   int32_t *mcount;
   void *mxe, *mdye;            /* (R, C) the experts' inputs, their output gradient (type at) */
@@ -249,10 +252,12 @@ struct td_model {
 
 /* Sparse blocks (model.moe): zero the sums the forwards add up; read them
  * (aux: Σ over sequences and sparse blocks of E·Σ_i f_i·P_i; z: Σ over rows
- * and sparse blocks of logsumexp²; load: (E) slots routed to each expert
- * over the sparse blocks) — this rank's, from its stage's blocks. */
+ * and sparse blocks of logsumexp²; dropped: the slots over an expert's
+ * capacity; load: (E) slots routed to each expert over the sparse blocks)
+ * — this rank's, from its stage's blocks. */
 void td_model_moe_reset(td_model *m);
-void td_model_moe_sums(const td_model *m, double *aux, double *z, const double **load);
+void td_model_moe_sums(const td_model *m, double *aux, double *z, double *dropped,
+                       const double **load);
 
 /* Rows of the residual stream a rank holds for micro-batches of B
  * sequences: B·T, or B·T / tp under parallel.sequence_parallel. */

@@ -128,6 +128,7 @@ static td_status dump_begin(td_trainer *t, dump_state *d) {
     for (int i = 0; i < 4; ++i) TD_CHECK(td_h5_attr_write_i64(f, mk[i], mv[i]));
     TD_CHECK(td_h5_attr_write_f64(f, "moe_aux_loss", c->model_moe_aux_loss));
     TD_CHECK(td_h5_attr_write_f64(f, "moe_z_loss", c->model_moe_z_loss));
+    TD_CHECK(td_h5_attr_write_f64(f, "moe_capacity_factor", c->model_moe_capacity_factor));
   }
   TD_CHECK(dump_tensors(t, f, "/model", td_zero_owned_params(t->zero),
                         td_zero_state_on_host(t->zero)));
@@ -610,6 +611,8 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
               ", \"moe_aux_loss\": %.9g, \"moe_z_loss\": %.9g, \"moe_tokens_min\": %.9g, "
               "\"moe_tokens_max\": %.9g, \"moe_tokens_mean\": %.9g",
               t->moe_aux, t->moe_z, t->moe_tok_min, t->moe_tok_max, t->moe_tok_mean);
+    if (t->model->moe && t->model->cap > 0)
+      fprintf(t->metrics, ", \"moe_dropped\": %.9g", t->moe_dropped);
     if (has_val) fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
     if (has_val && t->has_choice)
       fprintf(t->metrics, ", \"choice_acc\": %.9g, \"choice_acc_norm\": %.9g", t->choice_acc,
@@ -633,6 +636,7 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
       TB("moe/tokens_per_expert_min", t->moe_tok_min);
       TB("moe/tokens_per_expert_max", t->moe_tok_max);
       TB("moe/tokens_per_expert_mean", t->moe_tok_mean);
+      if (t->model->cap > 0) TB("moe/dropped_fraction", t->moe_dropped);
     }
     TB("tokens_seen", (double)t->tokens_seen);
     TB("time_metrics/step(ms)", step_s * 1e3);

@@ -87,6 +87,7 @@ typedef struct td_trainer {
    * term (mean of logsumexp² over rows and sparse blocks), and the slots an
    * expert received per sparse block: the least, the most, the mean */
   double moe_aux, moe_z, moe_tok_min, moe_tok_max, moe_tok_mean;
+  double moe_dropped;  /* the fraction of the step's slots over an expert's capacity */
   struct td_choice_set *choice; /* eval.choice's examples, td_trainer_run's (NULL: none) */
   double choice_acc, choice_acc_norm;
   int has_choice;      /* the evaluation just done scored them */

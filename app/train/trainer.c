@@ -713,22 +713,23 @@ static td_status moe_metrics(td_trainer *t) {
   const td_model *m = t->model;
   const td_config *c = &t->cfg;
   int64_t E = m->E;
-  double *v = calloc((size_t)(E + 2), sizeof *v);
+  double *v = calloc((size_t)(E + 3), sizeof *v);
   if (!v) TD_FAIL(TD_ERR_NOMEM, "out of memory for the expert metrics");
   const double *load = NULL;
-  td_model_moe_sums(m, &v[0], &v[1], &load);
-  for (int64_t e = 0; e < E; ++e) v[2 + e] = load[e];
-  td_status st = td_coll_allreduce_f64(t->grid->dpcp_comm, v, E + 2, MPI_SUM,
+  td_model_moe_sums(m, &v[0], &v[1], &v[2], &load);
+  for (int64_t e = 0; e < E; ++e) v[3 + e] = load[e];
+  td_status st = td_coll_allreduce_f64(t->grid->dpcp_comm, v, E + 3, MPI_SUM,
                                        &t->gstats[TD_GROUP_DP]);
   if (st == TD_OK)
-    st = td_coll_allreduce_f64(t->grid->pp_comm, v, E + 2, MPI_SUM, &t->gstats[TD_GROUP_PP]);
+    st = td_coll_allreduce_f64(t->grid->pp_comm, v, E + 3, MPI_SUM, &t->gstats[TD_GROUP_PP]);
   if (st == TD_OK) {
     double S = (double)c->training_global_batch, T = (double)c->model_seq_len;
     double Lm = (double)m->moe_layers;
     t->moe_aux = v[0] / (S * Lm), t->moe_z = v[1] / (S * T * Lm);
-    t->moe_tok_min = t->moe_tok_max = v[2] / Lm, t->moe_tok_mean = 0.0;
+    t->moe_dropped = v[2] / (S * T * (double)m->K * Lm);
+    t->moe_tok_min = t->moe_tok_max = v[3] / Lm, t->moe_tok_mean = 0.0;
     for (int64_t e = 0; e < E; ++e) {
-      double x = v[2 + e] / Lm;
+      double x = v[3 + e] / Lm;
       t->moe_tok_min = x < t->moe_tok_min ? x : t->moe_tok_min;
       t->moe_tok_max = x > t->moe_tok_max ? x : t->moe_tok_max;
       t->moe_tok_mean += x / (double)E;

@@ -6,7 +6,8 @@
 # CPU grids use: fp32 1e-4, bf16 the mixed-precision bounds of
 # precision.cmake; final parameters per tensor).
 #   - both families, fp32 and bf16, on 1 rank; recomputation; mixture of
-#     experts on 1 rank and at tp 2 with sequence parallelism;
+#     experts on 1 rank (dropless and with a capacity) and at tp 2 with
+#     sequence parallelism;
 #   - dp 2 ZeRO-1 and ZeRO-3, tp 2 (and with sequence parallelism), pp 2 (1F1B, zb-h1, interleaved),
 #     (tp 2, pp 2) (stage messages scattered over tp), pp 2 with an empty first stage,
 #     (dp 2, tp 2) ZeRO-3 bf16: one
@@ -130,6 +131,10 @@ if(TD_CUDA_EMULATE)
     ${TD_GRID_BIN} ${_cu_work} moe_1rank 1,1,1,0 1,1,1,0 ${_small})
   td_cudaemu_grid(moe_tp2_sp ${_cu} ${_moe} --run-set parallel.sequence_parallel=true
     ${TD_GRID_BIN} ${_cu_work} moe_tp2_sp 1,1,1,0 1,2,1,0 ${_small})
+  # with a capacity: the plan made on the host and copied to the device
+  td_cudaemu_grid(moe_capacity ${_cu} ${_moe}
+    ${TD_GRID_BIN} ${_cu_work} moe_capacity 1,1,1,0 1,1,1,0 ${_small}
+    --set model.moe.capacity_factor=1.0)
   # packed chat data (data.attend: document, a loss mask): the device's
   # document masks in the fused attention, positions restarting in the
   # embedding (its wpe gradient by the documents' kernel) and in RoPE, and

@@ -15,6 +15,15 @@ add_test(NAME reference_moe
 set_tests_properties(reference_moe PROPERTIES TIMEOUT 300 PROCESSORS 2
   LABELS "reference;llama;moe")
 
+# reference_moe_capacity: the same with model.moe.capacity_factor 1.0 (per
+# sequence an expert keeps its first ⌈T·k/E⌉ = 32 slots; 19% dropped).
+add_test(NAME reference_moe_capacity
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/e2e/reference_train.sh $<TARGET_FILE:trident>
+          ${CMAKE_CURRENT_BINARY_DIR}/reference_moe_capacity ${TD_MOE_DECK}
+          --set model.moe.capacity_factor=1.0)
+set_tests_properties(reference_moe_capacity PROPERTIES TIMEOUT 300 PROCESSORS 2
+  LABELS "reference;llama;moe")
+
 # Grid invariance at the fp32 bounds (loss, grad_norm and the auxiliary terms
 # 1e-4 a step, the least and most loaded expert's slots equal — the same
 # routing — and the final parameters of every expert): tensor parallel with sequence
@@ -43,6 +52,18 @@ td_add_grid_test(NAME moe_grid_pp2_zbh1 LABELS moe
   ARGS --deck ${TD_MOE_DECK} --run-set parallel.pp_schedule=zb-h1
        --run-set training.recompute=blocks ${TD_GRID_BIN} ${TD_MOE_WORK} moe_grid_pp2_zbh1
        ${TD_GRID_REF} 1,1,2,3,2)
+# with a capacity (1.0: 19% of the slots dropped, per sequence): tp 2 with
+# sequence parallelism, dp 2 with accumulation at ZeRO-1, pp 2
+set(_cap --set model.moe.capacity_factor=1.0)
+td_add_grid_test(NAME moe_capacity_grid_tp2_sp LABELS moe
+  ARGS --deck ${TD_MOE_DECK} --run-set parallel.sequence_parallel=true ${TD_GRID_BIN}
+       ${TD_MOE_WORK} moe_capacity_grid_tp2_sp ${TD_GRID_REF} 1,2,1,0 ${_cap})
+td_add_grid_test(NAME moe_capacity_grid_dp2_zero1 LABELS moe
+  ARGS --deck ${TD_MOE_DECK} ${TD_GRID_BIN} ${TD_MOE_WORK} moe_capacity_grid_dp2_zero1
+       ${TD_GRID_REF} 2,1,1,1,2 ${_cap})
+td_add_grid_test(NAME moe_capacity_grid_pp2 LABELS moe
+  ARGS --deck ${TD_MOE_DECK} ${TD_GRID_BIN} ${TD_MOE_WORK} moe_capacity_grid_pp2 ${TD_GRID_REF}
+       1,1,2,0,2 ${_cap})
 # context parallel: each sequence's expert counts and probability sums added
 # over the cp ranks for its load-balancing term
 td_add_grid_test(NAME moe_grid_cp2 LABELS moe

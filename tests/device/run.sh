@@ -22,6 +22,8 @@
 #                  nvidia-nccl wheel of the machine's Python)
 #   cuda_vs_cpu    the tiny deck, 20 steps, on cuda against cpu, fp32 (1e-4)
 #   cuda_bf16      the same in bf16, both sides bf16 (the bf16 grid bounds)
+#   moe_vs_cpu     inputs/moe-tiny.yaml (sparse blocks: router, grouped experts),
+#                  20 steps, on cuda against cpu, fp32 (1e-4, the same routing)
 #   staged_dp2z1   2 ranks on the one GPU, dp 2 ZeRO-1 (collectives staged
 #   staged_tp2     through host memory: NCCL takes one rank per GPU), tp 2,
 #                  against 1 CPU rank (1e-4)
@@ -206,6 +208,8 @@ check dcomm_nccl 60 "$MPIEXEC" -n 1 build-device/tests/test_dcomm cuda
 check cuda_vs_cpu 120 $gi "${cuda[@]}" build-device/trident $work cuda_fp32 1,1,1,0 1,1,1,0
 check cuda_bf16 120 $gi "${cuda[@]}" --norm-rtol 3e-3 --param-rtol 1.5e-2 \
   build-device/trident $work cuda_bf16 1,1,1,0 1,1,1,0 "${bf16[@]}"
+check moe_vs_cpu 120 $gi "${cuda[@]}" --deck inputs/moe-tiny.yaml \
+  build-device/trident $work moe_fp32 1,1,1,0 1,1,1,0
 check staged_dp2z1 150 $gi "${cuda[@]}" build-device/trident $work staged_dp2 1,1,1,0 2,1,1,1
 check staged_tp2 150 $gi "${cuda[@]}" build-device/trident $work staged_tp2 1,1,1,0 1,2,1,0
 check ckpt_gpu_cpu 150 tests/e2e/ckpt_reshard.sh --src-set run.device=cuda \

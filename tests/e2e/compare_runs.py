@@ -9,7 +9,7 @@ Compares two trident runs (docs/architecture.md, invariant 1 "Grid invariance"):
            `val_loss` where logged) must agree within --loss-rtol and
            `grad_norm` within --norm-rtol, relative to the reference (a
            mixture of experts: `moe_aux_loss` and `moe_z_loss` as the loss,
-           `moe_tokens_min`/`max` equal: the same routing). The
+           `moe_tokens_min`/`max` and `moe_dropped` equal: the same routing). The
            gradient norm is compared because nothing else sees a wrong
            gradient scale: gradient clipping and Adam's invariance to the
            scale of the gradient leave loss and parameters almost unchanged
@@ -150,9 +150,10 @@ def compare_metrics(ref, run, args, problems):
     # most loaded expert received exactly (the routing is the same)
     tol = {"loss": args.loss_rtol, "val_loss": args.loss_rtol, "grad_norm": args.norm_rtol,
            "moe_aux_loss": args.loss_rtol, "moe_z_loss": args.loss_rtol,
-           "moe_tokens_min": 0.0, "moe_tokens_max": 0.0}
+           "moe_tokens_min": 0.0, "moe_tokens_max": 0.0, "moe_dropped": 0.0}
     if args.moe_rtol is not None:  # bf16: a near-tie of two logits may route differently
-        for k in ("moe_aux_loss", "moe_z_loss", "moe_tokens_min", "moe_tokens_max"):
+        for k in ("moe_aux_loss", "moe_z_loss", "moe_tokens_min", "moe_tokens_max",
+                  "moe_dropped"):
             tol[k] = args.moe_rtol
     rows, worst = [], {}
     for s in common:

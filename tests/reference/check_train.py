@@ -120,6 +120,8 @@ def read_dump(path):
                 d["llama"]["moe"] = {k: (float if k in ("aux_loss", "z_loss") else int)(
                     _attr(f, "moe_" + k)) for k in ("experts", "top_k", "every", "ffn_dim",
                                                     "aux_loss", "z_loss")}
+                if "moe_capacity_factor" in f.attrs:
+                    d["llama"]["moe"]["capacity_factor"] = float(_attr(f, "moe_capacity_factor"))
         elif d["arch"] != "gpt2":
             raise BadInput("%s: arch %r (gpt2 or llama expected)" % (path, d["arch"]))
     M = LL if d["arch"] == "llama" else G

@@ -143,7 +143,8 @@ def read_llama(path):
         if int(kv.get("experts", 0)) > 0:
             out["moe"] = {"experts": int(kv["experts"]), "top_k": int(kv["top_k"]),
                           "every": int(kv["every"]), "ffn_dim": int(kv["ffn_dim"]),
-                          "aux_loss": float(kv["aux_loss"]), "z_loss": float(kv["z_loss"])}
+                          "aux_loss": float(kv["aux_loss"]), "z_loss": float(kv["z_loss"]),
+                          "capacity_factor": float(kv.get("capacity_factor", 0.0))}
     return out
 
 

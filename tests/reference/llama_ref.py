@@ -64,6 +64,7 @@ class Config:
     moe_ffn: int = 0
     aux_loss: float = 0.0
     z_loss: float = 0.0
+    capacity: float = 0.0   # model.moe.capacity_factor (0: dropless)
 
     def sparse(self, i):
         return self.experts > 0 and (i + 1) % self.every == 0
@@ -143,6 +144,7 @@ def infer_config(params, heads, kv_heads=0, norm_eps=1e-5, rope_theta=10000.0, s
     if moe:
         cfg.experts, cfg.top_k, cfg.every = moe["experts"], moe["top_k"], moe["every"]
         cfg.aux_loss, cfg.z_loss = moe["aux_loss"], moe["z_loss"]
+        cfg.capacity = moe.get("capacity_factor", 0.0)
         first = [i for i in range(layers) if cfg.sparse(i)]
         w1 = "model.layers.%d.block_sparse_moe.experts.0.w1.weight" % first[0] if first else ""
         # an expert's width from its weights (the deck's 0 means model.ffn_dim)
@@ -217,10 +219,16 @@ def _moe(x, P, p, cfg):
     probs = torch.softmax(logits, dim=-1)
     w, sel = torch.topk(probs, K, dim=-1)                             # (B, T, K)
     w = w / w.sum(dim=-1, keepdim=True)
+    keep = torch.ones_like(w)
+    if cfg.capacity > 0:  # Switch: per sequence, an expert's first cap slots in (t, j) order
+        cap = math.ceil(cfg.capacity * T * K / E)
+        hot = F.one_hot(sel, E).reshape(B, T * K, E)
+        rank = hot.cumsum(dim=1)                                      # 1-based, per expert
+        keep = ((rank <= cap) & (hot > 0)).any(-1).reshape(B, T, K).to(x.dtype)
     out = torch.zeros_like(x)
     for e in range(E):
         q = p + "block_sparse_moe.experts.%d." % e
-        hit = sel == e                                                # (B, T, K)
+        hit = (sel == e) * keep                                       # (B, T, K)
         if not bool(hit.any()):
             continue
         y = (F.silu(x @ P[q + "w1.weight"].t()) * (x @ P[q + "w3.weight"].t())) @ \
