@@ -1,5 +1,6 @@
 /* check.c — `trident check DECK`: validate, print the resolved deck, the grid,
  * the parameter count, memory per rank and FLOPs, without training. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,11 +232,18 @@ static td_status report(const td_config *cfg, const td_grid *g, const rank_info 
   if (dm.E > 0) { /* model.moe: what a token uses, which FLOPs and MFU count */
     char act[32];
     human_count((double)dm.active_params, act, sizeof act);
-    printf("mixture of experts: %lld of %lld blocks sparse (every %lld), each %lld SwiGLU experts "
-           "of width %lld, top %lld, a router (%lld, %lld) replicated over tp; dropless; "
+    char drop[96] = "dropless";
+    if (cfg->model_moe_capacity_factor > 0)
+      snprintf(drop, sizeof drop, "capacity factor %g (an expert keeps %lld slots a sequence)",
+               cfg->model_moe_capacity_factor,
+               (long long)ceil(cfg->model_moe_capacity_factor * (double)dm.T * (double)dm.K /
+                               (double)dm.E));
+    printf("mixture of experts: %lld of %lld blocks sparse (every %lld), each %lld %s experts "
+           "of width %lld, top %lld, a router (%lld, %lld) replicated over tp; %s; "
            "load-balancing loss %g, z-loss %g; active parameters %lld (%s) a token, of %lld "
            "(%s)\n", (long long)dm.moe_layers, (long long)dm.L, (long long)dm.every,
-           (long long)dm.E, (long long)dm.Fe, (long long)dm.K, (long long)dm.E, (long long)dm.C,
+           (long long)dm.E, dm.llama ? "SwiGLU" : "GELU", (long long)dm.Fe, (long long)dm.K,
+           (long long)dm.E, (long long)dm.C, drop,
            cfg->model_moe_aux_loss, cfg->model_moe_z_loss, (long long)dm.active_params, act,
            (long long)reg->total_global, a);
   }

@@ -165,6 +165,10 @@ static td_status export_main(const export_args *a) {
   snprintf(where, sizeof where, "%s:/config", a->ckpt);
   TD_CHECK_GOTO(td_config_load_text(where, yaml, &cfg));
   const char *prefix = strcmp(cfg.model_arch, "gpt2") == 0 ? "transformer." : "";
+  if (cfg.model_moe_experts > 0 && strcmp(cfg.model_arch, "llama") != 0)
+    TD_FAIL_GOTO(TD_ERR_USAGE, "%s: model.moe with model.arch gpt2: transformers has no class "
+                 "for GPT-2 with sparse blocks (Mixtral is the LLaMA family's); nothing exported",
+                 a->ckpt);
   if (cfg.model_moe_experts > 0 && cfg.model_moe_every != 1)
     TD_FAIL_GOTO(TD_ERR_USAGE, "%s: model.moe.every = %lld: transformers' Mixtral makes every "
                  "block sparse, and has no class for a model with dense blocks between; nothing "

@@ -766,9 +766,6 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
       TD_FAIL(TD_ERR_DECK, "%s: model.moe.every = %lld: the model has %lld blocks, so none "
               "would be sparse", WHERE(model, moe_every), (long long)cfg->model_moe_every,
               (long long)cfg->model_layers);
-    if (!dm.llama)
-      TD_FAIL(TD_ERR_DECK, "%s: model.moe is built for model.arch = llama (SwiGLU experts, "
-              "Mixtral's layout); gpt2's GELU experts are not built yet", WHERE(model, moe_experts));
     if (dm.Fe % tp != 0)
       TD_FAIL(TD_ERR_DECK, "%s: the experts' width %lld (model.moe.ffn_dim, else model.ffn_dim) "
               "is not divisible by parallel.tp = %lld (experts are split like the MLP)",
@@ -1161,10 +1158,15 @@ void td_config_dims(const td_config *cfg, td_model_dims *d) {
   d->E = cfg->model_moe_experts, d->K = cfg->model_moe_top_k, d->every = cfg->model_moe_every;
   d->Fe = cfg->model_moe_ffn_dim > 0 ? cfg->model_moe_ffn_dim : d->F;
   d->moe_layers = d->L / d->every;
-  int64_t mlp = sat_mul(3 * C, d->F), expert = sat_mul(3 * C, d->Fe), router = sat_mul(d->E, C);
+  /* the MLP's weights (and GPT-2's biases) and an expert's: SwiGLU 3·C·F,
+   * GELU 2·C·F (+ F + C) */
+  int64_t w = d->llama ? 3 : 2, bias = d->llama ? 0 : 1;
+  int64_t mlp_mm = sat_mul(w * C, d->F), mlp = sat_add(mlp_mm, bias * (d->F + C));
+  int64_t exp_mm = sat_mul(w * C, d->Fe), expert = sat_add(exp_mm, bias * (d->Fe + C));
+  int64_t router = sat_mul(d->E, C);
   int64_t rest = d->block_params - mlp; /* attention and norms */
   d->moe_params = sat_add(sat_add(rest, router), sat_mul(d->E, expert));
-  d->moe_matmul = sat_add(sat_add(d->block_matmul - mlp, router), sat_mul(d->K, expert));
+  d->moe_matmul = sat_add(sat_add(d->block_matmul - mlp_mm, router), sat_mul(d->K, exp_mm));
   int64_t dense = d->params - sat_mul(d->L, d->block_params);
   int64_t Ld = d->L - d->moe_layers;
   d->params = sat_add(sat_add(dense, sat_mul(Ld, d->block_params)),

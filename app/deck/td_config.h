@@ -73,7 +73,7 @@
   X(model, moe_every, INT, "1", 1, 100000, NULL, 0,                                          \
     "every n-th block is sparse: blocks n-1, 2n-1, ... (1: all)")                           \
   X(model, moe_ffn_dim, INT, "0", 0, 4194304, NULL, 0,                                       \
-    "an expert's hidden width (0: model.ffn_dim)")                                          \
+    "an expert's hidden width (0: the dense MLP's: model.ffn_dim, gpt2 4·model.dim)")          \
   X(model, moe_aux_loss, FLOAT, "0.01", 0, 1.0e6, NULL, 0,                                   \
     "weight α of the load-balancing loss α·E·Σ f_i·P_i (per sequence and sparse block, "    \
     "averaged), added to the loss minimised")                                               \

@@ -18,6 +18,8 @@ static void layer_params(const td_model *m, int layer, layer_w *w) {
   w->wproj = td_model_pw(m, TD_PK_ATTPROJ_W, layer);
   w->bproj = td_model_pw(m, TD_PK_ATTPROJ_B, layer);
   w->ln2w = td_model_pw(m, TD_PK_LN2_W, layer), w->ln2b = td_model_pw(m, TD_PK_LN2_B, layer);
+  w->wfc = w->bfc = w->wfcp = w->bfcp = NULL;
+  if (td_config_moe_layer(m->cfg, layer)) return; /* a sparse block: no MLP (moe.c) */
   w->wfc = td_model_pw(m, TD_PK_FC_W, layer), w->bfc = td_model_pw(m, TD_PK_FC_B, layer);
   w->wfcp = td_model_pw(m, TD_PK_FCPROJ_W, layer), w->bfcp = td_model_pw(m, TD_PK_FCPROJ_B, layer);
 }
@@ -55,6 +57,8 @@ td_status td_model_gpt2_block_fwd(td_model *m, td_acts *a, int64_t li, int layer
   TD_CHECK(td_model_row_out(m, w.bproj, resid, res2));
   TD_CHECK(k->layernorm_fwd(k, ln2, at, a->ln2_mean + li * Nl, a->ln2_rstd + li * Nl, res2,
                             w.ln2w, w.ln2b, pt, Nl, C));
+  if (td_config_moe_layer(m->cfg, layer)) /* a sparse block: the experts instead (moe.c) */
+    return td_model_moe_fwd(m, a, li, layer, ln2, res2, res3);
   TD_CHECK(td_model_col_in(m, ln2, &x));
   TD_CHECK(td_model_mm(m, 0, 0, N, m->F, C, x, at, w.wfc, pt, 0.0f, fch));
   TD_CHECK(td_model_poll(m));
@@ -102,17 +106,21 @@ td_status td_model_gpt2_block_bwd(td_model *m, td_acts *a, int64_t li, int layer
   const float *res2 = a->res2 + li * Nl * C, *fch = a->fch + li * N * m->F;
   const float *dy = NULL, *dx = NULL; /* a row-parallel output's / column-parallel input's */
   const void *x = NULL;               /* a column-parallel matmul's input */
-  /* MLP: res3 = res2 + gelu(ln2·Wfc + bfc)·Wfcp + bfcp */
-  TD_CHECK(td_model_rep_dst(m, TD_PK_FCPROJ_B, layer, &g1));
-  TD_CHECK(k->bias_bwd(k, g1, m->dres, Nl, C));
-  TD_CHECK(td_model_row_grad(m, &dy));
-  TD_CHECK(conv_bwd(m, dy, C, fcg, keep, m->F, w.wfcp, TD_PK_FCPROJ_W, layer, m->dfch));
-  TD_CHECK(k->gelu_bwd(k, m->dfch, fch, m->dfch, N * m->F));
-  TD_CHECK(td_model_wdst(m, TD_PK_FC_B, layer, &g1));
-  TD_CHECK(k->bias_bwd(k, g1, m->dfch, N, m->F));
-  TD_CHECK(td_model_col_in(m, ln2, &x));
-  TD_CHECK(conv_bwd(m, m->dfch, m->F, x, keepx, C, w.wfc, TD_PK_FC_W, layer, m->dln));
-  TD_CHECK(td_model_col_grad(m, &dx));
+  /* MLP: res3 = res2 + gelu(ln2·Wfc + bfc)·Wfcp + bfcp, or the experts' mixture */
+  if (td_config_moe_layer(m->cfg, layer)) {
+    TD_CHECK(td_model_moe_bwd(m, a, li, layer, ln2, &dx));
+  } else {
+    TD_CHECK(td_model_rep_dst(m, TD_PK_FCPROJ_B, layer, &g1));
+    TD_CHECK(k->bias_bwd(k, g1, m->dres, Nl, C));
+    TD_CHECK(td_model_row_grad(m, &dy));
+    TD_CHECK(conv_bwd(m, dy, C, fcg, keep, m->F, w.wfcp, TD_PK_FCPROJ_W, layer, m->dfch));
+    TD_CHECK(k->gelu_bwd(k, m->dfch, fch, m->dfch, N * m->F));
+    TD_CHECK(td_model_wdst(m, TD_PK_FC_B, layer, &g1));
+    TD_CHECK(k->bias_bwd(k, g1, m->dfch, N, m->F));
+    TD_CHECK(td_model_col_in(m, ln2, &x));
+    TD_CHECK(conv_bwd(m, m->dfch, m->F, x, keepx, C, w.wfc, TD_PK_FC_W, layer, m->dln));
+    TD_CHECK(td_model_col_grad(m, &dx));
+  }
   TD_CHECK(td_model_rep_dst(m, TD_PK_LN2_W, layer, &g1));
   TD_CHECK(td_model_rep_dst(m, TD_PK_LN2_B, layer, &g2));
   TD_CHECK(k->layernorm_bwd(k, m->dres, g1, g2, dx, res2, w.ln2w, pt,

@@ -717,9 +717,10 @@ static size_t wl_bytes(const td_model *m, int64_t *nops) {
     while ((int64_t)1 << pieces <= R) ++pieces;
     PIECE(R * C, at), PIECE(R * Fe, at), PIECE(R * C, at), PIECE(R * Fe, at), PIECE(R * C, at);
     if (m->recompute) PIECE(R * Fe, at); /* h, from the shared block */
-    bytes += E * 6 * 64;                  /* each expert's copies rounded up */
+    bytes += E * 8 * 64;                  /* each expert's copies and stashes rounded up */
     PIECE(E * C, 4);                      /* the router's stash */
-    ops += 3 * E * pieces + 1;
+    if (!m->llama) PIECE(E * (Fe + C), 4); /* gpt2: the experts' biases' stashes */
+    ops += 3 * E * pieces + 2 * E + 1;
   }
   if (m->last_stage) {
     if (m->fused_head) { /* the head's weight gradient, summed over the chunks in B */
@@ -865,7 +866,8 @@ td_status td_model_backward_weight(td_model *m, int slot) {
         TD_CHECK(td_model_poll(m));
         break;
       case WOP_ADD: {
-        float *g = td_model_pg(m, op->pk, op->layer);
+        float *g = op->xe ? td_model_pge(m, op->pk, op->layer, op->xe - 1)
+                          : td_model_pg(m, op->pk, op->layer);
         TD_CHECK(k->add(k, g, g, op->a, op->M));
         break;
       }

@@ -1,4 +1,4 @@
-/* moe.c — the feed-forward layer of a sparse LLaMA block (model.moe;
+/* moe.c — the feed-forward layer of a sparse block (model.moe;
  * docs/architecture.md, "Mixture of experts"), on one rank's shard, built
  * from the moe_* kernels:
  *
@@ -17,6 +17,10 @@
  * summed over tp, is the same on every tp rank, and its input gradient is
  * added once (tp rank 0) to the partial sum the column-parallel backward
  * reduces.
+ *
+ * GPT-2's experts are its MLP (c_fc, GELU, c_proj, with biases) under
+ * h.N.mlp.experts.E., the router h.N.mlp.gate.weight; c_proj's bias is added
+ * on tp rank 0 only, before the mixing (each rank's outputs are partial).
  *
  * Auxiliary losses, per sequence and sparse block (a grid never changes
  * them: a sequence is one sequence on every grid; under context
@@ -93,17 +97,20 @@ static td_status expert_mm(td_model *m, int rows_k, int tb, int64_t n, int64_t M
 
 /* An expert's weight gradient grad(kind, layer, e) (M, N) += A (n, M)ᵀ · B
  * (n, N) over its n rows (type at): now, or under a split backward (zb-h1)
- * recorded for W, piece by piece as expert_mm runs it, on copies of A and
- * (unless keepB: the slot's own activations) B. */
+ * recorded for W, piece by piece as expert_mm runs it, on copies of A and B
+ * (but not of one marked keep: the slot's own activations). */
 static td_status expert_wgrad(td_model *m, int64_t n, int64_t M, int64_t N, const void *A,
-                              const void *B, int keepB, td_param_kind kind, int layer, int e) {
+                              int keepA, const void *B, int keepB, td_param_kind kind, int layer,
+                              int e) {
   td_dtype at = m->at;
   if (!m->defer)
     return expert_mm(m, 1, 0, n, M, N, 0, A, at, B, at, 1.0f, td_model_pge(m, kind, layer, e));
   size_t es = td_dtype_size(at);
-  void *ca = NULL, *cb = (void *)B;
-  TD_CHECK(td_model_wl_take(m, n * M, es, &ca));
-  TD_CHECK(m->k->cast(m->k, ca, at, A, at, n * M));
+  void *ca = (void *)A, *cb = (void *)B;
+  if (!keepA) {
+    TD_CHECK(td_model_wl_take(m, n * M, es, &ca));
+    TD_CHECK(m->k->cast(m->k, ca, at, A, at, n * M));
+  }
   if (!keepB) {
     TD_CHECK(td_model_wl_take(m, n * N, es, &cb));
     TD_CHECK(m->k->cast(m->k, cb, at, B, at, n * N));
@@ -158,6 +165,61 @@ static const void *rows_at(const td_model *m, const void *base, int64_t r, int64
   return (const char *)base + (size_t)(r * cols) * td_dtype_size(m->at);
 }
 
+/* LLaMA's experts (Mixtral): over the rows of m->mxe in the experts' order,
+ * gate = x·w1ᵀ, up = x·w3ᵀ, h = silu(gate)·up, ye = h·w2ᵀ. */
+static td_status experts_fwd_swiglu(td_model *m, int layer, const int32_t *offh, float *gate,
+                                    float *up, void *h, float *ye) {
+  int64_t C = m->C, E = m->E, F = m->Fe;
+  td_dtype at = m->at, pt = m->pt;
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+    if (n == 0) continue;
+    const void *xr = rows_at(m, m->mxe, r0, C);
+    TD_CHECK(expert_mm(m, 0, 1, n, 0, F, C, xr, at, td_model_pwe(m, TD_PK_EXP_W1, layer, (int)e),
+                       pt, 0.0f, gate + r0 * F));
+    TD_CHECK(expert_mm(m, 0, 1, n, 0, F, C, xr, at, td_model_pwe(m, TD_PK_EXP_W3, layer, (int)e),
+                       pt, 0.0f, up + r0 * F));
+  }
+  TD_CHECK(td_model_poll(m));
+  TD_CHECK(m->k->swiglu_fwd(m->k, h, at, gate, up, offh[E] * F));
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+    if (n == 0) continue;
+    TD_CHECK(expert_mm(m, 0, 1, n, 0, C, F, rows_at(m, h, r0, F), at,
+                       td_model_pwe(m, TD_PK_EXP_W2, layer, (int)e), pt, 0.0f, ye + r0 * C));
+  }
+  return td_model_poll(m);
+}
+
+/* GPT-2's experts (its MLP, Conv1D (in, out)): fch = x·c_fc + b_fc, h =
+ * gelu(fch), ye = h·c_proj (+ b_proj on tp rank 0: ye is a partial sum over
+ * tp that the row-parallel sum completes, and the bias is added once). */
+static td_status experts_fwd_gelu(td_model *m, int layer, const int32_t *offh, float *fch,
+                                  void *h, float *ye) {
+  td_kernels *k = m->k;
+  int64_t C = m->C, E = m->E, F = m->Fe;
+  td_dtype at = m->at, pt = m->pt;
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+    if (n == 0) continue;
+    TD_CHECK(expert_mm(m, 0, 0, n, 0, F, C, rows_at(m, m->mxe, r0, C), at,
+                       td_model_pwe(m, TD_PK_EXP_FC_W, layer, (int)e), pt, 0.0f, fch + r0 * F));
+    TD_CHECK(k->bias_fwd(k, fch + r0 * F, td_model_pwe(m, TD_PK_EXP_FC_B, layer, (int)e), pt, n, F));
+  }
+  TD_CHECK(td_model_poll(m));
+  TD_CHECK(k->gelu_fwd(k, h, at, fch, offh[E] * F));
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+    if (n == 0) continue;
+    TD_CHECK(expert_mm(m, 0, 0, n, 0, C, F, rows_at(m, h, r0, F), at,
+                       td_model_pwe(m, TD_PK_EXP_PROJ_W, layer, (int)e), pt, 0.0f, ye + r0 * C));
+    if (m->grid->tp_rank == 0)
+      TD_CHECK(k->bias_fwd(k, ye + r0 * C, td_model_pwe(m, TD_PK_EXP_PROJ_B, layer, (int)e), pt,
+                           n, C));
+  }
+  return td_model_poll(m);
+}
+
 td_status td_model_moe_fwd(td_model *m, td_acts *a, int64_t li, int layer, const void *n2,
                            const float *res2, float *out) {
   td_kernels *k = m->k;
@@ -192,24 +254,10 @@ td_status td_model_moe_fwd(td_model *m, td_acts *a, int64_t li, int layer, const
   int64_t Rk = offh[E]; /* the rows kept */
   /* the experts, each over its rows */
   TD_CHECK(k->moe_gather(k, m->mxe, x, at, perm, Rk, C, K));
-  for (int64_t e = 0; e < E; ++e) {
-    int64_t r0 = offh[e], n = offh[e + 1] - r0;
-    if (n == 0) continue;
-    const void *xr = rows_at(m, m->mxe, r0, C);
-    TD_CHECK(expert_mm(m, 0, 1, n, 0, F, C, xr, at, td_model_pwe(m, TD_PK_EXP_W1, layer, (int)e),
-                       pt, 0.0f, gate + r0 * F));
-    TD_CHECK(expert_mm(m, 0, 1, n, 0, F, C, xr, at, td_model_pwe(m, TD_PK_EXP_W3, layer, (int)e),
-                       pt, 0.0f, up + r0 * F));
-  }
-  TD_CHECK(td_model_poll(m));
-  TD_CHECK(k->swiglu_fwd(k, h, at, gate, up, Rk * F));
-  for (int64_t e = 0; e < E; ++e) {
-    int64_t r0 = offh[e], n = offh[e + 1] - r0;
-    if (n == 0) continue;
-    TD_CHECK(expert_mm(m, 0, 1, n, 0, C, F, rows_at(m, h, r0, F), at,
-                       td_model_pwe(m, TD_PK_EXP_W2, layer, (int)e), pt, 0.0f, ye + r0 * C));
-  }
-  TD_CHECK(td_model_poll(m));
+  if (m->llama)
+    TD_CHECK(experts_fwd_swiglu(m, layer, offh, gate, up, h, ye));
+  else
+    TD_CHECK(experts_fwd_gelu(m, layer, offh, gate, h, ye));
   TD_CHECK(k->moe_combine(k, m->dtmp, ye, w, pos, N, K, C));
   TD_CHECK(td_model_row_out(m, NULL, res2, out));
   /* what the step reports and the backward's balance gradient needs: each
@@ -241,32 +289,39 @@ td_status td_model_moe_fwd(td_model *m, td_acts *a, int64_t li, int layer, const
   return TD_OK;
 }
 
-td_status td_model_moe_bwd(td_model *m, td_acts *a, int64_t li, int layer, const void *n2,
-                           const float **dx) {
+/* Where an expert's small gradient (a bias) goes: the gradient, or under a
+ * split backward a zeroed stash W adds to it (td_model_wdst's, per expert). */
+static td_status expert_wdst(td_model *m, td_param_kind kind, int layer, int e, float **out) {
+  if (!m->defer) {
+    *out = td_model_pge(m, kind, layer, e);
+    return TD_OK;
+  }
+  const td_param *p = td_registry_find_expert(m->reg, kind, layer, e);
+  void *st = NULL;
+  TD_CHECK(td_model_wl_take(m, p->local_numel, 4, &st));
+  TD_CHECK(m->k->zero(m->k, st, (size_t)p->local_numel * sizeof(float)));
+  td_wop op = {WOP_ADD, 0, 0, layer, kind, p->local_numel, 0, 0, st, NULL, e + 1};
+  TD_CHECK(td_model_wl_push(m, &op));
+  *out = st;
+  return TD_OK;
+}
+
+/* The backward of experts_fwd_swiglu from dye (m->mdye, type at): the
+ * experts' weight gradients and their inputs' gradient dxe (m->mdxe). */
+static td_status experts_bwd_swiglu(td_model *m, td_acts *a, int layer, const int32_t *offh,
+                                    const float *gate, const float *up, const void *h,
+                                    const void *n2, const int32_t *perm, const void **xo) {
   td_kernels *k = m->k;
-  int64_t B = m->B, T = m->T, N = B * T, C = m->C, E = m->E, K = m->K, F = m->Fe, R = N * K;
+  int64_t C = m->C, E = m->E, K = m->K, F = m->Fe, Rk = offh[E], R = m->B * m->T * K;
   td_dtype at = m->at, pt = m->pt;
-  const float *probs = a->mprobs + li * N * E, *lse = a->mlse + li * N, *w = a->mw + li * N * K;
-  const int32_t *idx = a->midx + li * N * K, *pos = a->mpos + li * R, *perm = a->mperm + li * R;
-  const int32_t *offh = a->moff_host + li * (E + 1);
-  int64_t Rk = offh[E]; /* the rows kept */
-  const float *gate = a->mgu + li * 2 * R * F, *up = gate + R * F, *ye = a->mye + li * R * C;
-  const void *h = td_model_at(m, a->mh, li * R * F);
-  const double *cnt = a->mcnt_host + li * B * E;
   float *dgate = m->mdh, *dup = dgate + R * F, *dh = dup + R * F;
-  const float *dy = NULL;
   const void *x = NULL, *d = NULL;
-  /* the mixture: the experts' output gradient, the weights' (summed over tp:
-   * each rank's outputs are partial) */
-  TD_CHECK(td_model_row_grad(m, &dy));
-  TD_CHECK(k->moe_combine_bwd(k, m->mdye, at, m->mdw, dy, ye, w, pos, N, K, C));
-  TD_CHECK(td_model_tp_sum(m, m->mdw, N * K));
   /* w2: dW2_e += dyeᵀ·h, dh = dye·W2_e */
   for (int64_t e = 0; e < E; ++e) {
     int64_t r0 = offh[e], n = offh[e + 1] - r0;
     if (n == 0) continue;
     const void *dr = rows_at(m, m->mdye, r0, C);
-    TD_CHECK(expert_wgrad(m, n, C, F, dr, rows_at(m, h, r0, F), a != &m->work, TD_PK_EXP_W2,
+    TD_CHECK(expert_wgrad(m, n, C, F, dr, 0, rows_at(m, h, r0, F), a != &m->work, TD_PK_EXP_W2,
                           layer, (int)e));
     TD_CHECK(expert_mm(m, 0, 0, n, 0, F, C, dr, at, td_model_pwe(m, TD_PK_EXP_W2, layer, (int)e),
                        pt, 0.0f, dh + r0 * F));
@@ -284,12 +339,94 @@ td_status td_model_moe_bwd(td_model *m, td_acts *a, int64_t li, int layer, const
       int64_t r0 = offh[e], n = offh[e + 1] - r0;
       if (n == 0) continue;
       const void *dr = rows_at(m, d, r0, F);
-      TD_CHECK(expert_wgrad(m, n, F, C, dr, rows_at(m, m->mxe, r0, C), 0, kind, layer, (int)e));
+      TD_CHECK(expert_wgrad(m, n, F, C, dr, 0, rows_at(m, m->mxe, r0, C), 0, kind, layer,
+                            (int)e));
       TD_CHECK(expert_mm(m, 0, 0, n, 0, C, F, dr, at, td_model_pwe(m, kind, layer, (int)e), pt,
                          pass == 0 ? 0.0f : 1.0f, m->mdxe + r0 * C));
     }
     TD_CHECK(td_model_poll(m));
   }
+  *xo = x;
+  return TD_OK;
+}
+
+/* The backward of experts_fwd_gelu from dye (float32 in m->mdxe; of type at
+ * in m->mdye, or m->mdxe itself in float32). */
+static td_status experts_bwd_gelu(td_model *m, td_acts *a, int layer, const int32_t *offh,
+                                  const float *fch, const void *h, const void *n2,
+                                  const int32_t *perm, const void **xo) {
+  td_kernels *k = m->k;
+  int64_t C = m->C, E = m->E, K = m->K, F = m->Fe, Rk = offh[E], R = m->B * m->T * K;
+  td_dtype at = m->at, pt = m->pt;
+  float *dfch = m->mdh, *dh = dfch + R * F, *g = NULL;
+  const void *dye = at == TD_DTYPE_F32 ? (const void *)m->mdxe : m->mdye, *x = NULL, *d = NULL;
+  /* c_proj: its bias's gradient Σ dye (the same on every tp rank: dye is),
+   * dW += hᵀ·dye, dh = dye·Wᵀ */
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+    if (n == 0) continue;
+    const void *dr = rows_at(m, dye, r0, C);
+    TD_CHECK(expert_wdst(m, TD_PK_EXP_PROJ_B, layer, (int)e, &g));
+    TD_CHECK(k->bias_bwd(k, g, m->mdxe + r0 * C, n, C));
+    TD_CHECK(expert_wgrad(m, n, F, C, rows_at(m, h, r0, F), a != &m->work, dr, 0,
+                          TD_PK_EXP_PROJ_W, layer, (int)e));
+    TD_CHECK(expert_mm(m, 0, 1, n, 0, F, C, dr, at,
+                       td_model_pwe(m, TD_PK_EXP_PROJ_W, layer, (int)e), pt, 0.0f, dh + r0 * F));
+  }
+  TD_CHECK(td_model_poll(m));
+  TD_CHECK(k->gelu_bwd(k, dfch, fch, dh, Rk * F));
+  /* c_fc: its bias's gradient Σ dfch, dW += xᵀ·dfch from the experts' inputs
+   * again, dxe = dfch·Wᵀ */
+  TD_CHECK(td_model_col_in(m, n2, &x));
+  TD_CHECK(k->moe_gather(k, m->mxe, x, at, perm, Rk, C, K));
+  TD_CHECK(td_model_mm_grad(m, dfch, Rk * F, &d));
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+    if (n == 0) continue;
+    TD_CHECK(expert_wdst(m, TD_PK_EXP_FC_B, layer, (int)e, &g));
+    TD_CHECK(k->bias_bwd(k, g, dfch + r0 * F, n, F));
+    const void *dr = rows_at(m, d, r0, F);
+    TD_CHECK(expert_wgrad(m, n, C, F, rows_at(m, m->mxe, r0, C), 0, dr, 0, TD_PK_EXP_FC_W, layer,
+                          (int)e));
+    TD_CHECK(expert_mm(m, 0, 1, n, 0, C, F, dr, at,
+                       td_model_pwe(m, TD_PK_EXP_FC_W, layer, (int)e), pt, 0.0f,
+                       m->mdxe + r0 * C));
+  }
+  *xo = x;
+  return td_model_poll(m);
+}
+
+td_status td_model_moe_bwd(td_model *m, td_acts *a, int64_t li, int layer, const void *n2,
+                           const float **dx) {
+  td_kernels *k = m->k;
+  int64_t B = m->B, T = m->T, N = B * T, C = m->C, E = m->E, K = m->K, F = m->Fe, R = N * K;
+  td_dtype at = m->at, pt = m->pt;
+  const float *probs = a->mprobs + li * N * E, *lse = a->mlse + li * N, *w = a->mw + li * N * K;
+  const int32_t *idx = a->midx + li * N * K, *pos = a->mpos + li * R, *perm = a->mperm + li * R;
+  const int32_t *offh = a->moff_host + li * (E + 1);
+  int64_t Rk = offh[E]; /* the rows kept */
+  const float *gate = a->mgu + li * 2 * R * F, *up = gate + R * F, *ye = a->mye + li * R * C;
+  const void *h = td_model_at(m, a->mh, li * R * F);
+  const double *cnt = a->mcnt_host + li * B * E;
+  const float *dy = NULL;
+  const void *x = NULL, *d = NULL;
+  /* the mixture: the experts' output gradient, the weights' (summed over tp:
+   * each rank's outputs are partial) */
+  TD_CHECK(td_model_row_grad(m, &dy));
+  if (m->llama) {
+    TD_CHECK(k->moe_combine_bwd(k, m->mdye, at, m->mdw, dy, ye, w, pos, N, K, C));
+    TD_CHECK(td_model_tp_sum(m, m->mdw, N * K));
+    TD_CHECK(experts_bwd_swiglu(m, a, layer, offh, gate, up, h, n2, perm, &x));
+  } else {
+    /* the output biases' gradients read dye in float32 (in mdxe, free until
+     * the input gradients); the products its copy of type at */
+    TD_CHECK(k->moe_combine_bwd(k, m->mdxe, TD_DTYPE_F32, m->mdw, dy, ye, w, pos, N, K, C));
+    TD_CHECK(td_model_tp_sum(m, m->mdw, N * K));
+    if (at != TD_DTYPE_F32) TD_CHECK(k->cast(k, m->mdye, at, m->mdxe, TD_DTYPE_F32, Rk * C));
+    TD_CHECK(experts_bwd_gelu(m, a, layer, offh, gate, h, n2, perm, &x));
+  }
+  /* x: the experts' input as experts_bwd_* gathered it (sequence parallel:
+   * valid until the next gather) */
   TD_CHECK(k->moe_scatter(k, m->dln, m->mdxe, pos, N, K, C));
   /* the router: through the weights' renormalisation and the softmax, plus
    * each sequence's balance gradient α·E·f_i/(S·Lm·T) for p_i, and the

@@ -55,6 +55,11 @@ static const kind_info k_kinds[TD_PK_COUNT] = {
     [TD_PK_EXP_W1] = {"w1.weight", 1, 0, 1, TD_INIT_NORMAL},
     [TD_PK_EXP_W2] = {"w2.weight", 1, 1, 1, TD_INIT_NORMAL_RESID},
     [TD_PK_EXP_W3] = {"w3.weight", 1, 0, 1, TD_INIT_NORMAL},
+    /* GPT-2's experts: its MLP (Conv1D) under h.N.mlp.experts.E. */
+    [TD_PK_EXP_FC_W] = {"c_fc.weight", 1, 1, 1, TD_INIT_NORMAL},
+    [TD_PK_EXP_FC_B] = {"c_fc.bias", 1, 0, 1, TD_INIT_ZEROS},
+    [TD_PK_EXP_PROJ_W] = {"c_proj.weight", 1, 0, 1, TD_INIT_NORMAL_RESID},
+    [TD_PK_EXP_PROJ_B] = {"c_proj.bias", 1, -1, 1, TD_INIT_ZEROS},
 };
 
 /* The blocks' kinds of each family, in model order. */
@@ -69,6 +74,13 @@ static const td_param_kind k_llama_block[] = {TD_PK_ATTN_NORM, TD_PK_Q_W, TD_PK_
 static const td_param_kind k_moe_block[] = {TD_PK_ATTN_NORM, TD_PK_Q_W, TD_PK_K_W, TD_PK_V_W,
                                             TD_PK_O_W, TD_PK_MLP_NORM, TD_PK_ROUTER};
 static const td_param_kind k_expert[] = {TD_PK_EXP_W1, TD_PK_EXP_W2, TD_PK_EXP_W3};
+/* ... GPT-2's: the block without its MLP, the router (h.N.mlp.gate.weight),
+ * and each expert's c_fc and c_proj with their biases */
+static const td_param_kind k_gpt2_moe_block[] = {TD_PK_LN1_W, TD_PK_LN1_B, TD_PK_QKV_W,
+                                                 TD_PK_QKV_B, TD_PK_ATTPROJ_W, TD_PK_ATTPROJ_B,
+                                                 TD_PK_LN2_W, TD_PK_LN2_B, TD_PK_ROUTER};
+static const td_param_kind k_gpt2_expert[] = {TD_PK_EXP_FC_W, TD_PK_EXP_FC_B, TD_PK_EXP_PROJ_W,
+                                              TD_PK_EXP_PROJ_B};
 
 static void global_shape(td_param_kind k, const td_model_dims *d, int *ndim, int64_t s[2]) {
   int64_t C = d->C, F = d->F, Cq = d->H * d->HS, Ckv = d->KV * d->HS, Fe = d->Fe;
@@ -89,6 +101,9 @@ static void global_shape(td_param_kind k, const td_model_dims *d, int *ndim, int
     case TD_PK_ROUTER: s[0] = d->E, s[1] = C; break;
     case TD_PK_EXP_W1: case TD_PK_EXP_W3: s[0] = Fe, s[1] = C; break;
     case TD_PK_EXP_W2: s[0] = C, s[1] = Fe; break;
+    case TD_PK_EXP_FC_W: s[0] = C, s[1] = Fe; break;
+    case TD_PK_EXP_PROJ_W: s[0] = Fe, s[1] = C; break;
+    case TD_PK_EXP_FC_B: *ndim = 1, s[0] = Fe; break;
     case TD_PK_QKV_B: *ndim = 1, s[0] = 3 * C; break;
     case TD_PK_FC_B: *ndim = 1, s[0] = F; break;
     default: *ndim = 1, s[0] = C; break;
@@ -114,9 +129,13 @@ static void add_param(td_registry *r, const td_config *cfg, const td_model_dims 
   p->kind = k;
   p->layer = layer;
   p->expert = expert;
-  if (expert >= 0)
+  if (expert >= 0 && d->llama)
     snprintf(p->name, sizeof p->name, "model.layers.%d.block_sparse_moe.experts.%d.%s", layer,
              expert, ki->name);
+  else if (expert >= 0)
+    snprintf(p->name, sizeof p->name, "h.%d.mlp.experts.%d.%s", layer, expert, ki->name);
+  else if (k == TD_PK_ROUTER && !d->llama)
+    snprintf(p->name, sizeof p->name, "h.%d.mlp.gate.weight", layer);
   else if (ki->block)
     snprintf(p->name, sizeof p->name, "%s%d.%s", d->llama ? "model.layers." : "h.", layer,
              ki->name);
@@ -165,7 +184,7 @@ td_status td_registry_create(const td_config *cfg, int tp, int tp_rank, int pp, 
                      : (int)(sizeof k_gpt2_block / sizeof *blk);
   td_registry *r = calloc(1, sizeof *r);
   int64_t L = cfg->model_layers;
-  int64_t max_n = 4 + (nblk + 1 + 3 * d.E) * L + 2;
+  int64_t max_n = 4 + (nblk + 1 + 4 * d.E) * L + 2;
   if (r) r->p = calloc((size_t)max_n, sizeof *r->p);
   if (!r || !r->p) {
     if (r) free(r);
@@ -179,11 +198,13 @@ td_status td_registry_create(const td_config *cfg, int tp, int tp_rank, int pp, 
       for (int i = 0; i < nblk; ++i) add_param(r, cfg, &d, blk[i], l, -1);
       continue;
     }
-    for (size_t i = 0; i < sizeof k_moe_block / sizeof *k_moe_block; ++i)
-      add_param(r, cfg, &d, k_moe_block[i], l, -1);
+    const td_param_kind *mb = d.llama ? k_moe_block : k_gpt2_moe_block;
+    const td_param_kind *ex = d.llama ? k_expert : k_gpt2_expert;
+    size_t nmb = d.llama ? sizeof k_moe_block / sizeof *mb : sizeof k_gpt2_moe_block / sizeof *mb;
+    size_t nex = d.llama ? sizeof k_expert / sizeof *ex : sizeof k_gpt2_expert / sizeof *ex;
+    for (size_t i = 0; i < nmb; ++i) add_param(r, cfg, &d, mb[i], l, -1);
     for (int e = 0; e < d.E; ++e)
-      for (size_t i = 0; i < sizeof k_expert / sizeof *k_expert; ++i)
-        add_param(r, cfg, &d, k_expert[i], l, e);
+      for (size_t i = 0; i < nex; ++i) add_param(r, cfg, &d, ex[i], l, e);
   }
   add_param(r, cfg, &d, TD_PK_LNF_W, -1, -1);
   if (!d.llama) add_param(r, cfg, &d, TD_PK_LNF_B, -1, -1);

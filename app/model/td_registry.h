@@ -30,9 +30,10 @@ typedef enum {
   TD_PK_FCPROJ_W, TD_PK_FCPROJ_B, TD_PK_LNF_W, TD_PK_LNF_B,
   TD_PK_ATTN_NORM, TD_PK_Q_W, TD_PK_K_W, TD_PK_V_W, TD_PK_O_W, TD_PK_MLP_NORM, TD_PK_GATE_W,
   TD_PK_UP_W, TD_PK_DOWN_W, TD_PK_LM_HEAD,
-  /* a sparse block (model.moe, Mixtral's names): the router, and per expert
-   * w1 (gate), w2 (down), w3 (up) */
-  TD_PK_ROUTER, TD_PK_EXP_W1, TD_PK_EXP_W2, TD_PK_EXP_W3, TD_PK_COUNT
+  /* a sparse block (model.moe): the router; per expert, LLaMA (Mixtral's
+   * names) w1 (gate), w2 (down), w3 (up), GPT-2 c_fc and c_proj with biases */
+  TD_PK_ROUTER, TD_PK_EXP_W1, TD_PK_EXP_W2, TD_PK_EXP_W3, TD_PK_EXP_FC_W, TD_PK_EXP_FC_B,
+  TD_PK_EXP_PROJ_W, TD_PK_EXP_PROJ_B, TD_PK_COUNT
 } td_param_kind;
 
 typedef struct td_param {

@@ -131,6 +131,9 @@ if(TD_CUDA_EMULATE)
     ${TD_GRID_BIN} ${_cu_work} moe_1rank 1,1,1,0 1,1,1,0 ${_small})
   td_cudaemu_grid(moe_tp2_sp ${_cu} ${_moe} --run-set parallel.sequence_parallel=true
     ${TD_GRID_BIN} ${_cu_work} moe_tp2_sp 1,1,1,0 1,2,1,0 ${_small})
+  # GPT-2's experts (biases; c_proj's added on tp rank 0) at tp 2
+  td_cudaemu_grid(moe_gpt2_tp2 ${_cu} ${TD_GRID_BIN} ${_cu_work} moe_gpt2_tp2 1,1,1,0 1,2,1,0
+    ${_small} --set model.moe.experts=4 --set model.moe.ffn_dim=96)
   # with a capacity: the plan made on the host and copied to the device
   td_cudaemu_grid(moe_capacity ${_cu} ${_moe}
     ${TD_GRID_BIN} ${_cu_work} moe_capacity 1,1,1,0 1,1,1,0 ${_small}

@@ -116,14 +116,14 @@ def read_dump(path):
             d["llama"] = {"kv_heads": int(_attr(f, "kv_heads")),
                           "norm_eps": float(_attr(f, "norm_eps")),
                           "rope_theta": float(_attr(f, "rope_theta"))}
-            if "moe_experts" in f.attrs:  # model.moe: Mixtral's sparse blocks
-                d["llama"]["moe"] = {k: (float if k in ("aux_loss", "z_loss") else int)(
-                    _attr(f, "moe_" + k)) for k in ("experts", "top_k", "every", "ffn_dim",
-                                                    "aux_loss", "z_loss")}
-                if "moe_capacity_factor" in f.attrs:
-                    d["llama"]["moe"]["capacity_factor"] = float(_attr(f, "moe_capacity_factor"))
         elif d["arch"] != "gpt2":
             raise BadInput("%s: arch %r (gpt2 or llama expected)" % (path, d["arch"]))
+        if "moe_experts" in f.attrs:  # model.moe: sparse blocks
+            moe = {k: (float if k in ("aux_loss", "z_loss") else int)(_attr(f, "moe_" + k))
+                   for k in ("experts", "top_k", "every", "ffn_dim", "aux_loss", "z_loss")}
+            if "moe_capacity_factor" in f.attrs:
+                moe["capacity_factor"] = float(_attr(f, "moe_capacity_factor"))
+            d.setdefault("llama", {})["moe"] = moe  # the model's keywords (both families)
     M = LL if d["arch"] == "llama" else G
     d["M"] = M
     for g in ["model", "grad", "model_after"]:
@@ -220,7 +220,7 @@ def check_dump(path, max_steps=None, log=print, verbose=True):
     d = read_dump(path)
     cfg = d["cfg"]
     M = d["M"]
-    names = M.param_names(cfg) if M is LL else M.param_names(cfg.layers)
+    names = M.param_names(cfg)
     S = d["batches"].shape[0]
     nrep = S if max_steps is None else max(0, min(S, max_steps))
     res = {}

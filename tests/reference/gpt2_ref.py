@@ -51,26 +51,48 @@ class Config:
     layers: int
     dim: int
     heads: int
+    # model.moe: 0 experts is a dense model (every-th block sparse otherwise)
+    experts: int = 0
+    top_k: int = 2
+    every: int = 1
+    moe_ffn: int = 0
+    aux_loss: float = 0.0
+    z_loss: float = 0.0
+    capacity: float = 0.0
 
     @property
     def head_size(self):
         return self.dim // self.heads
 
+    def sparse(self, i):
+        return self.experts > 0 and (i + 1) % self.every == 0
 
-def block_names(i):
+
+EXPERT_PARTS = ["c_fc.weight", "c_fc.bias", "c_proj.weight", "c_proj.bias"]
+
+
+def block_names(i, cfg=None):
     p = "h.%d." % i
-    return [p + "ln_1.weight", p + "ln_1.bias",
-            p + "attn.c_attn.weight", p + "attn.c_attn.bias",
-            p + "attn.c_proj.weight", p + "attn.c_proj.bias",
-            p + "ln_2.weight", p + "ln_2.bias",
-            p + "mlp.c_fc.weight", p + "mlp.c_fc.bias",
-            p + "mlp.c_proj.weight", p + "mlp.c_proj.bias"]
+    names = [p + "ln_1.weight", p + "ln_1.bias",
+             p + "attn.c_attn.weight", p + "attn.c_attn.bias",
+             p + "attn.c_proj.weight", p + "attn.c_proj.bias",
+             p + "ln_2.weight", p + "ln_2.bias"]
+    if cfg is not None and cfg.sparse(i):  # the router, each expert's MLP
+        names.append(p + "mlp.gate.weight")
+        for e in range(cfg.experts):
+            names += [p + "mlp.experts.%d.%s" % (e, q) for q in EXPERT_PARTS]
+        return names
+    return names + [p + "mlp.c_fc.weight", p + "mlp.c_fc.bias",
+                    p + "mlp.c_proj.weight", p + "mlp.c_proj.bias"]
 
 
 def param_names(layers):
+    """The names in trident's order; layers: a count, or a Config (with its
+    sparse blocks)."""
+    cfg = layers if isinstance(layers, Config) else None
     names = ["wte.weight", "wpe.weight"]
-    for i in range(layers):
-        names += block_names(i)
+    for i in range(cfg.layers if cfg else layers):
+        names += block_names(i, cfg)
     names += ["ln_f.weight", "ln_f.bias"]
     return names
 
@@ -86,14 +108,25 @@ def param_shapes(cfg):
             p + "attn.c_attn.weight": (C, 3 * C), p + "attn.c_attn.bias": (3 * C,),
             p + "attn.c_proj.weight": (C, C), p + "attn.c_proj.bias": (C,),
             p + "ln_2.weight": (C,), p + "ln_2.bias": (C,),
-            p + "mlp.c_fc.weight": (C, 4 * C), p + "mlp.c_fc.bias": (4 * C,),
-            p + "mlp.c_proj.weight": (4 * C, C), p + "mlp.c_proj.bias": (C,),
         })
+        if cfg.sparse(i):
+            Fe = cfg.moe_ffn or 4 * C
+            shapes[p + "mlp.gate.weight"] = (cfg.experts, C)
+            for e in range(cfg.experts):
+                q = p + "mlp.experts.%d." % e
+                shapes.update({q + "c_fc.weight": (C, Fe), q + "c_fc.bias": (Fe,),
+                               q + "c_proj.weight": (Fe, C), q + "c_proj.bias": (C,)})
+        else:
+            shapes.update({
+                p + "mlp.c_fc.weight": (C, 4 * C), p + "mlp.c_fc.bias": (4 * C,),
+                p + "mlp.c_proj.weight": (4 * C, C), p + "mlp.c_proj.bias": (C,)})
     return shapes
 
 
-def infer_config(params, heads):
-    """Config from a dict of arrays/tensors; checks every name and shape."""
+def infer_config(params, heads, moe=None):
+    """Config from a dict of arrays/tensors; checks every name and shape.
+    moe: the deck's model.moe (experts, top_k, every, ffn_dim, aux_loss,
+    z_loss[, capacity_factor])."""
     V, C = tuple(params["wte.weight"].shape)
     T = tuple(params["wpe.weight"].shape)[0]
     layers = 0
@@ -102,8 +135,61 @@ def infer_config(params, heads):
     if heads <= 0 or C % heads:
         raise ValueError("dim %d is not divisible by heads %d" % (C, heads))
     cfg = Config(vocab_size=V, seq_len=T, layers=layers, dim=C, heads=heads)
+    if moe:
+        cfg.experts, cfg.top_k, cfg.every = moe["experts"], moe["top_k"], moe["every"]
+        cfg.aux_loss, cfg.z_loss = moe["aux_loss"], moe["z_loss"]
+        cfg.capacity = moe.get("capacity_factor", 0.0)
+        first = [i for i in range(layers) if cfg.sparse(i)]
+        fc = "h.%d.mlp.experts.0.c_fc.weight" % first[0] if first else ""
+        cfg.moe_ffn = tuple(params[fc].shape)[1] if fc in params else moe["ffn_dim"]
     check_params(params, param_shapes(cfg))
     return cfg
+
+
+def moe_mix(x, logits, expert, E, K, capacity=0.0):
+    """A sparse block's mixture (Hugging Face MixtralSparseMoeBlock's
+    routing): softmax over the router's logits (B, T, E), the top K, their
+    weights renormalised, Σ w · expert(e, x) over each token's chosen
+    experts; with capacity c > 0, per sequence an expert keeps its first
+    ⌈c·T·K/E⌉ slots in (t, j) order (Switch). Also the block's auxiliary
+    terms, per sequence: E·Σ_i f_i·P_i (f_i: the sequence's top-k choices of
+    expert i / T, before any dropping; P_i: its mean probability of i) summed
+    over sequences, and Σ over rows of logsumexp(logits)²."""
+    B, T, _ = x.shape
+    probs = torch.softmax(logits, dim=-1)
+    w, sel = torch.topk(probs, K, dim=-1)                             # (B, T, K)
+    w = w / w.sum(dim=-1, keepdim=True)
+    keep = torch.ones_like(w)
+    if capacity > 0:
+        cap = math.ceil(capacity * T * K / E)
+        hot = F.one_hot(sel, E).reshape(B, T * K, E)
+        rank = hot.cumsum(dim=1)                                      # 1-based, per expert
+        keep = ((rank <= cap) & (hot > 0)).any(-1).reshape(B, T, K).to(x.dtype)
+    out = torch.zeros_like(x)
+    for e in range(E):
+        hit = (sel == e) * keep                                       # (B, T, K)
+        if not bool(hit.any()):
+            continue
+        out = out + (w * hit).sum(-1, keepdim=True) * expert(e, x)
+    f = F.one_hot(sel, E).sum(dim=2).to(x.dtype).sum(dim=1) / T       # (B, E)
+    aux = (E * (f * probs.mean(dim=1)).sum(-1)).sum()
+    z = (torch.logsumexp(logits, dim=-1) ** 2).sum()
+    return out, aux, z
+
+
+def add_aux(loss, aux, z, cfg, B, T, terms=None):
+    """loss + (the sparse blocks' weighted auxiliary terms, as means over the
+    batch's sequences, rows and sparse blocks) in the gradient only: the value
+    stays the language-model loss, as trident reports it."""
+    if aux is None:
+        return loss
+    nsparse = sum(1 for i in range(cfg.layers) if cfg.sparse(i))
+    aux = aux / (B * nsparse)
+    z = z / (B * T * nsparse)
+    extra = cfg.aux_loss * aux + cfg.z_loss * z
+    if terms is not None:
+        terms["aux"], terms["z"] = aux.item(), z.item()
+    return loss + (extra - extra.detach())
 
 
 def check_params(params, want):
@@ -184,14 +270,24 @@ def causal_mask(T, device=None):
     return torch.triu(torch.ones(T, T, dtype=torch.bool, device=device), diagonal=1)
 
 
-def forward(params, idx, cfg, targets=None, mask=None):
-    """idx, targets: int64 (B, T). Returns (logits (B,T,V), loss or None)."""
+def _mlp(h, P, q):
+    h = F.gelu(_linear(h, P[q + "c_fc.weight"], P[q + "c_fc.bias"]), approximate="tanh")
+    return _linear(h, P[q + "c_proj.weight"], P[q + "c_proj.bias"])
+
+
+def forward(params, idx, cfg, targets=None, mask=None, terms=None):
+    """idx, targets: int64 (B, T). Returns (logits (B,T,V), loss or None).
+    Sparse blocks (model.moe): each expert is the GPT-2 MLP under
+    h.N.mlp.experts.E., the router h.N.mlp.gate.weight (E, C) (logits = x·Gᵀ);
+    the loss's gradient includes the auxiliary terms (add_aux), terms (a
+    dict), if given, receives them."""
     B, T = idx.shape
     if T > cfg.seq_len:
         raise ValueError("sequence length %d > seq_len %d" % (T, cfg.seq_len))
     if mask is None:
         mask = causal_mask(T, idx.device)
     P = params
+    aux = z = None
     x = P["wte.weight"][idx] + P["wpe.weight"][:T].unsqueeze(0)
     for i in range(cfg.layers):
         p = "h.%d." % i
@@ -200,14 +296,20 @@ def forward(params, idx, cfg, targets=None, mask=None):
         y = _attention(qkv, cfg, mask)
         x = x + _linear(y, P[p + "attn.c_proj.weight"], P[p + "attn.c_proj.bias"])
         h = _layer_norm(x, P[p + "ln_2.weight"], P[p + "ln_2.bias"])
-        h = F.gelu(_linear(h, P[p + "mlp.c_fc.weight"], P[p + "mlp.c_fc.bias"]),
-                   approximate="tanh")
-        x = x + _linear(h, P[p + "mlp.c_proj.weight"], P[p + "mlp.c_proj.bias"])
+        if cfg.sparse(i):
+            y, a, zz = moe_mix(h, h @ P[p + "mlp.gate.weight"].t(),
+                               lambda e, v: _mlp(v, P, p + "mlp.experts.%d." % e),
+                               cfg.experts, cfg.top_k, cfg.capacity)
+            x = x + y
+            aux, z = (a, zz) if aux is None else (aux + a, z + zz)
+            continue
+        x = x + _mlp(h, P, p + "mlp.")
     x = _layer_norm(x, P["ln_f.weight"], P["ln_f.bias"])
     logits = x @ P["wte.weight"].t()
     loss = None
     if targets is not None:
         loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
+        loss = add_aux(loss, aux, z, cfg, B, T, terms)
     return logits, loss
 
 

@@ -208,38 +208,14 @@ def _attention(x, P, p, cfg, mask, cos, sin):
 
 
 def _moe(x, P, p, cfg):
-    """Hugging Face MixtralSparseMoeBlock: softmax over the router's logits,
-    the top_k, their weights renormalised, Σ w · w2(silu(w1 x) · w3 x). Also
-    this block's auxiliary terms, per sequence: E·Σ_i f_i·P_i (f_i: the
-    sequence's top-k choices of expert i / T; P_i: its mean probability of
-    i) summed over sequences, and Σ over rows of logsumexp(logits)²."""
-    B, T, C = x.shape
-    E, K = cfg.experts, cfg.top_k
-    logits = x @ P[p + "block_sparse_moe.gate.weight"].t()           # (B, T, E)
-    probs = torch.softmax(logits, dim=-1)
-    w, sel = torch.topk(probs, K, dim=-1)                             # (B, T, K)
-    w = w / w.sum(dim=-1, keepdim=True)
-    keep = torch.ones_like(w)
-    if cfg.capacity > 0:  # Switch: per sequence, an expert's first cap slots in (t, j) order
-        cap = math.ceil(cfg.capacity * T * K / E)
-        hot = F.one_hot(sel, E).reshape(B, T * K, E)
-        rank = hot.cumsum(dim=1)                                      # 1-based, per expert
-        keep = ((rank <= cap) & (hot > 0)).any(-1).reshape(B, T, K).to(x.dtype)
-    out = torch.zeros_like(x)
-    for e in range(E):
+    """Mixtral's block (Hugging Face MixtralSparseMoeBlock): gpt2_ref.moe_mix
+    with each expert w2(silu(w1 x) · w3 x) under block_sparse_moe.experts.E."""
+    def expert(e, v):
         q = p + "block_sparse_moe.experts.%d." % e
-        hit = (sel == e) * keep                                       # (B, T, K)
-        if not bool(hit.any()):
-            continue
-        y = (F.silu(x @ P[q + "w1.weight"].t()) * (x @ P[q + "w3.weight"].t())) @ \
+        return (F.silu(v @ P[q + "w1.weight"].t()) * (v @ P[q + "w3.weight"].t())) @ \
             P[q + "w2.weight"].t()
-        out = out + (w * hit).sum(-1, keepdim=True) * y
-    f = F.one_hot(sel, E).sum(dim=2).to(x.dtype) / T                  # (B, T, E) -> per row
-    f = f.sum(dim=1)                                                  # (B, E): fraction × K
-    Pm = probs.mean(dim=1)                                            # (B, E)
-    aux = (E * (f * Pm).sum(-1)).sum()
-    z = (torch.logsumexp(logits, dim=-1) ** 2).sum()
-    return out, aux, z
+    return G.moe_mix(x, x @ P[p + "block_sparse_moe.gate.weight"].t(), expert, cfg.experts,
+                     cfg.top_k, cfg.capacity)
 
 
 def forward(params, idx, cfg, targets=None, mask=None, terms=None):
@@ -256,7 +232,6 @@ def forward(params, idx, cfg, targets=None, mask=None, terms=None):
     cos, sin = _rope_tables(T, cfg.head_size, cfg.rope_theta, emb.dtype)
     x = emb[idx]
     aux = z = None
-    nsparse = sum(1 for i in range(cfg.layers) if cfg.sparse(i))
     for i in range(cfg.layers):
         p = "model.layers.%d." % i
         h = _rms_norm(x, P[p + "input_layernorm.weight"], cfg.norm_eps)
@@ -277,13 +252,7 @@ def forward(params, idx, cfg, targets=None, mask=None, terms=None):
     loss = None
     if targets is not None:
         loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
-        if aux is not None:
-            aux = aux / (B * nsparse)
-            z = z / (B * T * nsparse)
-            extra = cfg.aux_loss * aux + cfg.z_loss * z
-            loss = loss + (extra - extra.detach())  # the gradient, not the value
-            if terms is not None:
-                terms["aux"], terms["z"] = aux.item(), z.item()
+        loss = G.add_aux(loss, aux, z, cfg, B, T, terms)
     return logits, loss
 
 
