@@ -136,14 +136,22 @@ def infer_config(params, heads, moe=None):
         raise ValueError("dim %d is not divisible by heads %d" % (C, heads))
     cfg = Config(vocab_size=V, seq_len=T, layers=layers, dim=C, heads=heads)
     if moe:
-        cfg.experts, cfg.top_k, cfg.every = moe["experts"], moe["top_k"], moe["every"]
-        cfg.aux_loss, cfg.z_loss = moe["aux_loss"], moe["z_loss"]
-        cfg.capacity = moe.get("capacity_factor", 0.0)
-        first = [i for i in range(layers) if cfg.sparse(i)]
-        fc = "h.%d.mlp.experts.0.c_fc.weight" % first[0] if first else ""
-        cfg.moe_ffn = tuple(params[fc].shape)[1] if fc in params else moe["ffn_dim"]
+        set_moe(cfg, moe, params, "h.%d.mlp.experts.0.c_fc.weight", 1)
     check_params(params, param_shapes(cfg))
     return cfg
+
+
+def set_moe(cfg, moe, params, expert0, axis):
+    """cfg's model.moe from the deck's (experts, top_k, every, ffn_dim,
+    aux_loss, z_loss[, capacity_factor]); an expert's width from the weights
+    (expert0 % layer: its first matrix, the width along axis), as the deck's
+    0 means the dense MLP's."""
+    cfg.experts, cfg.top_k, cfg.every = moe["experts"], moe["top_k"], moe["every"]
+    cfg.aux_loss, cfg.z_loss = moe["aux_loss"], moe["z_loss"]
+    cfg.capacity = moe.get("capacity_factor", 0.0)
+    first = [i for i in range(cfg.layers) if cfg.sparse(i)]
+    name = expert0 % first[0] if first else ""
+    cfg.moe_ffn = tuple(params[name].shape)[axis] if name in params else moe["ffn_dim"]
 
 
 def moe_mix(x, logits, expert, E, K, capacity=0.0):

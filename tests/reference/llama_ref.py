@@ -142,13 +142,7 @@ def infer_config(params, heads, kv_heads=0, norm_eps=1e-5, rope_theta=10000.0, s
                  kv_heads=kv, ffn_dim=F_, norm_eps=norm_eps, rope_theta=rope_theta,
                  tied="lm_head.weight" not in params)
     if moe:
-        cfg.experts, cfg.top_k, cfg.every = moe["experts"], moe["top_k"], moe["every"]
-        cfg.aux_loss, cfg.z_loss = moe["aux_loss"], moe["z_loss"]
-        cfg.capacity = moe.get("capacity_factor", 0.0)
-        first = [i for i in range(layers) if cfg.sparse(i)]
-        w1 = "model.layers.%d.block_sparse_moe.experts.0.w1.weight" % first[0] if first else ""
-        # an expert's width from its weights (the deck's 0 means model.ffn_dim)
-        cfg.moe_ffn = tuple(params[w1].shape)[0] if w1 in params else moe["ffn_dim"]
+        G.set_moe(cfg, moe, params, "model.layers.%d.block_sparse_moe.experts.0.w1.weight", 0)
         if not dense:
             cfg.ffn_dim = cfg.moe_ffn
     G.check_params(params, param_shapes(cfg))
