@@ -206,6 +206,16 @@ td_status td_registry_create(const td_config *cfg, int tp, int tp_rank, int pp, 
     for (int e = 0; e < d.E; ++e)
       for (size_t i = 0; i < nex; ++i) add_param(r, cfg, &d, ex[i], l, e);
   }
+  r->nlayers = (int)L;
+  r->layer_first = calloc((size_t)L + 1, sizeof *r->layer_first);
+  if (!r->layer_first) {
+    free(r->p);
+    free(r);
+    TD_FAIL(TD_ERR_NOMEM, "out of memory for the parameter registry");
+  }
+  for (int i = r->n - 1; i >= 0; --i) /* the blocks' entries follow the embeddings' */
+    if (r->p[i].layer >= 0) r->layer_first[r->p[i].layer] = i;
+  r->layer_first[L] = r->n;
   add_param(r, cfg, &d, TD_PK_LNF_W, -1, -1);
   if (!d.llama) add_param(r, cfg, &d, TD_PK_LNF_B, -1, -1);
   if (!d.tied) add_param(r, cfg, &d, TD_PK_LM_HEAD, -1, -1);
@@ -215,20 +225,32 @@ td_status td_registry_create(const td_config *cfg, int tp, int tp_rank, int pp, 
 
 void td_registry_destroy(td_registry **rp) {
   if (!rp || !*rp) return;
+  free((*rp)->layer_first);
   free((*rp)->p);
   free(*rp);
   *rp = NULL;
 }
 
+/* The entries [*b, *e) that can hold block `layer`'s (all for -1). */
+static void span_of(const td_registry *r, int layer, int *b, int *e) {
+  *b = 0, *e = r->n;
+  if (layer >= 0 && layer < r->nlayers && r->layer_first)
+    *b = r->layer_first[layer], *e = r->layer_first[layer + 1];
+}
+
 td_param *td_registry_find(const td_registry *r, td_param_kind k, int layer) {
-  for (int i = 0; i < r->n; ++i)
+  int b = 0, e = 0;
+  span_of(r, layer, &b, &e);
+  for (int i = b; i < e; ++i)
     if (r->p[i].kind == k && r->p[i].layer == layer) return &r->p[i];
   return NULL;
 }
 
-td_param *td_registry_find_expert(const td_registry *r, td_param_kind k, int layer, int e) {
-  for (int i = 0; i < r->n; ++i)
-    if (r->p[i].kind == k && r->p[i].layer == layer && r->p[i].expert == e) return &r->p[i];
+td_param *td_registry_find_expert(const td_registry *r, td_param_kind k, int layer, int x) {
+  int b = 0, e = 0;
+  span_of(r, layer, &b, &e);
+  for (int i = b; i < e; ++i)
+    if (r->p[i].kind == k && r->p[i].layer == layer && r->p[i].expert == x) return &r->p[i];
   return NULL;
 }
 

@@ -64,6 +64,9 @@ typedef struct td_registry {
   int64_t total_global; /* parameters of the model (global, unpadded) */
   int64_t total_local;  /* elements this rank holds (padded shards) */
   int tp, tp_rank, pp, pp_rank;
+  int nlayers;
+  int *layer_first;     /* (nlayers + 1) the first entry of each block (entries of block l:
+                           [layer_first[l], layer_first[l + 1])): lookups search one block */
 } td_registry;
 
 /* Build the registry for cfg as seen from tensor rank tp_rank of tp and
