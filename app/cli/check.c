@@ -1,6 +1,5 @@
 /* check.c — `trident check DECK`: validate, print the resolved deck, the grid,
  * the parameter count, memory per rank and FLOPs, without training. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,11 +232,9 @@ static td_status report(const td_config *cfg, const td_grid *g, const rank_info 
     char act[32];
     human_count((double)dm.active_params, act, sizeof act);
     char drop[96] = "dropless";
-    if (cfg->model_moe_capacity_factor > 0)
+    if (dm.cap > 0)
       snprintf(drop, sizeof drop, "capacity factor %g (an expert keeps %lld slots a sequence)",
-               cfg->model_moe_capacity_factor,
-               (long long)ceil(cfg->model_moe_capacity_factor * (double)dm.T * (double)dm.K /
-                               (double)dm.E));
+               cfg->model_moe_capacity_factor, (long long)dm.cap);
     printf("mixture of experts: %lld of %lld blocks sparse (every %lld), each %lld %s experts "
            "of width %lld, top %lld, a router (%lld, %lld) replicated over tp; %s; "
            "load-balancing loss %g, z-loss %g; active parameters %lld (%s) a token, of %lld "

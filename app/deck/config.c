@@ -1158,6 +1158,9 @@ void td_config_dims(const td_config *cfg, td_model_dims *d) {
   d->E = cfg->model_moe_experts, d->K = cfg->model_moe_top_k, d->every = cfg->model_moe_every;
   d->Fe = cfg->model_moe_ffn_dim > 0 ? cfg->model_moe_ffn_dim : d->F;
   d->moe_layers = d->L / d->every;
+  if (cfg->model_moe_capacity_factor > 0)
+    d->cap = (int64_t)ceil(cfg->model_moe_capacity_factor * (double)d->T * (double)d->K /
+                           (double)d->E);
   /* the MLP's weights (and GPT-2's biases) and an expert's: SwiGLU 3·C·F,
    * GELU 2·C·F (+ F + C) */
   int64_t w = d->llama ? 3 : 2, bias = d->llama ? 0 : 1;

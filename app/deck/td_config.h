@@ -220,6 +220,8 @@ typedef struct td_model_dims {
   int64_t moe_params;     /* one sparse block's router and experts (replacing its MLP) */
   int64_t active_params;  /* parameters a token uses: the K experts of each sparse block */
   int64_t moe_matmul;     /* weights of a sparse block's matmuls a token uses (router, K experts) */
+  int64_t cap;            /* capacity_factor c > 0: slots an expert keeps of a sequence,
+                             ⌈c·T·K/E⌉; 0: dropless */
   /* per block, averaged over the blocks (= block_matmul, block_params for a
    * dense model): the matmul weights a token uses, the parameters held */
   double avg_block_matmul, avg_block_params;

@@ -338,9 +338,7 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->moe = d.E > 0;
   m->E = d.E, m->K = d.K, m->Fe = d.Fe / tp, m->moe_layers = d.moe_layers;
   m->aux_alpha = cfg->model_moe_aux_loss, m->z_beta = cfg->model_moe_z_loss;
-  if (m->moe && cfg->model_moe_capacity_factor > 0)
-    m->cap = (int64_t)ceil(cfg->model_moe_capacity_factor * (double)cfg->model_seq_len *
-                           (double)d.K / (double)d.E);
+  m->cap = d.cap;
   m->NH = d.H / tp, m->KV = d.KV / tp, m->HS = d.HS;
   m->Cl = m->NH * m->HS, m->C3 = (m->NH + 2 * m->KV) * m->HS, m->F = d.F / tp;
   td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);

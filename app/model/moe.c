@@ -77,13 +77,19 @@ static double moe_norm(const td_model *m) {
  *   rows in M (rows_k 0): C (n, N) (+)= A (n, K) · op(B), A and C by rows;
  *   rows in K (rows_k 1): C (M, N) += A (n, M)ᵀ · B (n, N), summed piece by
  *   piece (a weight gradient over the expert's rows). */
+/* The next piece of an expert's rows: the largest power of two ≤ left. */
+static int64_t piece(int64_t left) {
+  int64_t len = 1;
+  while (len * 2 <= left) len *= 2;
+  return len;
+}
+
 static td_status expert_mm(td_model *m, int rows_k, int tb, int64_t n, int64_t M, int64_t N,
                            int64_t K, const void *A, td_dtype at, const void *B, td_dtype bt,
                            float beta, float *C) {
   size_t ea = td_dtype_size(at), eb = td_dtype_size(bt);
   for (int64_t r0 = 0; r0 < n;) {
-    int64_t len = 1;
-    while (len * 2 <= n - r0) len *= 2;
+    int64_t len = piece(n - r0);
     if (rows_k)
       TD_CHECK(td_model_mm(m, 1, 0, M, N, len, (const char *)A + (size_t)(r0 * M) * ea, at,
                            (const char *)B + (size_t)(r0 * N) * eb, bt, r0 ? 1.0f : beta, C));
@@ -116,8 +122,7 @@ static td_status expert_wgrad(td_model *m, int64_t n, int64_t M, int64_t N, cons
     TD_CHECK(m->k->cast(m->k, cb, at, B, at, n * N));
   }
   for (int64_t r0 = 0; r0 < n;) {
-    int64_t len = 1;
-    while (len * 2 <= n - r0) len *= 2;
+    int64_t len = piece(n - r0);
     td_wop op = {WOP_MM, 1, 0, layer, kind, M, N, len, (const char *)ca + (size_t)(r0 * M) * es,
                  (const char *)cb + (size_t)(r0 * N) * es, e + 1};
     TD_CHECK(td_model_wl_push(m, &op));
