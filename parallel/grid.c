@@ -20,6 +20,8 @@ void td_grid_virtual(int dp, int cp, int tp, int pp, int dp_rank, int cp_rank, i
   out->size = dp * cp * tp * pp;
   out->world = out->tp_comm = out->cp_comm = out->dp_comm = out->dpcp_comm = out->pp_comm =
       out->embed_comm = MPI_COMM_NULL;
+  out->ep_comm = out->edp_comm = MPI_COMM_NULL;
+  out->ep = 1, out->edp = dp * cp, out->edp_rank = cp_rank + cp * dp_rank;
   out->nodes = 1, out->local_size = 1;
   out->tp_nodes = out->cp_nodes = out->dp_nodes = out->pp_nodes = 1;
 }
@@ -102,7 +104,7 @@ td_status td_grid_create(MPI_Comm world, int dp, int cp, int tp, int pp, td_grid
   td_grid *g = calloc(1, sizeof *g);
   if (!g) TD_FAIL(TD_ERR_NOMEM, "out of memory");
   g->tp_comm = g->cp_comm = g->dp_comm = g->dpcp_comm = g->pp_comm = g->embed_comm =
-      MPI_COMM_NULL;
+      g->ep_comm = g->edp_comm = MPI_COMM_NULL;
   g->world = world;
   g->dp = dp, g->cp = cp, g->tp = tp, g->pp = pp;
   int rc = MPI_Comm_rank(world, &g->rank);
@@ -117,6 +119,7 @@ td_status td_grid_create(MPI_Comm world, int dp, int cp, int tp, int pp, td_grid
   int c[4];
   coords_of(g, g->rank, c);
   g->dp_rank = c[0], g->cp_rank = c[1], g->tp_rank = c[2], g->pp_rank = c[3];
+  g->ep = 1, g->ep_rank = 0, g->edp = dp * cp, g->edp_rank = g->cp_rank + cp * g->dp_rank;
   /* Colors identify the group (the other coordinates), keys order its
    * members by their coordinate. */
   int d = g->dp_rank, x = g->cp_rank, t = g->tp_rank, p = g->pp_rank;
@@ -145,13 +148,27 @@ done:
   return TD_OK;
 }
 
+td_status td_grid_set_ep(td_grid *g, int ep) {
+  int q = g->cp_rank + g->cp * g->dp_rank, n = g->dp * g->cp;
+  if (ep < 1 || n % ep != 0)
+    TD_FAIL(TD_ERR_INTERNAL, "expert parallelism %d does not divide dp × cp = %d", ep, n);
+  g->ep = ep, g->ep_rank = q % ep, g->edp = n / ep, g->edp_rank = q / ep;
+  if (g->world == MPI_COMM_NULL) return TD_OK; /* virtual */
+  int t = g->tp_rank, p = g->pp_rank, tp = g->tp;
+  TD_CHECK(split(g->world, t + tp * (g->edp_rank + g->edp * p), g->ep_rank, &g->ep_comm));
+  TD_CHECK(split(g->world, t + tp * (g->ep_rank + ep * p), g->edp_rank, &g->edp_comm));
+  td_watchdog_name(g->ep_comm, "ep_comm (expert-parallel group: token all-to-all)");
+  td_watchdog_name(g->edp_comm, "edp_comm (ranks holding the same experts: their gradients)");
+  return TD_OK;
+}
+
 void td_grid_destroy(td_grid **gp) {
   if (!gp || !*gp) return;
   td_grid *g = *gp;
   *gp = NULL;
   MPI_Comm *cs[] = {&g->tp_comm, &g->cp_comm, &g->dp_comm, &g->dpcp_comm, &g->pp_comm,
-                    &g->embed_comm};
-  for (int i = 0; i < 6 && !td_error_alone(); ++i) /* collective: not when failing alone */
+                    &g->embed_comm, &g->ep_comm, &g->edp_comm};
+  for (int i = 0; i < 8 && !td_error_alone(); ++i) /* collective: not when failing alone */
     if (*cs[i] != MPI_COMM_NULL) MPI_Comm_free(cs[i]);
   free(g->node_of);
   free(g);

@@ -28,6 +28,13 @@ typedef struct td_grid {
                                     tokens: gradients and the loss sum over it, ZeRO
                                     shards over it */
   MPI_Comm pp_comm;              /* same (dp, cp, tp): the stages of one pipeline */
+  /* expert parallelism (td_grid_set_ep; ep 1 until then): the dp × cp group
+   * of q = cp_rank + cp·dp_rank splits into ep_comm (ep_rank = q mod ep, the
+   * ranks that hold different experts and exchange tokens all-to-all) and
+   * edp_comm (edp_rank = q / ep, the dp·cp/ep ranks holding the same experts:
+   * their gradients sum over it, ZeRO shards them over it) */
+  int ep, ep_rank, edp, edp_rank;
+  MPI_Comm ep_comm, edp_comm;    /* owned; MPI_COMM_NULL until td_grid_set_ep */
   MPI_Comm embed_comm;           /* first and last stage of this pipeline (tied
                                     embeddings); MPI_COMM_NULL on middle stages;
                                     size 1 when pp = 1 */
@@ -47,6 +54,10 @@ td_status td_grid_create(MPI_Comm world, int dp, int cp, int tp, int pp, td_grid
  * trident plan). Nothing to destroy. Not collective. */
 void td_grid_virtual(int dp, int cp, int tp, int pp, int dp_rank, int cp_rank, int tp_rank,
                      int pp_rank, td_grid *out);
+/* Expert parallelism of size ep (dividing dp·cp): the ranks and, on a
+ * built grid, ep_comm and edp_comm. Collective on world (a virtual grid:
+ * the ranks only). */
+td_status td_grid_set_ep(td_grid *g, int ep);
 /* Free the communicators. Collective on world (skipped, leaking them, when
  * this rank failed alone: td_error_alone). Accepts NULL; sets *g = NULL. */
 void td_grid_destroy(td_grid **g);

@@ -370,6 +370,7 @@ static td_status check_main(td_app *app, const td_config *cfg, int json) {
   rank_info *all = NULL;
   TD_CHECK_GOTO(td_grid_create(app->world, (int)cfg->parallel_dp, (int)cfg->parallel_cp,
                                (int)cfg->parallel_tp, (int)cfg->parallel_pp, &g));
+  TD_CHECK_GOTO(td_grid_set_ep(g, (int)cfg->parallel_ep));
   /* Test-only: TD_TEST_FAIL_RANK=r makes rank r fail alone, here, while every
    * other rank waits in a collective: the job must end, not hang. */
   TD_CHECK_GOTO(td_test_fail_point("check"));
@@ -448,6 +449,7 @@ static td_status check_virtual(td_app *app, const td_config *cfg, int json, int 
     x->pp = r / (tp * cp * dp);
     td_grid vg;
     td_grid_virtual(dp, cp, tp, pp, x->dp, x->cp, x->tp, x->pp, &vg);
+    (void)td_grid_set_ep(&vg, (int)cfg->parallel_ep); /* the deck's checks: ep divides dp·cp */
     st = plan_rank(cfg, &vg, dcomm, x);
     node_of[r] = r / rpn;
     snprintf(x->host, sizeof x->host, "node%d", r / rpn);

@@ -100,14 +100,16 @@ static td_status gen_config(td_app *app, const gen_args *g, td_config *cfg) {
       } else {
         fputs(text, out);
         fclose(out);
-        char *sets[TD_MAX_SETS + 12];
+        char *sets[TD_MAX_SETS + 13];
         int n = 0;
         static char s_dp[64], s_tp[] = "parallel.tp=1", s_pp[] = "parallel.pp=1",
                     s_mb[] = "parallel.micro_batch=1", s_gb[64], s_z[] = "parallel.zero=0",
                     s_sl[] = "parallel.stage_layers=[]", s_ps[] = "parallel.pp_schedule=1f1b",
                     s_vs[] = "parallel.virtual_stages=1",
-                    s_sp[] = "parallel.sequence_parallel=false", s_cp[] = "parallel.cp=1";
+                    s_sp[] = "parallel.sequence_parallel=false", s_cp[] = "parallel.cp=1",
+                    s_ep[] = "parallel.ep=1";
         sets[n++] = s_tp, sets[n++] = s_pp, sets[n++] = s_z, sets[n++] = s_sl, sets[n++] = s_cp;
+        sets[n++] = s_ep; /* generation: every rank holds every expert */
         sets[n++] = s_ps, sets[n++] = s_vs; /* the saved run's schedule needs its pipeline */
         sets[n++] = s_sp;                   /* ... and its sequence parallelism, tp > 1 */
         for (int i = 0; i < g->nset; ++i) sets[n++] = g->sets[i];

@@ -770,12 +770,25 @@ static td_status cross_check(td_config *cfg, const marks *mk) {
       TD_FAIL(TD_ERR_DECK, "%s: the experts' width %lld (model.moe.ffn_dim, else model.ffn_dim) "
               "is not divisible by parallel.tp = %lld (experts are split like the MLP)",
               WHERE(model, moe_ffn_dim), (long long)dm.Fe, (long long)tp);
+    if (cfg->model_moe_experts % cfg->parallel_ep != 0)
+      TD_FAIL(TD_ERR_DECK, "%s: model.moe.experts = %lld is not divisible by parallel.ep = %lld "
+              "(each expert-parallel rank holds experts/ep whole experts)",
+              WHERE(parallel, ep), (long long)cfg->model_moe_experts, (long long)cfg->parallel_ep);
     if (cfg->model_moe_capacity_factor > 0 && cp > 1)
       TD_FAIL(TD_ERR_DECK, "%s: model.moe.capacity_factor = %g with parallel.cp = %lld is not "
               "built yet (a sequence's capacity is kept in position order, which its cp ranks "
               "would have to agree on); use parallel.cp: 1 or capacity_factor: 0 (dropless)",
               WHERE(model, moe_capacity_factor), cfg->model_moe_capacity_factor, (long long)cp);
   }
+  if (cfg->parallel_ep > 1 && cfg->model_moe_experts == 0)
+    TD_FAIL(TD_ERR_DECK, "%s: parallel.ep = %lld splits the experts of model.moe, and the model "
+            "has none (set model.moe.experts, or parallel.ep: 1)", WHERE(parallel, ep),
+            (long long)cfg->parallel_ep);
+  if ((dp * cp) % cfg->parallel_ep != 0)
+    TD_FAIL(TD_ERR_DECK, "%s: parallel.ep = %lld does not divide parallel.dp × parallel.cp = "
+            "%lld × %lld = %lld (expert parallelism is carved out of the data- and "
+            "context-parallel ranks)", WHERE(parallel, ep), (long long)cfg->parallel_ep,
+            (long long)dp, (long long)cp, (long long)(dp * cp));
   int interleaved = strcmp(cfg->parallel_pp_schedule, "interleaved") == 0;
   int64_t vs = cfg->parallel_virtual_stages, nchunks = pp * vs;
   if (interleaved && pp < 2)

@@ -91,6 +91,9 @@
     "context-parallel size: ranks that split every sequence into 2·cp chunks (model.seq_len "  \
     "divisible by 2·cp), keys and values all-gathered for attention")                        \
   X(parallel, tp, INT, "1", 1, 4096, NULL, 0, "tensor-parallel size")                         \
+  X(parallel, ep, INT, "1", 1, 4096, NULL, 0,                                                \
+    "expert-parallel size: ranks of the dp × cp group that split model.moe's experts "       \
+    "(experts/ep each; dp·cp divisible by ep), tokens sent to their experts all-to-all")     \
   X(parallel, pp, INT, "1", 1, 4096, NULL, 0, "pipeline-parallel size (stages)")              \
   X(parallel, zero, INT, "0", 0, 3, NULL, 0, "ZeRO stage: 0 none, 1 optimizer, 2 +gradients, 3 +parameters") \
   X(parallel, micro_batch, INT, "0", 0, TD_BIG, NULL, 0,                                      \

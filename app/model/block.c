@@ -14,6 +14,7 @@
 /* ---- per-layer views ------------------------------------------------------------ */
 
 int td_model_unit_of(const td_model *m, const td_param *p) {
+  if (p->expert >= 0) return m->nunits + 1 + p->layer; /* the block's expert unit */
   if (p->layer >= 0) return 1 + p->layer;
   return p->kind == TD_PK_WTE || p->kind == TD_PK_WPE ? 0 : m->nunits - 1;
 }

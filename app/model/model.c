@@ -104,14 +104,18 @@ static td_status alloc_blocks(td_model *m, td_acts *a, int64_t nl) {
   ACT(mpos, L * R);
   ACT(mperm, L * R);
   ACT(moff, L * (E + 1));
-  ACT(mgu, L * 2 * R * Fe);
-  ACTM(mh, L * R * Fe);
+  int64_t Rx = m->Rx; /* the rows this rank's experts compute */
+  ACT(mgu, L * 2 * Rx * Fe);
+  ACTM(mh, L * Rx * Fe);
   ACT(mye, L * R * C);
   if (m->k && L > 0) { /* host: 4 bytes per expert and 8 per sequence and expert, a layer */
     TD_CHECK(td_alloc((void **)&a->moff_host, (size_t)(L * (E + 1)) * sizeof(int32_t),
                       "expert offsets"));
     TD_CHECK(td_alloc((void **)&a->mcnt_host, (size_t)(L * m->B * E) * sizeof(double),
                       "expert counts"));
+    if (m->ep > 1)
+      TD_CHECK(td_alloc((void **)&a->mrc_host, (size_t)(L * E) * sizeof(int32_t),
+                        "expert-parallel counts"));
   }
   return TD_OK;
 }
@@ -236,11 +240,32 @@ static td_status alloc_buffers(td_model *m) {
     SCR(mdw, R);
     SCR(mdlog, N * E);
     SCR(mgP, BE);
-    SCR(mdh, 3 * R * m->Fe);
-    SCR(mdxe, R * C);
+    int64_t Rx = m->Rx, Rm = R > Rx ? R : Rx; /* the experts' rows, the local slots' */
+    SCR(mdh, 3 * Rx * m->Fe);
+    SCR(mdxe, Rm * C);
     SCR(mcount, E);
-    TD_CHECK(dev_alloc(m, &m->mxe, R * C, td_dtype_size(m->at), "backward scratch mxe"));
-    TD_CHECK(dev_alloc(m, &m->mdye, R * C, td_dtype_size(m->at), "backward scratch mdye"));
+    TD_CHECK(dev_alloc(m, &m->mxe, Rm * C, td_dtype_size(m->at), "backward scratch mxe"));
+    TD_CHECK(dev_alloc(m, &m->mdye, Rm * C, td_dtype_size(m->at), "backward scratch mdye"));
+    if (m->ep > 1) { /* the all-to-all's buffer and the received rows' order */
+      TD_CHECK(dev_alloc(m, &m->mxr, Rm * C, 4, "expert-parallel exchange mxr"));
+      SCR(mperm_x, Rx);
+      SCR(mpos_x, Rx);
+    }
+    if (m->ep > 1 && m->k) { /* host, not counted: counts, orders, staging */
+      int64_t El = m->El;
+      TD_CHECK(td_alloc((void **)&m->ep_sc, (size_t)(4 * m->ep) * sizeof(int), "ep counts"));
+      m->ep_sd = m->ep_sc + m->ep, m->ep_rcn = m->ep_sd + m->ep, m->ep_rd = m->ep_rcn + m->ep;
+      TD_CHECK(td_alloc((void **)&m->ep_offx, (size_t)(El + 1 + 2 * Rx) * sizeof(int32_t),
+                        "ep orders"));
+      m->ep_perm_host = m->ep_offx + El + 1, m->ep_pos_host = m->ep_perm_host + Rx;
+      if (!m->k->host_memory)
+        TD_CHECK(td_alloc((void **)&m->ep_stage, (size_t)(2 * Rm * C) * 4, "ep staging"));
+      int es = (int)td_dtype_size(m->at);
+      TD_MPI_CHECK(MPI_Type_contiguous((int)(C * es), MPI_BYTE, &m->ep_row[0]));
+      TD_MPI_CHECK(MPI_Type_commit(&m->ep_row[0]));
+      TD_MPI_CHECK(MPI_Type_contiguous((int)(C * 4), MPI_BYTE, &m->ep_row[1]));
+      TD_MPI_CHECK(MPI_Type_commit(&m->ep_row[1]));
+    }
     if (m->k) { /* host, not counted */
       TD_CHECK(td_alloc((void **)&m->midx_host, (size_t)R * sizeof(int32_t), "expert choices"));
       TD_CHECK(td_alloc((void **)&m->mpsum_host, (size_t)BE * sizeof(float), "router sums"));
@@ -257,7 +282,8 @@ static td_status alloc_buffers(td_model *m) {
     int64_t w = C > m->C3 ? C : m->C3;
     w = w > m->F ? w : m->F;
     int64_t n = N * w; /* and the head's gradient: all rows, or one fused chunk */
-    if (m->moe && R * m->Fe > n) n = R * m->Fe; /* an expert's gate or up gradient */
+    if (m->moe && m->Rx * m->Fe > n) n = m->Rx * m->Fe; /* an expert's gate or up gradient */
+    if (m->moe && R * m->Fe > n) n = R * m->Fe;
     if (m->moe && N * m->E > n) n = N * m->E;   /* the router's logits' */
     int64_t hr = m->fused_head ? (m->head_rows < N ? m->head_rows : N) : N;
     if (any_last && hr * m->Vs > n) n = hr * m->Vs;
@@ -319,7 +345,8 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   if (!m->slot_chunk) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory for the model");
   for (int c = 0; c < v; ++c)
     for (int i = 0; i < m->chunks[c].nslots; ++i) m->slot_chunk[m->chunks[c].slot0 + i] = c;
-  TD_CHECK_GOTO(td_registry_create(cfg, grid->tp, grid->tp_rank, grid->pp, grid->pp_rank, &m->reg));
+  TD_CHECK_GOTO(td_registry_create_ep(cfg, grid->tp, grid->tp_rank, grid->pp, grid->pp_rank,
+                                      grid->ep, grid->ep_rank, &m->reg));
   int64_t tp = grid->tp;
   td_model_dims d;
   td_config_dims(cfg, &d);
@@ -339,6 +366,14 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
   m->E = d.E, m->K = d.K, m->Fe = d.Fe / tp, m->moe_layers = d.moe_layers;
   m->aux_alpha = cfg->model_moe_aux_loss, m->z_beta = cfg->model_moe_z_loss;
   m->cap = d.cap;
+  m->ep = grid->ep, m->ep_rank = grid->ep_rank, m->El = d.E > 0 ? d.E / grid->ep : 0;
+  m->ep_row[0] = m->ep_row[1] = MPI_DATATYPE_NULL;
+  if (m->moe) { /* the rows this rank's experts may compute (moe.c) */
+    int64_t N = B * m->T, kk = d.K < m->El ? d.K : m->El;
+    m->Rx = grid->ep * N * kk;
+    if (d.cap > 0 && grid->ep * B * d.cap * m->El < m->Rx) m->Rx = grid->ep * B * d.cap * m->El;
+    if (m->Rx < N * d.K && grid->ep == 1) m->Rx = N * d.K;
+  }
   m->NH = d.H / tp, m->KV = d.KV / tp, m->HS = d.HS;
   m->Cl = m->NH * m->HS, m->C3 = (m->NH + 2 * m->KV) * m->HS, m->F = d.F / tp;
   td_param *wte = td_registry_find(m->reg, TD_PK_WTE, -1);
@@ -393,7 +428,7 @@ void td_model_destroy(td_model **mp) {
     void *scr[] = {m->dres, m->dtmp, m->dln,    m->dqkv, m->datty, m->dfch, m->datt_scratch,
                    m->dmm,  m->att_re, m->xg, m->gsp,  m->kvl,  m->kvg,  m->kvf, m->dkvf,
                    m->hlog, m->mlog, m->mpsum, m->mdw, m->mdlog, m->mgP, m->mdh, m->mdxe,
-                   m->mcount, m->mxe, m->mdye};
+                   m->mcount, m->mxe, m->mdye, m->mxr, m->mperm_x, m->mpos_x};
     for (size_t j = 0; j < sizeof scr / sizeof scr[0]; ++j)
       if (scr[j]) m->k->free(m->k, scr[j]);
   }
@@ -401,7 +436,13 @@ void td_model_destroy(td_model **mp) {
     td_acts *a = i < 0 ? &m->work : &m->acts[i];
     td_free(a->moff_host);
     td_free(a->mcnt_host);
+    td_free(a->mrc_host);
   }
+  td_free(m->ep_sc);
+  td_free(m->ep_offx);
+  td_free(m->ep_stage);
+  for (int i = 0; i < 2; ++i)
+    if (m->ep_row[i] != MPI_DATATYPE_NULL) MPI_Type_free(&m->ep_row[i]);
   td_free(m->midx_host);
   td_free(m->mpsum_host);
   td_free(m->mseq_host);
@@ -435,7 +476,8 @@ void td_model_destroy(td_model **mp) {
 /* (td_model_unit_of, the unit of a parameter, is with the views in block.c.) */
 
 void td_model_units_flat(td_model *m, void *params, float *grads) {
-  for (int u = 0; u < m->nunits; ++u) {
+  for (int u = 0; u < 2 * m->nunits; ++u) {
+    if (m->unit_begin[u] >= m->unit_end[u]) continue;
     m->unit_param[u] = (char *)params + (size_t)m->unit_begin[u] * td_dtype_size(m->pt);
     m->unit_grad[u] = grads ? grads + m->unit_begin[u] : NULL;
   }
@@ -443,14 +485,14 @@ void td_model_units_flat(td_model *m, void *params, float *grads) {
 
 static td_status units_create(td_model *m) {
   int n = (int)m->cfg->model_layers + 2;
-  m->nunits = n;
-  m->unit_begin = calloc((size_t)n, sizeof(int64_t));
-  m->unit_end = calloc((size_t)n, sizeof(int64_t));
-  m->unit_param = calloc((size_t)n, sizeof(void *));
-  m->unit_grad = calloc((size_t)n, sizeof(float *));
+  m->nunits = n; /* and as many expert units after them (empty without experts) */
+  m->unit_begin = calloc((size_t)(2 * n), sizeof(int64_t));
+  m->unit_end = calloc((size_t)(2 * n), sizeof(int64_t));
+  m->unit_param = calloc((size_t)(2 * n), sizeof(void *));
+  m->unit_grad = calloc((size_t)(2 * n), sizeof(float *));
   if (!m->unit_begin || !m->unit_end || !m->unit_param || !m->unit_grad)
     TD_FAIL(TD_ERR_NOMEM, "out of memory for model units");
-  for (int u = 0; u < n; ++u) m->unit_begin[u] = INT64_MAX, m->unit_end[u] = 0;
+  for (int u = 0; u < 2 * n; ++u) m->unit_begin[u] = INT64_MAX, m->unit_end[u] = 0;
   for (int i = 0; i < m->reg->n; ++i) {
     const td_param *p = &m->reg->p[i];
     int u = td_model_unit_of(m, p);
@@ -711,7 +753,7 @@ static size_t wl_bytes(const td_model *m, int64_t *nops) {
   }
   for (int64_t l = 0; m->moe && l < m->L_count; ++l) { /* a sparse block's (moe.c) */
     if (!td_config_moe_layer(m->cfg, m->L_first + l)) continue;
-    int64_t R = N * m->K, Fe = m->Fe, E = m->E, pieces = 1;
+    int64_t R = m->Rx > N * m->K ? m->Rx : N * m->K, Fe = m->Fe, E = m->E, pieces = 1;
     while ((int64_t)1 << pieces <= R) ++pieces;
     PIECE(R * C, at), PIECE(R * Fe, at), PIECE(R * C, at), PIECE(R * Fe, at), PIECE(R * C, at);
     if (m->recompute) PIECE(R * Fe, at); /* h, from the shared block */

@@ -32,12 +32,28 @@
  *         P_i = mean over its T rows of p_i (Switch, Mixtral; as DeepSeek-V3's
  *         sequence-wise balance loss, per sequence);
  *   z   = β · mean over rows of logsumexp(logits)² (ST-MoE).
- * f has no gradient (a count); the gradient reaches p through P. */
+ * f has no gradient (a count); the gradient reaches p through P.
+ *
+ * Expert parallelism (parallel.ep > 1): the ep ranks of an ep_comm group see
+ * different tokens and hold different experts, E/ep each. After routing,
+ * a rank's slots in the experts' order are already grouped by the ep rank
+ * holding their expert; one all-to-all (MPI_Alltoallv of rows, counts
+ * exchanged first) sends each group there; the receiver puts the rows in
+ * expert-major order (its experts in order, then the sending rank, then the
+ * sender's order), computes its experts over them and sends the outputs
+ * back the same way; the combine is local. The backward sends the outputs'
+ * gradients the same way, sends the experts' inputs again (not kept: the
+ * all-to-all instead of ep·N·min(K, E/ep) rows a layer), and returns the
+ * inputs' gradients. Every row is computed by the same expert with the same
+ * product pieces as on one rank, and the weight gradients sum the same rows,
+ * so ep changes the order of a sum, not its terms. */
 #include "app/model/model_internal.h"
 
 #include <string.h>
 
 #include "parallel/td_coll.h"
+#include "parallel/td_mpi.h"
+#include "td_log.h"
 
 void *td_model_pwe(const td_model *m, td_param_kind k, int layer, int e) {
   const td_param *p = td_registry_find_expert(m->reg, k, layer, e);
@@ -165,6 +181,108 @@ static td_status plan_capacity(td_model *m, int32_t *off) {
   return TD_OK;
 }
 
+/* The experts this rank computes and their rows: experts [e0, e0 + n), the
+ * j-th's rows [off[j], off[j + 1]) of the input (off[n] rows in all). */
+typedef struct {
+  int64_t e0, n;
+  const int32_t *off;
+} expert_set;
+
+/* ---- expert parallelism ----------------------------------------------------------- */
+
+/* The exchange of a sparse block's micro-batch from its local expert offsets
+ * offh (E + 1) and rc (ep·El: the rows peer q sends this rank's expert j at
+ * q·El + j): counts and displacements of both directions, the local experts'
+ * offsets m->ep_offx and the expert-major order (host, then the device's
+ * copies). exchange: in the forward, rc is made here (the counts sent
+ * all-to-all first); in the backward it is the forward's. Collective on
+ * ep_comm when exchange. */
+static td_status ep_plan(td_model *m, const int32_t *offh, int32_t *rc, int exchange) {
+  int ep = m->ep;
+  int64_t El = m->El;
+  int32_t *sc = m->ep_perm_host; /* (E) the rows sent to each expert, staged before the order */
+  for (int64_t e = 0; e < ep * El; ++e) sc[e] = offh[e + 1] - offh[e];
+  if (exchange)
+    TD_MPI_CHECK(MPI_Alltoall(sc, (int)El, MPI_INT32_T, rc, (int)El, MPI_INT32_T, m->grid->ep_comm));
+  int64_t s = 0, r = 0;
+  for (int q = 0; q < ep; ++q) {
+    int64_t ns = 0, nr = 0;
+    for (int64_t j = 0; j < El; ++j) ns += sc[q * El + j], nr += rc[q * El + j];
+    m->ep_sd[q] = (int)s, m->ep_sc[q] = (int)ns, m->ep_rd[q] = (int)r, m->ep_rcn[q] = (int)nr;
+    s += ns, r += nr;
+  }
+  if (r > m->Rx)
+    TD_FAIL(TD_ERR_INTERNAL, "moe: %lld rows received for %lld experts, room for %lld",
+            (long long)r, (long long)El, (long long)m->Rx);
+  /* expert-major: expert j's rows from peer 0, 1, ..., each peer's in its order */
+  int32_t *perm = m->ep_perm_host, *pos = m->ep_pos_host, *off = m->ep_offx;
+  int64_t at = 0;
+  for (int64_t j = 0; j < El; ++j) {
+    off[j] = (int32_t)at;
+    for (int q = 0; q < ep; ++q) {
+      int64_t first = m->ep_rd[q];
+      for (int64_t i = 0; i < j; ++i) first += rc[q * El + i];
+      for (int64_t i = 0; i < rc[q * El + j]; ++i) perm[at++] = (int32_t)(first + i);
+    }
+  }
+  off[El] = (int32_t)at;
+  for (int64_t i = 0; i < at; ++i) pos[perm[i]] = (int32_t)i;
+  td_kernels *k = m->k;
+  TD_CHECK(k->to_device(k, m->mperm_x, perm, (size_t)(at > 0 ? at : 1) * sizeof(int32_t)));
+  return k->to_device(k, m->mpos_x, pos, (size_t)(at > 0 ? at : 1) * sizeof(int32_t));
+}
+
+/* Rows of C elements (type t: a row of m->ep_row[t == F32]) over ep_comm:
+ * forward, send (this rank's slots, the peers' groups in order) to recv
+ * (peer order, what each peer sent); back, the reverse. Through host copies
+ * where the back-end's memory is not host memory. Collective on ep_comm. */
+static td_status ep_exchange(td_model *m, const void *send, void *recv, int back, td_dtype t) {
+  td_kernels *k = m->k;
+  int ep = m->ep, *sc = back ? m->ep_rcn : m->ep_sc, *sd = back ? m->ep_rd : m->ep_sd;
+  int *rcn = back ? m->ep_sc : m->ep_rcn, *rd = back ? m->ep_sd : m->ep_rd;
+  MPI_Datatype row = m->ep_row[t == TD_DTYPE_F32];
+  size_t rb = (size_t)m->C * td_dtype_size(t);
+  int64_t ns = sd[ep - 1] + sc[ep - 1], nr = rd[ep - 1] + rcn[ep - 1];
+  double t0 = td_now();
+  const void *s = send;
+  void *r = recv;
+  if (!k->host_memory) { /* staged */
+    s = m->ep_stage, r = m->ep_stage + (size_t)(m->Rx > ns ? m->Rx : ns) * rb;
+    if (ns > 0) TD_CHECK(k->to_host(k, (void *)s, send, (size_t)ns * rb));
+  } else {
+    TD_CHECK(k->sync(k));
+  }
+  TD_MPI_CHECK(MPI_Alltoallv(s, sc, sd, row, r, rcn, rd, row, m->grid->ep_comm));
+  if (!k->host_memory && nr > 0) TD_CHECK(k->to_device(k, recv, r, (size_t)nr * rb));
+  td_coll_stats *st = m->ep_stats ? m->ep_stats : m->stats;
+  if (st) { /* the rows that left this rank */
+    st->bytes[TD_COLL_SENDRECV] += (double)(ns - sc[m->ep_rank]) * (double)rb;
+    st->ms[TD_COLL_SENDRECV] += (td_now() - t0) * 1e3;
+    st->calls[TD_COLL_SENDRECV]++;
+  }
+  return TD_OK;
+}
+
+/* The experts' inputs in m->mxe: the local slots' rows (x's rows in the
+ * experts' order, perm, Rk of them), under expert parallelism sent to their
+ * experts' ranks and put in expert-major order (ep_plan's, made before).
+ * Collective on ep_comm when ep > 1. */
+static td_status expert_inputs(td_model *m, const void *x, const int32_t *perm, int64_t Rk) {
+  td_kernels *k = m->k;
+  TD_CHECK(k->moe_gather(k, m->mxe, x, m->at, perm, Rk, m->C, m->K));
+  if (m->ep == 1) return TD_OK;
+  TD_CHECK(ep_exchange(m, m->mxe, m->mxr, 0, m->at));
+  return k->moe_gather(k, m->mxe, m->mxr, m->at, m->mperm_x, m->ep_offx[m->El], m->C, 1);
+}
+
+/* Rows (C, float32 or type t) computed in expert-major order at src back to
+ * the ranks whose slots they are: dst (the local slots' experts' order).
+ * Collective on ep_comm. */
+static td_status expert_outputs(td_model *m, const void *src, void *dst, td_dtype t) {
+  TD_CHECK(m->k->moe_gather(m->k, m->mxr, src, t, m->mpos_x, m->ep_offx[m->El], m->C, 1));
+  return ep_exchange(m, m->mxr, dst, 1, t);
+}
+
 /* Element r·cols of a buffer of type at. */
 static const void *rows_at(const td_model *m, const void *base, int64_t r, int64_t cols) {
   return (const char *)base + (size_t)(r * cols) * td_dtype_size(m->at);
@@ -172,12 +290,13 @@ static const void *rows_at(const td_model *m, const void *base, int64_t r, int64
 
 /* LLaMA's experts (Mixtral): over the rows of m->mxe in the experts' order,
  * gate = x·w1ᵀ, up = x·w3ᵀ, h = silu(gate)·up, ye = h·w2ᵀ. */
-static td_status experts_fwd_swiglu(td_model *m, int layer, const int32_t *offh, float *gate,
+static td_status experts_fwd_swiglu(td_model *m, int layer, const expert_set *s, float *gate,
                                     float *up, void *h, float *ye) {
-  int64_t C = m->C, E = m->E, F = m->Fe;
+  int64_t C = m->C, F = m->Fe;
+  const int32_t *offh = s->off;
   td_dtype at = m->at, pt = m->pt;
-  for (int64_t e = 0; e < E; ++e) {
-    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+  for (int64_t j = 0; j < s->n; ++j) {
+    int64_t e = s->e0 + j, r0 = offh[j], n = offh[j + 1] - r0;
     if (n == 0) continue;
     const void *xr = rows_at(m, m->mxe, r0, C);
     TD_CHECK(expert_mm(m, 0, 1, n, 0, F, C, xr, at, td_model_pwe(m, TD_PK_EXP_W1, layer, (int)e),
@@ -186,9 +305,9 @@ static td_status experts_fwd_swiglu(td_model *m, int layer, const int32_t *offh,
                        pt, 0.0f, up + r0 * F));
   }
   TD_CHECK(td_model_poll(m));
-  TD_CHECK(m->k->swiglu_fwd(m->k, h, at, gate, up, offh[E] * F));
-  for (int64_t e = 0; e < E; ++e) {
-    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+  TD_CHECK(m->k->swiglu_fwd(m->k, h, at, gate, up, offh[s->n] * F));
+  for (int64_t j = 0; j < s->n; ++j) {
+    int64_t e = s->e0 + j, r0 = offh[j], n = offh[j + 1] - r0;
     if (n == 0) continue;
     TD_CHECK(expert_mm(m, 0, 1, n, 0, C, F, rows_at(m, h, r0, F), at,
                        td_model_pwe(m, TD_PK_EXP_W2, layer, (int)e), pt, 0.0f, ye + r0 * C));
@@ -199,22 +318,23 @@ static td_status experts_fwd_swiglu(td_model *m, int layer, const int32_t *offh,
 /* GPT-2's experts (its MLP, Conv1D (in, out)): fch = x·c_fc + b_fc, h =
  * gelu(fch), ye = h·c_proj (+ b_proj on tp rank 0: ye is a partial sum over
  * tp that the row-parallel sum completes, and the bias is added once). */
-static td_status experts_fwd_gelu(td_model *m, int layer, const int32_t *offh, float *fch,
+static td_status experts_fwd_gelu(td_model *m, int layer, const expert_set *s, float *fch,
                                   void *h, float *ye) {
   td_kernels *k = m->k;
-  int64_t C = m->C, E = m->E, F = m->Fe;
+  int64_t C = m->C, F = m->Fe;
+  const int32_t *offh = s->off;
   td_dtype at = m->at, pt = m->pt;
-  for (int64_t e = 0; e < E; ++e) {
-    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+  for (int64_t j = 0; j < s->n; ++j) {
+    int64_t e = s->e0 + j, r0 = offh[j], n = offh[j + 1] - r0;
     if (n == 0) continue;
     TD_CHECK(expert_mm(m, 0, 0, n, 0, F, C, rows_at(m, m->mxe, r0, C), at,
                        td_model_pwe(m, TD_PK_EXP_FC_W, layer, (int)e), pt, 0.0f, fch + r0 * F));
     TD_CHECK(k->bias_fwd(k, fch + r0 * F, td_model_pwe(m, TD_PK_EXP_FC_B, layer, (int)e), pt, n, F));
   }
   TD_CHECK(td_model_poll(m));
-  TD_CHECK(k->gelu_fwd(k, h, at, fch, offh[E] * F));
-  for (int64_t e = 0; e < E; ++e) {
-    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+  TD_CHECK(k->gelu_fwd(k, h, at, fch, offh[s->n] * F));
+  for (int64_t j = 0; j < s->n; ++j) {
+    int64_t e = s->e0 + j, r0 = offh[j], n = offh[j + 1] - r0;
     if (n == 0) continue;
     TD_CHECK(expert_mm(m, 0, 0, n, 0, C, F, rows_at(m, h, r0, F), at,
                        td_model_pwe(m, TD_PK_EXP_PROJ_W, layer, (int)e), pt, 0.0f, ye + r0 * C));
@@ -233,8 +353,9 @@ td_status td_model_moe_fwd(td_model *m, td_acts *a, int64_t li, int layer, const
   float *probs = a->mprobs + li * N * E, *lse = a->mlse + li * N, *w = a->mw + li * N * K;
   int32_t *idx = a->midx + li * N * K, *pos = a->mpos + li * R, *perm = a->mperm + li * R;
   int32_t *off = a->moff + li * (E + 1), *offh = a->moff_host + li * (E + 1);
-  float *gate = a->mgu + li * 2 * R * F, *up = gate + R * F, *ye = a->mye + li * R * C;
-  void *h = td_model_at(m, a->mh, li * R * F);
+  int64_t Rx = m->Rx;
+  float *gate = a->mgu + li * 2 * Rx * F, *up = gate + Rx * F, *ye = a->mye + li * R * C;
+  void *h = td_model_at(m, a->mh, li * Rx * F);
   const void *x = NULL;
   TD_CHECK(td_model_col_in(m, n2, &x));
   /* the router, per sequence (its P for the balance loss) */
@@ -257,12 +378,21 @@ td_status td_model_moe_fwd(td_model *m, td_acts *a, int64_t li, int layer, const
               (int)offh[E], (long long)R);
   }
   int64_t Rk = offh[E]; /* the rows kept */
-  /* the experts, each over its rows */
-  TD_CHECK(k->moe_gather(k, m->mxe, x, at, perm, Rk, C, K));
+  /* the experts, each over its rows: here, or (expert parallel) on the ep
+   * ranks holding them, their outputs (in m->mdxe) sent back into ye */
+  expert_set s = {0, E, offh};
+  float *yx = ye;
+  if (m->ep > 1) {
+    TD_CHECK(ep_plan(m, offh, a->mrc_host + li * E, 1));
+    s = (expert_set){m->ep_rank * m->El, m->El, m->ep_offx};
+    yx = m->mdxe;
+  }
+  TD_CHECK(expert_inputs(m, x, perm, Rk));
   if (m->llama)
-    TD_CHECK(experts_fwd_swiglu(m, layer, offh, gate, up, h, ye));
+    TD_CHECK(experts_fwd_swiglu(m, layer, &s, gate, up, h, yx));
   else
-    TD_CHECK(experts_fwd_gelu(m, layer, offh, gate, h, ye));
+    TD_CHECK(experts_fwd_gelu(m, layer, &s, gate, h, yx));
+  if (m->ep > 1) TD_CHECK(expert_outputs(m, m->mdxe, ye, TD_DTYPE_F32));
   TD_CHECK(k->moe_combine(k, m->dtmp, ye, w, pos, N, K, C));
   TD_CHECK(td_model_row_out(m, NULL, res2, out));
   /* what the step reports and the backward's balance gradient needs: each
@@ -286,9 +416,9 @@ td_status td_model_moe_fwd(td_model *m, td_acts *a, int64_t li, int layer, const
   if (m->moe_quiet) return TD_OK;
   TD_CHECK(k->to_host(k, m->mlse_host, lse, (size_t)N * sizeof(float)));
   for (int64_t b = 0; b < B && m->grid->cp_rank == 0; ++b) { /* a sequence once */
-    double s = 0.0;
-    for (int64_t e = 0; e < E; ++e) s += (cnt[b * E + e] / Tf) * (seq[B * E + b * E + e] / Tf);
-    m->moe_aux += (double)E * s;
+    double fp = 0.0;
+    for (int64_t e = 0; e < E; ++e) fp += (cnt[b * E + e] / Tf) * (seq[B * E + b * E + e] / Tf);
+    m->moe_aux += (double)E * fp;
   }
   for (int64_t r = 0; r < N; ++r) m->moe_z += (double)m->mlse_host[r] * (double)m->mlse_host[r];
   return TD_OK;
@@ -313,17 +443,20 @@ static td_status expert_wdst(td_model *m, td_param_kind kind, int layer, int e, 
 
 /* The backward of experts_fwd_swiglu from dye (m->mdye, type at): the
  * experts' weight gradients and their inputs' gradient dxe (m->mdxe). */
-static td_status experts_bwd_swiglu(td_model *m, td_acts *a, int layer, const int32_t *offh,
+static td_status experts_bwd_swiglu(td_model *m, td_acts *a, int layer, const expert_set *s,
                                     const float *gate, const float *up, const void *h,
-                                    const void *n2, const int32_t *perm, const void **xo) {
+                                    const void *n2, const int32_t *perm, int64_t Rl,
+                                    const void **xo) {
   td_kernels *k = m->k;
-  int64_t C = m->C, E = m->E, K = m->K, F = m->Fe, Rk = offh[E], R = m->B * m->T * K;
+  int64_t C = m->C, F = m->Fe, R = m->Rx;
+  const int32_t *offh = s->off;
+  int64_t Rk = offh[s->n];
   td_dtype at = m->at, pt = m->pt;
   float *dgate = m->mdh, *dup = dgate + R * F, *dh = dup + R * F;
   const void *x = NULL, *d = NULL;
   /* w2: dW2_e += dyeᵀ·h, dh = dye·W2_e */
-  for (int64_t e = 0; e < E; ++e) {
-    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+  for (int64_t j = 0; j < s->n; ++j) {
+    int64_t e = s->e0 + j, r0 = offh[j], n = offh[j + 1] - r0;
     if (n == 0) continue;
     const void *dr = rows_at(m, m->mdye, r0, C);
     TD_CHECK(expert_wgrad(m, n, C, F, dr, 0, rows_at(m, h, r0, F), a != &m->work, TD_PK_EXP_W2,
@@ -336,12 +469,12 @@ static td_status experts_bwd_swiglu(td_model *m, td_acts *a, int layer, const in
   /* w1, w3: their gradients from the experts' inputs again, the inputs'
    * gradient dxe summed over both */
   TD_CHECK(td_model_col_in(m, n2, &x));
-  TD_CHECK(k->moe_gather(k, m->mxe, x, at, perm, Rk, C, K));
+  TD_CHECK(expert_inputs(m, x, perm, Rl));
   for (int pass = 0; pass < 2; ++pass) {
     td_param_kind kind = pass == 0 ? TD_PK_EXP_W1 : TD_PK_EXP_W3;
     TD_CHECK(td_model_mm_grad(m, pass == 0 ? dgate : dup, Rk * F, &d));
-    for (int64_t e = 0; e < E; ++e) {
-      int64_t r0 = offh[e], n = offh[e + 1] - r0;
+    for (int64_t j = 0; j < s->n; ++j) {
+      int64_t e = s->e0 + j, r0 = offh[j], n = offh[j + 1] - r0;
       if (n == 0) continue;
       const void *dr = rows_at(m, d, r0, F);
       TD_CHECK(expert_wgrad(m, n, F, C, dr, 0, rows_at(m, m->mxe, r0, C), 0, kind, layer,
@@ -357,18 +490,20 @@ static td_status experts_bwd_swiglu(td_model *m, td_acts *a, int layer, const in
 
 /* The backward of experts_fwd_gelu from dye (float32 in m->mdxe; of type at
  * in m->mdye, or m->mdxe itself in float32). */
-static td_status experts_bwd_gelu(td_model *m, td_acts *a, int layer, const int32_t *offh,
+static td_status experts_bwd_gelu(td_model *m, td_acts *a, int layer, const expert_set *s,
                                   const float *fch, const void *h, const void *n2,
-                                  const int32_t *perm, const void **xo) {
+                                  const int32_t *perm, int64_t Rl, const void **xo) {
   td_kernels *k = m->k;
-  int64_t C = m->C, E = m->E, K = m->K, F = m->Fe, Rk = offh[E], R = m->B * m->T * K;
+  int64_t C = m->C, F = m->Fe, R = m->Rx;
+  const int32_t *offh = s->off;
+  int64_t Rk = offh[s->n];
   td_dtype at = m->at, pt = m->pt;
   float *dfch = m->mdh, *dh = dfch + R * F, *g = NULL;
   const void *dye = at == TD_DTYPE_F32 ? (const void *)m->mdxe : m->mdye, *x = NULL, *d = NULL;
   /* c_proj: its bias's gradient Σ dye (the same on every tp rank: dye is),
    * dW += hᵀ·dye, dh = dye·Wᵀ */
-  for (int64_t e = 0; e < E; ++e) {
-    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+  for (int64_t j = 0; j < s->n; ++j) {
+    int64_t e = s->e0 + j, r0 = offh[j], n = offh[j + 1] - r0;
     if (n == 0) continue;
     const void *dr = rows_at(m, dye, r0, C);
     TD_CHECK(expert_wdst(m, TD_PK_EXP_PROJ_B, layer, (int)e, &g));
@@ -383,10 +518,10 @@ static td_status experts_bwd_gelu(td_model *m, td_acts *a, int layer, const int3
   /* c_fc: its bias's gradient Σ dfch, dW += xᵀ·dfch from the experts' inputs
    * again, dxe = dfch·Wᵀ */
   TD_CHECK(td_model_col_in(m, n2, &x));
-  TD_CHECK(k->moe_gather(k, m->mxe, x, at, perm, Rk, C, K));
+  TD_CHECK(expert_inputs(m, x, perm, Rl));
   TD_CHECK(td_model_mm_grad(m, dfch, Rk * F, &d));
-  for (int64_t e = 0; e < E; ++e) {
-    int64_t r0 = offh[e], n = offh[e + 1] - r0;
+  for (int64_t j = 0; j < s->n; ++j) {
+    int64_t e = s->e0 + j, r0 = offh[j], n = offh[j + 1] - r0;
     if (n == 0) continue;
     TD_CHECK(expert_wdst(m, TD_PK_EXP_FC_B, layer, (int)e, &g));
     TD_CHECK(k->bias_bwd(k, g, dfch + r0 * F, n, F));
@@ -409,9 +544,17 @@ td_status td_model_moe_bwd(td_model *m, td_acts *a, int64_t li, int layer, const
   const float *probs = a->mprobs + li * N * E, *lse = a->mlse + li * N, *w = a->mw + li * N * K;
   const int32_t *idx = a->midx + li * N * K, *pos = a->mpos + li * R, *perm = a->mperm + li * R;
   const int32_t *offh = a->moff_host + li * (E + 1);
-  int64_t Rk = offh[E]; /* the rows kept */
-  const float *gate = a->mgu + li * 2 * R * F, *up = gate + R * F, *ye = a->mye + li * R * C;
-  const void *h = td_model_at(m, a->mh, li * R * F);
+  int64_t Rk = offh[E], Rx = m->Rx; /* the rows kept; the rows experts may compute here */
+  const float *gate = a->mgu + li * 2 * Rx * F, *up = gate + Rx * F, *ye = a->mye + li * R * C;
+  const void *h = td_model_at(m, a->mh, li * Rx * F);
+  /* the experts this rank computes: all, or (expert parallel) its E/ep over
+   * the rows the forward received (its counts; the order made again) */
+  expert_set s = {0, E, offh};
+  if (m->ep > 1) {
+    TD_CHECK(ep_plan(m, offh, a->mrc_host + li * E, 0));
+    s = (expert_set){m->ep_rank * m->El, m->El, m->ep_offx};
+  }
+  int64_t Rs = s.off[s.n]; /* their rows */
   const double *cnt = a->mcnt_host + li * B * E;
   const float *dy = NULL;
   const void *x = NULL, *d = NULL;
@@ -421,16 +564,26 @@ td_status td_model_moe_bwd(td_model *m, td_acts *a, int64_t li, int layer, const
   if (m->llama) {
     TD_CHECK(k->moe_combine_bwd(k, m->mdye, at, m->mdw, dy, ye, w, pos, N, K, C));
     TD_CHECK(td_model_tp_sum(m, m->mdw, N * K));
-    TD_CHECK(experts_bwd_swiglu(m, a, layer, offh, gate, up, h, n2, perm, &x));
+    if (m->ep > 1) { /* to the experts' ranks, in their expert-major order */
+      TD_CHECK(ep_exchange(m, m->mdye, m->mxr, 0, at));
+      TD_CHECK(k->moe_gather(k, m->mdye, m->mxr, at, m->mperm_x, Rs, C, 1));
+    }
+    TD_CHECK(experts_bwd_swiglu(m, a, layer, &s, gate, up, h, n2, perm, Rk, &x));
   } else {
     /* the output biases' gradients read dye in float32 (in mdxe, free until
      * the input gradients); the products its copy of type at */
     TD_CHECK(k->moe_combine_bwd(k, m->mdxe, TD_DTYPE_F32, m->mdw, dy, ye, w, pos, N, K, C));
     TD_CHECK(td_model_tp_sum(m, m->mdw, N * K));
-    if (at != TD_DTYPE_F32) TD_CHECK(k->cast(k, m->mdye, at, m->mdxe, TD_DTYPE_F32, Rk * C));
-    TD_CHECK(experts_bwd_gelu(m, a, layer, offh, gate, h, n2, perm, &x));
+    if (m->ep > 1) {
+      TD_CHECK(ep_exchange(m, m->mdxe, m->mxr, 0, TD_DTYPE_F32));
+      TD_CHECK(k->moe_gather(k, m->mdxe, m->mxr, TD_DTYPE_F32, m->mperm_x, Rs, C, 1));
+    }
+    if (at != TD_DTYPE_F32) TD_CHECK(k->cast(k, m->mdye, at, m->mdxe, TD_DTYPE_F32, Rs * C));
+    TD_CHECK(experts_bwd_gelu(m, a, layer, &s, gate, h, n2, perm, Rk, &x));
   }
-  /* x: the experts' input as experts_bwd_* gathered it (sequence parallel:
+  /* the experts' input gradients back to the slots' ranks */
+  if (m->ep > 1) TD_CHECK(expert_outputs(m, m->mdxe, m->mdxe, TD_DTYPE_F32));
+  /* x: the block's input as experts_bwd_* gathered it (sequence parallel:
    * valid until the next gather) */
   TD_CHECK(k->moe_scatter(k, m->dln, m->mdxe, pos, N, K, C));
   /* the router: through the weights' renormalisation and the softmax, plus

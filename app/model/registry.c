@@ -158,6 +158,8 @@ static void add_param(td_registry *r, const td_config *cfg, const td_model_dims 
     p->stage = stage_of_layer(cfg, layer);
   p->tied_last = k == TD_PK_WTE && d->tied && last > 0;
   p->present = p->stage == r->pp_rank || (p->tied_last && r->pp_rank == last);
+  /* expert parallelism: this rank's ep_rank holds experts [ep_rank·E/ep, (ep_rank+1)·E/ep) */
+  if (expert >= 0 && expert / (int)(d->E / r->ep) != r->ep_rank) p->present = 0;
   p->local_shape[0] = p->shape[0];
   p->local_shape[1] = p->shape[1];
   p->split_pad = p->split_dim >= 0 ? p->shape[p->split_dim] : 0;
@@ -168,14 +170,31 @@ static void add_param(td_registry *r, const td_config *cfg, const td_model_dims 
     p->local_shape[p->split_dim] = p->split_pad / r->tp;
   }
   p->local_numel = p->present ? p->local_shape[0] * p->local_shape[1] : 0;
-  p->offset = r->total_local;
-  /* keep every view 16-float aligned (64 bytes) */
-  r->total_local += (p->local_numel + 15) / 16 * 16;
   r->total_global += p->shape[0] * p->shape[1];
+}
+
+/* The local layout: the dense tensors in model order, then the experts' (the
+ * expert space from r->xbegin), every view 16-float aligned (64 bytes). */
+static void lay_out(td_registry *r) {
+  r->total_local = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) r->xbegin = r->total_local;
+    for (int i = 0; i < r->n; ++i) {
+      td_param *p = &r->p[i];
+      if ((p->expert >= 0) != pass) continue;
+      p->offset = r->total_local;
+      r->total_local += (p->local_numel + 15) / 16 * 16;
+    }
+  }
 }
 
 td_status td_registry_create(const td_config *cfg, int tp, int tp_rank, int pp, int pp_rank,
                              td_registry **out) {
+  return td_registry_create_ep(cfg, tp, tp_rank, pp, pp_rank, 1, 0, out);
+}
+
+td_status td_registry_create_ep(const td_config *cfg, int tp, int tp_rank, int pp, int pp_rank,
+                                int ep, int ep_rank, td_registry **out) {
   *out = NULL;
   td_model_dims d;
   td_config_dims(cfg, &d);
@@ -191,6 +210,7 @@ td_status td_registry_create(const td_config *cfg, int tp, int tp_rank, int pp, 
     TD_FAIL(TD_ERR_NOMEM, "out of memory for the parameter registry");
   }
   r->tp = tp, r->tp_rank = tp_rank, r->pp = pp, r->pp_rank = pp_rank;
+  r->ep = ep, r->ep_rank = ep_rank;
   add_param(r, cfg, &d, TD_PK_WTE, -1, -1);
   if (!d.llama) add_param(r, cfg, &d, TD_PK_WPE, -1, -1);
   for (int l = 0; l < L; ++l) {
@@ -219,6 +239,7 @@ td_status td_registry_create(const td_config *cfg, int tp, int tp_rank, int pp, 
   add_param(r, cfg, &d, TD_PK_LNF_W, -1, -1);
   if (!d.llama) add_param(r, cfg, &d, TD_PK_LNF_B, -1, -1);
   if (!d.tied) add_param(r, cfg, &d, TD_PK_LM_HEAD, -1, -1);
+  lay_out(r);
   *out = r;
   return TD_OK;
 }

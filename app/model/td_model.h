@@ -49,11 +49,14 @@ typedef struct td_acts {
   float *mprobs, *mlse, *mw;       /* (N, E) router probabilities, (N) their lse, (N, K) weights */
   int32_t *midx, *mpos, *mperm, *moff; /* (N, K) experts, (N·K) row of each slot, slot of each
                                       row, (E + 1) first row of each expert */
-  float *mgu;                      /* (R, Fe/tp) gate then (R, Fe/tp) up */
-  void *mh;                        /* (R, Fe/tp) silu(gate)·up, type at */
+  float *mgu;                      /* (Rx, Fe/tp) gate then (Rx, Fe/tp) up (the rows this
+                                      rank's experts compute: Rx, td_model.Rx) */
+  void *mh;                        /* (Rx, Fe/tp) silu(gate)·up, type at */
   float *mye;                      /* (R, C) expert outputs (partial over tp) */
   int32_t *moff_host;              /* host: per layer (E + 1) copy of moff */
   double *mcnt_host;               /* host: per layer (B, E) slots of each sequence per expert */
+  int32_t *mrc_host;               /* host, expert parallel: per layer (ep, E/ep) the rows each
+                                      ep peer sent to each of this rank's experts */
 } td_acts;
 
 typedef struct td_model td_model;
@@ -211,9 +214,27 @@ struct td_model {
   int64_t cap;                 /* model.moe.capacity_factor: slots an expert keeps of a
                                   sequence, ⌈c·T·K/E⌉ (0: dropless) */
   int32_t *mplan_host;         /* host, with a capacity: (R) pos, (R) perm, (B·E + E) counts */
+  /* expert parallelism (parallel.ep; moe.c): this rank computes experts
+   * [ep_rank·El, (ep_rank + 1)·El) over the rows every ep peer sends it, at
+   * most Rx (dropless ep·N·min(K, El); with a capacity also ep·B·cap·El);
+   * the exchange: rows sent to / received from each peer (host, ep each, and
+   * displacements), the local experts' first rows (El + 1) and the
+   * expert-major order of the received rows (perm: expert-side row -> the
+   * received row, pos its inverse; host and device); mxr an exchange buffer
+   * (Rx, C) of 4-byte elements; ep_stage its host copy (2 of them) where
+   * the back-end's memory is not host memory */
+  int ep, ep_rank;
+  int64_t El, Rx;
+  int *ep_sc, *ep_sd, *ep_rcn, *ep_rd;
+  int32_t *ep_offx, *ep_perm_host, *ep_pos_host, *mperm_x, *mpos_x;
+  void *mxr;
+  char *ep_stage;
+  MPI_Datatype ep_row[2];      /* a row of C elements of type at, of float32 */
+  td_coll_stats *ep_stats;     /* where the all-to-alls are counted (NULL: stats) */
   float *mlog, *mpsum, *mdw, *mdlog, *mgP, *mdh, *mdxe;
   int32_t *mcount;
-  void *mxe, *mdye;            /* (R, C) the experts' inputs, their output gradient (type at) */
+  void *mxe, *mdye;            /* (max(R, Rx), C) the experts' inputs, their output gradient
+                                  (type at) */
   int32_t *midx_host;          /* host: (N, K) */
   float *mpsum_host;           /* host: (B, E) */
   double *mseq_host;           /* host: (2, B, E) a micro-batch's per-sequence counts and
@@ -243,7 +264,10 @@ struct td_model {
   int64_t valid_rows;    /* positions counted in the loss sum (default B·T;
                             evaluation of a partial micro-batch lowers it) */
   /* units (see above): flat ranges and where their elements live now */
-  int nunits;
+  int nunits;                      /* the dense units; entries [nunits, 2·nunits) are the
+                                      same units' expert ranges (the expert space: a block's
+                                      experts, empty elsewhere and without model.moe); the
+                                      hooks for unit u place both */
   int64_t *unit_begin, *unit_end;
   void **unit_param;               /* element unit_begin[u] of the params (type pt) */
   float **unit_grad;               /* ... and of the grads */

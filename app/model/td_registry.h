@@ -55,7 +55,8 @@ typedef struct td_param {
   int present;          /* held on this rank's stage */
   int64_t local_shape[2];
   int64_t local_numel;  /* 0 when not present */
-  int64_t offset;       /* element offset in the rank's flat buffers */
+  int64_t offset;       /* element offset in the rank's flat buffers (an expert's: in the
+                           expert space, from the registry's xbegin) */
 } td_param;
 
 typedef struct td_registry {
@@ -63,7 +64,12 @@ typedef struct td_registry {
   td_param *p;          /* n entries, model order */
   int64_t total_global; /* parameters of the model (global, unpadded) */
   int64_t total_local;  /* elements this rank holds (padded shards) */
+  int64_t xbegin;       /* the expert space [xbegin, total_local): the experts' tensors
+                           (model.moe), after every dense one; their own ZeRO engine
+                           (over edp_comm) holds them. total_local without experts */
   int tp, tp_rank, pp, pp_rank;
+  int ep, ep_rank;      /* expert parallelism: experts [ep_rank·E/ep, (ep_rank+1)·E/ep)
+                           are present here */
   int nlayers;
   int *layer_first;     /* (nlayers + 1) the first entry of each block (entries of block l:
                            [layer_first[l], layer_first[l + 1])): lookups search one block */
@@ -73,6 +79,9 @@ typedef struct td_registry {
  * pipeline stage pp_rank of pp. */
 td_status td_registry_create(const td_config *cfg, int tp, int tp_rank, int pp, int pp_rank,
                              td_registry **out);
+/* ... and of expert-parallel rank ep_rank of ep (td_registry_create: ep 1). */
+td_status td_registry_create_ep(const td_config *cfg, int tp, int tp_rank, int pp, int pp_rank,
+                                int ep, int ep_rank, td_registry **out);
 void td_registry_destroy(td_registry **r);
 /* The parameter of kind k in block `layer` (-1 for non-block ones), or NULL
  * (an expert kind: expert 0's). */

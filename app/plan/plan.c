@@ -448,6 +448,7 @@ static td_status plan_memory(const td_config *c, td_plan_result *r) {
     td_mem_plan mp;
     td_grid_virtual((int)c->parallel_dp, (int)c->parallel_cp, (int)c->parallel_tp,
                     (int)c->parallel_pp, 0, 0, 0, stages[i], &g);
+    TD_CHECK(td_grid_set_ep(&g, (int)c->parallel_ep));
     TD_CHECK(td_trainer_plan(c, &g, dcomm, &mp));
     int64_t tot = mp.param + mp.grad + mp.optim + mp.work + mp.act;
     if (tot > r->mem_total) r->mem_total = tot, r->mem = mp, r->mem_stage = stages[i];

@@ -8,7 +8,10 @@
  * replicated over tp by tp rank i mod tp, i its registry index), the first
  * stage for the tied wte. Reading: every rank reads what it needs for its
  * grid — any grid, not only the one that saved — and verifies checksums over
- * the same disjoint cover. */
+ * the same disjoint cover. The experts' tensors (model.moe) live in their own
+ * ZeRO engine over edp_comm (t->xzero, the registry's expert space from
+ * xbegin): each is written by the edp rank owning the element, on the one ep
+ * rank holding the expert. */
 #include "app/train/td_checkpoint.h"
 
 #include <math.h>
@@ -101,13 +104,27 @@ static int writes_tensor(const td_trainer *t, int i) {
   return 1;
 }
 
+/* The engine holding tensor p (the experts' or the dense one) and its owned
+ * range [*ob, *oe) in the local space (the expert space starts at xbegin);
+ * an empty range where the stage has no engine of p's kind. */
+static td_zero *engine_of(const td_trainer *t, const td_param *p, int64_t *ob, int64_t *oe) {
+  int x = p->expert >= 0;
+  td_zero *z = x ? t->xzero : t->zero;
+  *ob = *oe = 0;
+  if (!z) return NULL;
+  td_zero_owned(z, ob, oe);
+  int64_t base = x ? t->model->reg->xbegin : 0;
+  *ob += base, *oe += base;
+  return z;
+}
+
 /* The owned boxes of tensor i, with src_off relative to element `base_elem`
  * of the local space. */
 static int owned_boxes(const td_trainer *t, int i, int64_t base_elem, td_ckpt_box *out) {
   const td_param *p = &t->model->reg->p[i];
   if (!writes_tensor(t, i)) return 0;
   int64_t ob, oe;
-  td_zero_owned(t->zero, &ob, &oe);
+  if (!engine_of(t, p, &ob, &oe)) return 0;
   int64_t a = p->offset > ob ? p->offset : ob, b = p->offset + p->local_numel < oe ? p->offset + p->local_numel : oe;
   if (b <= a) return 0;
   return tensor_boxes(t->model->reg, p, a - p->offset, b - p->offset, p->offset - base_elem, out);
@@ -146,8 +163,9 @@ struct td_async_save {
   pthread_t thread;
   int running;     /* a save is in flight: its thread started, not yet committed */
   atomic_int done; /* its thread has returned */
-  float *stage;    /* 3 × n floats: parameters, exp_avg, exp_avg_sq of the owned range */
-  size_t n;
+  float *stage;    /* 3 × n floats: parameters, exp_avg, exp_avg_sq of the owned ranges
+                      (the dense engine's nd, then the experts') */
+  size_t n, nd;
   int pinned;      /* stage is the back-end's host_alloc memory */
   int64_t step;
   double t0;       /* when the save began */
@@ -182,11 +200,15 @@ static td_status stage_alloc(td_trainer *t, struct td_async_save *a) {
   td_kernels *k = t->k;
   if (a->stage) return TD_OK;
   size_t bytes = (size_t)td_trainer_ckpt_stage_bytes(&t->cfg, t->zero);
-  size_t n = bytes / (3 * sizeof(float));
+  if (t->xzero) bytes += (size_t)td_trainer_ckpt_stage_bytes(&t->cfg, t->xzero);
   a->pinned = !td_zero_state_on_host(t->zero) && k->host_alloc != NULL;
   if (a->pinned) TD_CHECK(k->host_alloc(k, (void **)&a->stage, bytes, "checkpoint staging"));
   else TD_CHECK(td_alloc((void **)&a->stage, bytes, "checkpoint staging"));
-  a->n = n;
+  int64_t ob, oe, xb = 0, xe = 0;
+  td_zero_owned(t->zero, &ob, &oe);
+  if (t->xzero) td_zero_owned(t->xzero, &xb, &xe);
+  a->nd = (size_t)(oe > ob ? oe - ob : 0);
+  a->n = a->nd + (size_t)(xe > xb ? xe - xb : 0);
   return TD_OK;
 }
 
@@ -197,17 +219,20 @@ static td_status stage_state(td_trainer *t, struct td_async_save *a) {
   int on_host = td_zero_state_on_host(t->zero);
   TD_CHECK(stage_alloc(t, a));
   size_t n = a->n;
-  const float *src[3] = {td_zero_owned_params(t->zero), td_zero_owned_exp_avg(t->zero),
-                         td_zero_owned_exp_avg_sq(t->zero)};
-  int64_t ob, oe;
-  td_zero_owned(t->zero, &ob, &oe);
-  size_t bytes = (size_t)(oe > ob ? oe - ob : 0) * sizeof(float);
-  if (bytes == 0) return TD_OK;
-  for (int i = 0; i < 3; ++i) {
-    float *dst = a->stage + (size_t)i * n;
-    if (on_host) memcpy(dst, src[i], bytes);
-    else if (a->pinned && k->to_host_async) TD_CHECK(k->to_host_async(k, dst, src[i], bytes));
-    else TD_CHECK(k->to_host(k, dst, src[i], bytes));
+  td_zero *zs[2] = {t->zero, t->xzero};
+  for (int e = 0; e < 2 && zs[e]; ++e) {
+    const float *src[3] = {td_zero_owned_params(zs[e]), td_zero_owned_exp_avg(zs[e]),
+                           td_zero_owned_exp_avg_sq(zs[e])};
+    int64_t ob, oe;
+    td_zero_owned(zs[e], &ob, &oe);
+    size_t bytes = (size_t)(oe > ob ? oe - ob : 0) * sizeof(float);
+    if (bytes == 0) continue;
+    for (int i = 0; i < 3; ++i) {
+      float *dst = a->stage + (size_t)i * n + (e ? a->nd : 0);
+      if (on_host) memcpy(dst, src[i], bytes);
+      else if (a->pinned && k->to_host_async) TD_CHECK(k->to_host_async(k, dst, src[i], bytes));
+      else TD_CHECK(k->to_host(k, dst, src[i], bytes));
+    }
   }
   if (!on_host && a->pinned && k->to_host_async) TD_CHECK(k->host_wait(k));
   return TD_OK;
@@ -226,8 +251,10 @@ static td_status save_impl(td_trainer *t, char *path_out, size_t cap, struct td_
   td_ckpt_writer *w = NULL;
   float *host = NULL;
   char *yaml = NULL;
-  int64_t ob, oe;
+  int64_t ob, oe, xb = 0, xe = 0;
   td_zero_owned(t->zero, &ob, &oe);
+  if (t->xzero) td_zero_owned(t->xzero, &xb, &xe);
+  int64_t nd = oe > ob ? oe - ob : 0, nx = xe > xb ? xe - xb : 0;
   double t0 = td_now();
   /* Host back-ends (and the optimizer's offloaded state) write straight
    * from their buffers; device back-ends stage through one host buffer kept
@@ -239,7 +266,7 @@ static td_status save_impl(td_trainer *t, char *path_out, size_t cap, struct td_
     TD_CHECK(td_agree(t->app->world, st));
     on_host = 1;
   } else if (!on_host && !t->ckpt_stage) {
-    TD_CHECK(td_alloc((void **)&t->ckpt_stage, (size_t)td_trainer_ckpt_stage_bytes(c, t->zero),
+    TD_CHECK(td_alloc((void **)&t->ckpt_stage, (size_t)(nd + nx + 1) * sizeof(float),
                       "checkpoint staging"));
   }
   host = t->ckpt_stage;
@@ -255,27 +282,35 @@ static td_status save_impl(td_trainer *t, char *path_out, size_t cap, struct td_
   TD_CHECK_GOTO(td_h5_write_string(f, "/config", yaml, t->app->rank == 0));
   if (td_tokenizer_files_present(&t->tok)) /* the data's tokenizer: generate speaks its text */
     TD_CHECK_GOTO(td_tokenizer_h5_write(f, &t->tok, t->app->rank == 0));
-  /* three buffers: parameters, then the two moments, all over the owned range */
+  /* three buffers: parameters, then the two moments, all over the owned
+   * ranges (the dense engine's, the experts') */
   const char *prefix[3] = {"/model", "/optim/exp_avg", "/optim/exp_avg_sq"};
-  float *src[3] = {td_zero_owned_params(t->zero), td_zero_owned_exp_avg(t->zero),
-                   td_zero_owned_exp_avg_sq(t->zero)};
-  if (a)
-    for (int i = 0; i < 3; ++i) src[i] = a->stage + (size_t)i * a->n;
+  td_zero *zs[2] = {t->zero, t->xzero};
   for (int which = 0; which < 3; ++which) {
-    const float *from = src[which];
-    if (!on_host && oe > ob) {
-      TD_CHECK_GOTO(k->to_host(k, host, src[which], (size_t)(oe - ob) * sizeof(float)));
-      from = host;
+    const float *from[2] = {NULL, NULL};
+    for (int e = 0; e < 2 && zs[e]; ++e) {
+      float *s = which == 0 ? td_zero_owned_params(zs[e]) : which == 1 ? td_zero_owned_exp_avg(zs[e])
+                                                                       : td_zero_owned_exp_avg_sq(zs[e]);
+      int64_t len = e ? nx : nd;
+      if (a) {
+        from[e] = a->stage + (size_t)which * a->n + (e ? a->nd : 0);
+      } else if (!on_host && len > 0) {
+        TD_CHECK_GOTO(k->to_host(k, host + (e ? nd : 0), s, (size_t)len * sizeof(float)));
+        from[e] = host + (e ? nd : 0);
+      } else {
+        from[e] = s;
+      }
     }
     for (int i = 0; i < m->reg->n; ++i) {
       const td_param *p = &m->reg->p[i];
       td_ckpt_box boxes[MAX_BOX];
-      int nb = owned_boxes(t, i, ob, boxes);
+      int x = p->expert >= 0;
+      int nb = owned_boxes(t, i, x ? m->reg->xbegin + xb : ob, boxes);
       char name[160];
       snprintf(name, sizeof name, "%s/%s", prefix[which], p->name);
       int64_t d[2];
       dims_of(p, d);
-      TD_CHECK_GOTO(td_ckpt_write_tensor(w, name, p->ndim, d, nb, boxes, from));
+      TD_CHECK_GOTO(td_ckpt_write_tensor(w, name, p->ndim, d, nb, boxes, from[x]));
       if (which == 0 && i == 1) TD_CHECK_GOTO(td_test_fail_point("ckpt_save"));
     }
   }
@@ -339,10 +374,12 @@ done:
 /* ---- load ----------------------------------------------------------------------- */
 
 /* The boxes of tensor i's local elements in [lo, hi) of the local space, with
- * src_off relative to element lo (what read_group reads into host). */
-static int read_boxes(const td_trainer *t, int i, int64_t lo, int64_t hi, td_ckpt_box *out) {
+ * src_off relative to element lo (what read_group reads into host); space
+ * -1: any tensor, 0 the dense ones only, 1 the experts' only. */
+static int read_boxes(const td_trainer *t, int i, int space, int64_t lo, int64_t hi,
+                      td_ckpt_box *out) {
   const td_param *p = &t->model->reg->p[i];
-  if (!p->present) return 0;
+  if (!p->present || (space >= 0 && (p->expert >= 0) != space)) return 0;
   int64_t a = p->offset > lo ? p->offset : lo;
   int64_t b = p->offset + p->local_numel < hi ? p->offset + p->local_numel : hi;
   return tensor_boxes(t->model->reg, p, a - p->offset, b - p->offset, p->offset - lo, out);
@@ -350,13 +387,15 @@ static int read_boxes(const td_trainer *t, int i, int64_t lo, int64_t hi, td_ckp
 
 /* Read every present tensor's local elements in [lo, hi) of the local space
  * into host (host[0] is element lo), verifying checksums over the owned cover. */
-static td_status read_group(td_trainer *t, td_ckpt_reader *r, const char *prefix, int64_t lo,
-                            int64_t hi, float *host, int verify) {
+static td_status read_group(td_trainer *t, td_ckpt_reader *r, const char *prefix, int space,
+                            int64_t lo, int64_t hi, float *host, int verify) {
   td_model *m = t->model;
   for (int i = 0; i < m->reg->n; ++i) {
     const td_param *p = &m->reg->p[i];
     td_ckpt_box boxes[MAX_BOX], vboxes[MAX_BOX];
-    int nb = read_boxes(t, i, lo, hi, boxes), nv = p->present ? owned_boxes(t, i, lo, vboxes) : 0;
+    if (space >= 0 && (p->expert >= 0) != space) continue; /* the same on every rank */
+    int nb = read_boxes(t, i, space, lo, hi, boxes);
+    int nv = p->present ? owned_boxes(t, i, lo, vboxes) : 0;
     char name[160];
     snprintf(name, sizeof name, "%s/%s", prefix, p->name);
     int64_t d[2];
@@ -374,12 +413,12 @@ static td_status read_group(td_trainer *t, td_ckpt_reader *r, const char *prefix
  * later as a NaN loss (exit 3). TD_ERR_CKPT naming the file, the tensor and
  * the element's flat index in the global shape. */
 static td_status check_values(const td_trainer *t, const char *path, const char *prefix,
-                              int64_t lo, int64_t hi, const float *host, int nonneg) {
+                              int space, int64_t lo, int64_t hi, const float *host, int nonneg) {
   const td_registry *reg = t->model->reg;
   for (int i = 0; i < reg->n; ++i) {
     const td_param *p = &reg->p[i];
     td_ckpt_box boxes[MAX_BOX];
-    int nb = read_boxes(t, i, lo, hi, boxes);
+    int nb = read_boxes(t, i, space, lo, hi, boxes);
     int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
     for (int b = 0; b < nb; ++b) {
       const td_ckpt_box *x = &boxes[b];
@@ -446,28 +485,35 @@ static td_status load_impl(td_trainer *t, const char *path, int load_optim) {
   TD_CHECK_GOTO(td_alloc((void **)&host, (size_t)(n > 0 ? n : 1) * sizeof(float), "checkpoint staging"));
   TD_CHECK_GOTO(td_test_fail_point("ckpt_load"));
   int verify = c->checkpoint_verify;
-  st = read_group(t, r, "/model", 0, n, host, verify);
+  st = read_group(t, r, "/model", -1, 0, n, host, verify);
   if (st == TD_OK) st = td_ckpt_read_finish(r);
-  if (st == TD_OK) st = check_values(t, path, "/model", 0, n, host, 0);
+  if (st == TD_OK) st = check_values(t, path, "/model", -1, 0, n, host, 0);
   if (st == TD_OK) st = td_zero_set_params(t->zero, host);
+  if (st == TD_OK && t->xzero) st = td_zero_set_params(t->xzero, host + t->model->reg->xbegin);
   TD_CHECK_GOTO(td_agree(t->app->world, st));
   int64_t step = 0, tokens = 0, epoch = 0, position = 0;
   if (load_optim) {
-    float *mv[2];
-    int64_t lo, hi;
-    td_zero_moments(t->zero, &mv[0], &mv[1], &lo, &hi);
     const char *prefix[2] = {"/optim/exp_avg", "/optim/exp_avg_sq"};
-    for (int which = 0; which < 2; ++which) {
-      memset(host, 0, (size_t)n * sizeof(float));
-      st = read_group(t, r, prefix[which], lo, hi, host, verify);
-      if (st == TD_OK) st = td_ckpt_read_finish(r);
-      if (st == TD_OK) st = check_values(t, path, prefix[which], lo, hi, host, which == 1);
-      if (st == TD_OK && hi > lo && td_zero_state_on_host(t->zero)) /* host back-end, offload */
-        memcpy(mv[which], host, (size_t)(hi - lo) * sizeof(float));
-      else if (st == TD_OK && hi > lo)
-        st = k->to_device(k, mv[which], host, (size_t)(hi - lo) * sizeof(float));
-      /* before the next group's reads, which every rank must make */
-      TD_CHECK_GOTO(td_agree(t->app->world, st));
+    /* the dense engine's moments, then the experts' (on every rank: the
+     * reads are collective, a stage without experts reads nothing) */
+    for (int space = 0; space < 2; ++space) {
+      td_zero *z = space ? t->xzero : t->zero;
+      float *mv[2] = {NULL, NULL};
+      int64_t lo = 0, hi = 0, base = space ? t->model->reg->xbegin : 0;
+      if (z) td_zero_moments(z, &mv[0], &mv[1], &lo, &hi);
+      for (int which = 0; which < 2; ++which) {
+        memset(host, 0, (size_t)n * sizeof(float));
+        st = read_group(t, r, prefix[which], space, base + lo, base + hi, host, verify);
+        if (st == TD_OK) st = td_ckpt_read_finish(r);
+        if (st == TD_OK)
+          st = check_values(t, path, prefix[which], space, base + lo, base + hi, host, which == 1);
+        if (st == TD_OK && hi > lo && td_zero_state_on_host(z)) /* host back-end, offload */
+          memcpy(mv[which], host, (size_t)(hi - lo) * sizeof(float));
+        else if (st == TD_OK && hi > lo)
+          st = k->to_device(k, mv[which], host, (size_t)(hi - lo) * sizeof(float));
+        /* before the next group's reads, which every rank must make */
+        TD_CHECK_GOTO(td_agree(t->app->world, st));
+      }
     }
     if (st == TD_OK) st = td_h5_attr_read_i64(f, path, "step", &step);
     if (st == TD_OK) st = td_h5_attr_read_i64(f, path, "tokens_seen", &tokens);

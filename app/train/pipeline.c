@@ -434,6 +434,7 @@ static td_status bwd(td_pipe *p, int op, int c, int64_t j,
   float scale = (float)(1.0 / global_tokens);
   if (op == TD_OP_B) return td_model_backward_input(p->e.model, slot, scale, p->grad_in);
   TD_CHECK(td_zero_begin_micro(p->e.zero, j));
+  if (p->e.xzero) TD_CHECK(td_zero_begin_micro(p->e.xzero, j));
   if (p->e.begin_grads) TD_CHECK(p->e.begin_grads(p->e.ctx, j));
   TD_CHECK(td_model_backward(p->e.model, slot, scale, p->grad_in));
   p->live--;
@@ -443,6 +444,7 @@ static td_status bwd(td_pipe *p, int op, int c, int64_t j,
 /* W of (c, j): the weight gradients its B recorded. */
 static td_status wgrad(td_pipe *p, int c, int64_t j) {
   TD_CHECK(td_zero_begin_micro(p->e.zero, j));
+  if (p->e.xzero) TD_CHECK(td_zero_begin_micro(p->e.xzero, j));
   if (p->e.begin_grads) TD_CHECK(p->e.begin_grads(p->e.ctx, j));
   TD_CHECK(td_model_backward_weight(p->e.model, slot_of(p, c, j)));
   p->live--;
@@ -525,5 +527,6 @@ td_status td_pipe_forward(td_pipe *p, const int32_t *inputs, const int32_t *targ
   }
   p->idle = idle;
   TD_CHECK(td_zero_end_forward(p->e.zero));
+  if (p->e.xzero) TD_CHECK(td_zero_end_forward(p->e.xzero));
   return TD_OK;
 }

@@ -59,17 +59,26 @@ typedef struct {
   double *moe_aux, *moe_z; /* (S) model.moe: the step's auxiliary terms */
 } dump_state;
 
-/* Write every parameter (or gradient) of the model as `prefix/<name>`. */
-static td_status dump_tensors(td_trainer *t, hid_t f, const char *prefix, const float *flat,
-                              int on_host) {
+/* Write every parameter (or gradient) of the model as `prefix/<name>`: from
+ * the gradient snapshot (the whole local space, host memory), or (flat NULL)
+ * the engines' parameters (one rank: each owns its whole space). */
+static td_status dump_tensors(td_trainer *t, hid_t f, const char *prefix, const float *flat) {
   td_model *m = t->model;
   float *host = NULL;
   td_status st = TD_OK;
   TD_CHECK(td_alloc((void **)&host, (size_t)m->reg->total_local * sizeof(float), "dump staging"));
-  if (on_host)
+  if (flat)
     memcpy(host, flat, (size_t)m->reg->total_local * sizeof(float));
-  else
-    TD_CHECK_GOTO(t->k->to_host(t->k, host, flat, (size_t)m->reg->total_local * sizeof(float)));
+  td_zero *zs[2] = {t->zero, t->xzero};
+  for (int i = 0; !flat && i < 2 && zs[i]; ++i) {
+    int64_t b = 0, e = 0, at = i ? m->reg->xbegin : 0;
+    td_zero_owned(zs[i], &b, &e);
+    size_t bytes = (size_t)(e - b) * sizeof(float);
+    if (td_zero_state_on_host(zs[i]))
+      memcpy(host + at, td_zero_owned_params(zs[i]), bytes);
+    else
+      TD_CHECK_GOTO(t->k->to_host(t->k, host + at, td_zero_owned_params(zs[i]), bytes));
+  }
   for (int i = 0; i < m->reg->n; ++i) {
     const td_param *p = &m->reg->p[i];
     char path[160];
@@ -130,8 +139,7 @@ static td_status dump_begin(td_trainer *t, dump_state *d) {
     TD_CHECK(td_h5_attr_write_f64(f, "moe_z_loss", c->model_moe_z_loss));
     TD_CHECK(td_h5_attr_write_f64(f, "moe_capacity_factor", c->model_moe_capacity_factor));
   }
-  TD_CHECK(dump_tensors(t, f, "/model", td_zero_owned_params(t->zero),
-                        td_zero_state_on_host(t->zero)));
+  TD_CHECK(dump_tensors(t, f, "/model", NULL));
   TD_CHECK(td_alloc((void **)&t->grad_snapshot, (size_t)t->model->reg->total_local * sizeof(float),
                     "gradient snapshot"));
   return TD_OK;
@@ -812,9 +820,8 @@ td_status td_trainer_run(td_trainer *t) {
       d.losses[s] = loss, d.norms[s] = norm, d.lrs[s] = lr;
       d.moe_aux[s] = t->moe_aux, d.moe_z[s] = t->moe_z;
       if (s == 0) {
-        TD_CHECK_GOTO(dump_tensors(t, d.file, "/grad", t->grad_snapshot, 1));
-        TD_CHECK_GOTO(dump_tensors(t, d.file, "/model_after", td_zero_owned_params(t->zero),
-                                   td_zero_state_on_host(t->zero)));
+        TD_CHECK_GOTO(dump_tensors(t, d.file, "/grad", t->grad_snapshot));
+        TD_CHECK_GOTO(dump_tensors(t, d.file, "/model_after", NULL));
       }
     }
     if (pause_ms > 0) test_pause(pause_ms);

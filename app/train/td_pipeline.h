@@ -34,6 +34,7 @@ typedef struct td_pipe_env {
   td_kernels *k;
   td_model *model;
   td_zero *zero;          /* the model's units' owner (td_zero_begin_micro, _end_forward) */
+  td_zero *xzero;         /* ... of the experts' units, or NULL */
   td_dcomm_kind dcomm;    /* TD_DCOMM_OFF: messages through MPI; else device channels */
   int64_t B;              /* sequences per micro-batch */
   td_coll_stats *stats;   /* where the pipeline's messages are counted */

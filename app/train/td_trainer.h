@@ -50,8 +50,12 @@ typedef struct td_trainer {
   td_kernels *hk;      /* optimizer.offload: the CPU back-end AdamW runs on, else NULL */
   td_model *model;
   td_zero *zero;       /* parameters, gradients, moments (ZeRO stage 0–3) */
+  td_zero *xzero;      /* ... of the experts (the registry's expert space, over edp_comm);
+                          NULL where this stage holds no expert */
+  int64_t *xunit_begin, *xunit_end; /* xzero's units: the model's expert units, from xbegin */
   td_pipe *pipe;       /* micro-batch schedule over the pipeline stages */
   td_dcomm_kind dcomm; /* device collectives (td_trainer_dcomm_kind) */
+  struct td_dcomm *dc_edp;                       /* over edp_comm (the experts' engine) */
   struct td_dcomm *dc_dp, *dc_tp, *dc_embed, *dc_cp; /* when dcomm is not TD_DCOMM_OFF
                                                   (dc_dp over dp × cp; dc_cp when cp > 1) */
   int64_t micro_j;     /* micro-batch whose backward runs now */

@@ -141,17 +141,29 @@ static td_status open_data(td_trainer *t, int need_train, int need_val) {
  * backward places parameters and gradients, the B of a split one the
  * parameters only, its W the gradients only. */
 static td_status zero_acquire(void *ctx, td_model *m, int u, td_phase ph) {
-  td_zero *z = ((td_trainer *)ctx)->zero;
+  td_zero *z = ((td_trainer *)ctx)->zero, *xz = ((td_trainer *)ctx)->xzero;
+  if (xz) { /* the block's experts, from their own engine */
+    int x = m->nunits + u;
+    if (ph == TD_PHASE_BACKWARD_INPUT) TD_CHECK(td_zero_acquire(xz, u, 1, &m->unit_param[x], NULL));
+    else if (ph == TD_PHASE_BACKWARD_WEIGHT) TD_CHECK(td_zero_acquire(xz, u, 1, NULL, &m->unit_grad[x]));
+    else TD_CHECK(td_zero_acquire(xz, u, ph == TD_PHASE_BACKWARD, &m->unit_param[x], &m->unit_grad[x]));
+  }
   if (ph == TD_PHASE_BACKWARD_INPUT) return td_zero_acquire(z, u, 1, &m->unit_param[u], NULL);
   if (ph == TD_PHASE_BACKWARD_WEIGHT) return td_zero_acquire(z, u, 1, NULL, &m->unit_grad[u]);
   return td_zero_acquire(z, u, ph == TD_PHASE_BACKWARD, &m->unit_param[u], &m->unit_grad[u]);
 }
 
-static td_status zero_poll(void *ctx) { return td_zero_progress(((td_trainer *)ctx)->zero); }
+static td_status zero_poll(void *ctx) {
+  td_trainer *t = ctx;
+  if (t->xzero) TD_CHECK(td_zero_progress(t->xzero));
+  return td_zero_progress(t->zero);
+}
 
 static td_status zero_release(void *ctx, td_model *m, int u, td_phase ph) {
   td_trainer *t = ctx;
   int grads = ph == TD_PHASE_BACKWARD || ph == TD_PHASE_BACKWARD_WEIGHT;
+  if (t->xzero && ph == TD_PHASE_BACKWARD_WEIGHT) TD_CHECK(td_zero_release_grads(t->xzero, u));
+  else if (t->xzero) TD_CHECK(td_zero_release(t->xzero, u, ph == TD_PHASE_BACKWARD));
   if (u == 0 && grads && t->grid->pp > 1 && m->tied) {
     /* The tied wte: its gradient is summed over the first and last stage
      * after this micro-batch's gradients have been sent down the pipeline
@@ -212,22 +224,42 @@ static int embed_at_end(const td_config *c, const td_grid *g, const td_model *m)
   return g->pp > 1 && m->tied && c->parallel_virtual_stages > 1;
 }
 
+/* The expert engine's units: the model's expert units [nunits, 2·nunits),
+ * shifted to the expert space (an empty one 0, 0). The caller frees *b. */
+static td_status expert_units(const td_model *m, int64_t **b, int64_t **e) {
+  int n = m->nunits;
+  *b = calloc((size_t)(2 * n), sizeof **b);
+  if (!*b) TD_FAIL(TD_ERR_NOMEM, "out of memory for the expert units");
+  *e = *b + n;
+  for (int u = 0; u < n; ++u)
+    if (m->unit_begin[n + u] < m->unit_end[n + u])
+      (*b)[u] = m->unit_begin[n + u] - m->reg->xbegin, (*e)[u] = m->unit_end[n + u] - m->reg->xbegin;
+  return TD_OK;
+}
+
+/* Whether this rank's stage holds expert tensors (the same on the ranks of
+ * its edp_comm: one stage, one set of experts). */
+static int has_experts(const td_model *m) { return m->reg->xbegin < m->reg->total_local; }
+
 /* The ZeRO engine's options for this rank's local space, from the registry:
  * tensors with their decay and gradient-norm flags (a tensor replicated over
  * tp is counted on tp rank 0 only; the tied wte on the first stage only) and
- * the model's units. *tens (the table o->tensors points at) is the caller's
- * to free. */
+ * the model's units — the dense space, or (experts) the expert space over
+ * edp_comm with the units xunit_begin/end. *tens (the table o->tensors points
+ * at) is the caller's to free. */
 static td_status zero_opts(const td_config *c, const td_grid *g, const td_model *m,
-                           td_dcomm_kind dcomm, td_zero_opts *o, td_zero_tensor **tens) {
+                           td_dcomm_kind dcomm, int experts, const int64_t *xunit_begin,
+                           const int64_t *xunit_end, td_zero_opts *o, td_zero_tensor **tens) {
   const td_registry *r = m->reg;
   *tens = calloc((size_t)r->n + 1, sizeof **tens);
   if (!*tens) TD_FAIL(TD_ERR_NOMEM, "out of memory");
   int nt = 0;
+  int64_t base = experts ? r->xbegin : 0;
   for (int i = 0; i < r->n; ++i) {
     const td_param *p = &r->p[i];
-    if (!p->present) continue;
+    if (!p->present || (p->expert >= 0) != experts) continue;
     td_zero_tensor *x = &(*tens)[nt++];
-    x->offset = p->offset;
+    x->offset = p->offset - base;
     x->numel = p->local_numel;
     x->decay = p->decay;
     x->in_norm = (p->split_dim >= 0 || g->tp_rank == 0) && !(p->tied_last && g->pp_rank != 0);
@@ -239,19 +271,23 @@ static td_status zero_opts(const td_config *c, const td_grid *g, const td_model 
   o->group_rank = g->cp_rank + g->cp * g->dp_rank;
   o->bucket_bytes = c->parallel_bucket_mb * 1048576.0;
   o->overlap_gather = c->parallel_overlap_param_gather;
-  o->n = r->total_local;
+  o->n = experts ? r->total_local - r->xbegin : r->xbegin;
   o->ntensors = nt;
   o->tensors = *tens;
   o->nunits = m->nunits;
-  o->unit_begin = m->unit_begin;
-  o->unit_end = m->unit_end;
-  o->persistent_units[0] = 0;             /* {wte, wpe}: used at both ends */
-  o->persistent_units[1] = m->nunits - 1; /* {ln_f} */
+  o->unit_begin = experts ? xunit_begin : m->unit_begin;
+  o->unit_end = experts ? xunit_end : m->unit_end;
+  o->persistent_units[0] = experts ? -1 : 0;             /* {wte, wpe}: used at both ends */
+  o->persistent_units[1] = experts ? -1 : m->nunits - 1; /* {ln_f} */
+  if (experts) { /* the ranks holding the same experts */
+    o->dp_comm = g->edp_comm;
+    o->group_size = g->edp, o->group_rank = g->edp_rank;
+  }
   /* interleaved with a tied head: the first and last stage reach the
    * embedding's backward at very different points of the step, so its
    * gradient is summed over them once, at the end (embed_sync),
    * and stages 2–3 accumulate it over the step like stages 0–1 */
-  o->step_accum = embed_at_end(c, g, m);
+  o->step_accum = !experts && embed_at_end(c, g, m);
   o->pt = m->pt;
   /* for the size query (with a back-end the engine decides from k and o->dcomm) */
   o->staged = m->staged && dcomm == TD_DCOMM_OFF;
@@ -281,15 +317,22 @@ int64_t td_trainer_ckpt_stage_bytes(const td_config *c, const td_zero *z) {
 }
 
 static void mem_of(const td_config *c, const td_grid *g, const td_model *m, const td_zero *z,
-                   td_mem_plan *mem) {
+                   const td_zero *xz, td_mem_plan *mem) {
   td_zero_bytes(z, &mem->param, &mem->grad, &mem->optim, &mem->work);
   mem->host = td_zero_host_bytes(z);
+  if (xz) { /* the experts' engine */
+    int64_t b[4];
+    td_zero_bytes(xz, &b[0], &b[1], &b[2], &b[3]);
+    mem->param += b[0], mem->grad += b[1], mem->optim += b[2], mem->work += b[3];
+    mem->host += td_zero_host_bytes(xz);
+  }
   mem->act = (int64_t)m->act_bytes + td_pipe_bytes(g->pp, g->pp_rank, m->nchunks, m->nslots,
                                                    td_model_rows(c, m->B), c->model_dim,
                                                    m->staged && !m->dcomm);
   mem->params_local = m->reg->total_local;
   mem->startup = m->reg->total_local * (int64_t)sizeof(float); /* create_zero's `host` */
   mem->ckpt = td_trainer_ckpt_stage_bytes(c, z); /* checkpoint.c's staging */
+  if (xz) mem->ckpt += td_trainer_ckpt_stage_bytes(c, xz);
   mem->live_micro = m->nslots;
   mem->layer_bytes = m->layer_bytes;
 }
@@ -298,8 +341,9 @@ td_status td_trainer_plan(const td_config *cfg, const td_grid *grid, td_dcomm_ki
                           td_mem_plan *out) {
   td_status st = TD_OK;
   td_model *m = NULL;
-  td_zero *z = NULL;
-  td_zero_tensor *tens = NULL;
+  td_zero *z = NULL, *xz = NULL;
+  td_zero_tensor *tens = NULL, *xtens = NULL;
+  int64_t *xb = NULL, *xe = NULL;
   td_zero_opts o;
   memset(out, 0, sizeof *out);
   int *nslots = NULL;
@@ -309,13 +353,21 @@ td_status td_trainer_plan(const td_config *cfg, const td_grid *grid, td_dcomm_ki
                          dcomm != TD_DCOMM_OFF, &m);
   free(nslots);
   TD_CHECK_GOTO(st);
-  TD_CHECK_GOTO(zero_opts(cfg, grid, m, dcomm, &o, &tens));
+  TD_CHECK_GOTO(zero_opts(cfg, grid, m, dcomm, 0, NULL, NULL, &o, &tens));
   TD_CHECK_GOTO(td_zero_create(&o, NULL, NULL, &z));
-  mem_of(cfg, grid, m, z, out);
+  if (has_experts(m)) {
+    TD_CHECK_GOTO(expert_units(m, &xb, &xe));
+    TD_CHECK_GOTO(zero_opts(cfg, grid, m, dcomm, 1, xb, xe, &o, &xtens));
+    TD_CHECK_GOTO(td_zero_create(&o, NULL, NULL, &xz));
+  }
+  mem_of(cfg, grid, m, z, xz, out);
 done:
   td_zero_destroy(&z);
+  td_zero_destroy(&xz);
   td_model_destroy(&m);
   free(tens);
+  free(xtens);
+  free(xb);
   return st;
 }
 
@@ -417,19 +469,27 @@ static td_status create_zero(td_trainer *t) {
   td_registry *r = m->reg;
   td_status st = TD_OK;
   float *host = NULL;
-  td_zero_tensor *tens = NULL;
+  td_zero_tensor *tens = NULL, *xtens = NULL;
   td_zero_opts o;
-  TD_CHECK_GOTO(zero_opts(c, t->grid, m, t->dcomm, &o, &tens));
+  TD_CHECK_GOTO(zero_opts(c, t->grid, m, t->dcomm, 0, NULL, NULL, &o, &tens));
   o.dcomm = t->dc_dp;
   if (o.offload) { /* AdamW on the host: the CPU back-end's kernel and threads */
     TD_CHECK_GOTO(td_kernels_cpu_create(t->threads, &t->hk));
     o.host = t->hk;
   }
   TD_CHECK_GOTO(td_zero_create(&o, t->k, &t->gstats[TD_GROUP_DP], &t->zero));
+  if (has_experts(m)) { /* the experts' own engine over edp_comm */
+    TD_CHECK_GOTO(expert_units(m, &t->xunit_begin, &t->xunit_end));
+    TD_CHECK_GOTO(zero_opts(c, t->grid, m, t->dcomm, 1, t->xunit_begin, t->xunit_end, &o, &xtens));
+    o.dcomm = t->dc_edp;
+    o.host = t->hk;
+    TD_CHECK_GOTO(td_zero_create(&o, t->k, &t->gstats[TD_GROUP_DP], &t->xzero));
+  }
   TD_CHECK_GOTO(td_alloc((void **)&host, (size_t)r->total_local * sizeof(float), "initial parameters"));
   td_registry_init_params(r, c, host);
   if (c->model_init_from[0]) TD_CHECK_GOTO(init_from(c, r, host));
   TD_CHECK_GOTO(td_zero_set_params(t->zero, host));
+  if (t->xzero) TD_CHECK_GOTO(td_zero_set_params(t->xzero, host + r->xbegin));
   m->hooks.ctx = t;
   m->hooks.acquire = zero_acquire;
   m->hooks.release = zero_release;
@@ -437,6 +497,7 @@ static td_status create_zero(td_trainer *t) {
 done:
   td_free(host);
   free(tens);
+  free(xtens);
   return st;
 }
 
@@ -459,7 +520,7 @@ static td_status pipe_after_backward(void *ctx, int defer_last) {
 /* The pipeline of this rank's stage, on what the trainer has made so far.
  * Collective on pp_comm. */
 static td_status create_pipe(td_trainer *t) {
-  td_pipe_env e = {&t->cfg, t->grid, t->k, t->model, t->zero, t->dcomm, t->B,
+  td_pipe_env e = {&t->cfg, t->grid, t->k, t->model, t->zero, t->xzero, t->dcomm, t->B,
                    &t->gstats[TD_GROUP_PP], t, pipe_load_micro, pipe_begin_grads,
                    pipe_after_backward};
   return td_pipe_create(&e, &t->pipe);
@@ -483,6 +544,7 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   TD_CHECK_GOTO(td_agree(app->world, st));
   TD_CHECK_GOTO(td_grid_create(app->world, (int)c->parallel_dp, (int)c->parallel_cp,
                                (int)c->parallel_tp, (int)c->parallel_pp, &t->grid));
+  TD_CHECK_GOTO(td_grid_set_ep(t->grid, (int)c->parallel_ep));
   TD_CHECK_GOTO(td_watchdog_start(app->world, (double)c->run_watchdog_s));
   int local_rank = 0, local_size = 1;
   TD_CHECK_GOTO(td_trainer_node_place(app, &local_rank, &local_size));
@@ -508,6 +570,9 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   if (t->dcomm == TD_DCOMM_OFF && why[0] && app->rank == 0 && app->size > 1)
     td_warn("collectives run in MPI on host copies of the GPU buffers: %s", why);
   TD_CHECK_GOTO(td_dcomm_create(t->grid->dpcp_comm, t->k, t->dcomm, "data-parallel", &t->dc_dp));
+  if (c->model_moe_experts > 0)
+    TD_CHECK_GOTO(td_dcomm_create(t->grid->edp_comm, t->k, t->dcomm, "expert-data-parallel",
+                                  &t->dc_edp));
   if (t->grid->cp > 1)
     TD_CHECK_GOTO(td_dcomm_create(t->grid->cp_comm, t->k, t->dcomm, "context-parallel",
                                   &t->dc_cp));
@@ -524,6 +589,7 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   if (st == TD_OK) {
     t->model->dc_tp = t->dc_tp, t->model->dc_embed = t->dc_embed, t->model->dc_cp = t->dc_cp;
     t->model->cp_stats = &t->gstats[TD_GROUP_CP];
+    t->model->ep_stats = &t->gstats[TD_GROUP_DP]; /* ep is carved out of dp × cp */
   }
   if (st == TD_OK) st = create_zero(t);
   /* model.init_from is read on every rank (each keeps its shard): a rank
@@ -532,7 +598,7 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   TD_CHECK_GOTO(td_agree(app->world, st));
   if (st == TD_OK) t->embed_step = embed_at_end(c, t->grid, t->model);
   if (st == TD_OK) st = create_pipe(t);
-  if (st == TD_OK) mem_of(c, t->grid, t->model, t->zero, &t->mem);
+  if (st == TD_OK) mem_of(c, t->grid, t->model, t->zero, t->xzero, &t->mem);
   TD_CHECK_GOTO(td_agree(app->world, st));
   st = open_data(t, need_train, need_val);
   if (st == TD_OK && need_train) st = td_tokenizer_h5_read(c->data_train, &t->tok);
@@ -576,10 +642,14 @@ void td_trainer_destroy(td_trainer **tp) {
   /* the last step's parameter gathers (parallel.overlap_param_gather): every
    * rank launched them after the same optimizer step */
   if (t->zero) (void)td_zero_settle(t->zero);
+  if (t->xzero) (void)td_zero_settle(t->xzero);
   td_zero_destroy(&t->zero);
+  td_zero_destroy(&t->xzero);
+  free(t->xunit_begin);
   td_kernels_destroy(&t->hk);
   td_model_destroy(&t->model);
   td_dcomm_destroy(&t->dc_dp);
+  td_dcomm_destroy(&t->dc_edp);
   td_dcomm_destroy(&t->dc_tp);
   td_dcomm_destroy(&t->dc_cp);
   td_dcomm_destroy(&t->dc_embed);
@@ -691,9 +761,23 @@ static td_status grad_sumsq(td_trainer *t, double *out) {
   double *mine = calloc((size_t)r->n + 1, sizeof(double));
   if (!all || !mine) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
   TD_CHECK_GOTO(td_zero_grad_sumsq_tensors(t->zero, mine));
-  /* the engine's tensors are the registry's present ones, in order (zero_opts) */
-  for (int i = 0, j = 0; i < r->n; ++i)
-    all[i] = r->p[i].present ? mine[j++] : 0.0;
+  /* the engine's tensors are the registry's present dense ones, in order
+   * (zero_opts); the experts' engine has the present experts' (summed over
+   * edp_comm), added over the ep ranks that hold the others (the dense ones
+   * counted there by ep rank 0) */
+  for (int i = 0, j = 0; i < r->n; ++i) {
+    int dense = r->p[i].present && r->p[i].expert < 0;
+    all[i] = dense && t->grid->ep_rank == 0 ? mine[j] : 0.0;
+    j += dense;
+  }
+  if (t->xzero) {
+    TD_CHECK_GOTO(td_zero_grad_sumsq_tensors(t->xzero, mine));
+    for (int i = 0, j = 0; i < r->n; ++i)
+      if (r->p[i].present && r->p[i].expert >= 0) all[i] = mine[j++];
+  }
+  if (t->grid->ep > 1)
+    TD_CHECK_GOTO(td_coll_allreduce_f64(t->grid->ep_comm, all, r->n, MPI_SUM,
+                                        &t->gstats[TD_GROUP_DP]));
   TD_CHECK_GOTO(td_coll_allreduce_f64(t->grid->tp_comm, all, r->n, MPI_SUM,
                                       &t->gstats[TD_GROUP_TP]));
   TD_CHECK_GOTO(td_coll_allreduce_f64(t->grid->pp_comm, all, r->n, MPI_SUM,
@@ -762,6 +846,7 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
   t->loss_tokens = loss_tokens;
   td_timer_stop(&t->timers, tid_data);
   TD_CHECK(td_zero_begin_step(t->zero, t->accum));
+  if (t->xzero) TD_CHECK(td_zero_begin_step(t->xzero, t->accum));
   double loss_sum = 0.0;
   td_timer_start(&t->timers, tid_fwd);
   td_model_moe_reset(t->model);
@@ -773,6 +858,7 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
   /* Gradients: summed over data-parallel replicas (each holds Σ over its slice). */
   td_timer_start(&t->timers, tid_opt);
   TD_CHECK(td_zero_finish_grads(t->zero));
+  if (t->xzero) TD_CHECK(td_zero_finish_grads(t->xzero));
   TD_CHECK(td_coll_allreduce_f64(t->grid->dpcp_comm, &loss_sum, 1, MPI_SUM,
                                  &t->gstats[TD_GROUP_DP]));
   TD_CHECK(td_coll_allreduce_f64(t->grid->pp_comm, &loss_sum, 1, MPI_SUM,
@@ -792,11 +878,14 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
     td_error_mark_agreed(); /* every rank computed the same reduced values */
     return TD_ERR_NUMERIC;
   }
-  if (t->grad_snapshot) { /* --dump runs on one rank: the owned range is everything */
-    int64_t b = 0, e = 0;
-    td_zero_owned(t->zero, &b, &e);
-    TD_CHECK(k->to_host(k, t->grad_snapshot, td_zero_owned_grads(t->zero),
-                        (size_t)(e - b) * sizeof(float)));
+  if (t->grad_snapshot) { /* --dump runs on one rank: the owned ranges are everything */
+    td_zero *zs[2] = {t->zero, t->xzero};
+    for (int i = 0; i < 2 && zs[i]; ++i) {
+      int64_t b = 0, e = 0;
+      td_zero_owned(zs[i], &b, &e);
+      TD_CHECK(k->to_host(k, t->grad_snapshot + (i ? t->model->reg->xbegin : 0),
+                          td_zero_owned_grads(zs[i]), (size_t)(e - b) * sizeof(float)));
+    }
   }
   /* clipping: AdamW takes the coefficient (one pass over the gradients, not two) */
   float gscale = 1.0f;
@@ -808,6 +897,10 @@ td_status td_trainer_step(td_trainer *t, double *loss, double *norm, double *lr)
   TD_CHECK(td_zero_adamw(t->zero, gscale, (float)*lr, (float)c->optimizer_betas[0],
                          (float)c->optimizer_betas[1], (float)c->optimizer_eps,
                          (float)c->optimizer_weight_decay, t->step + 1));
+  if (t->xzero)
+    TD_CHECK(td_zero_adamw(t->xzero, gscale, (float)*lr, (float)c->optimizer_betas[0],
+                           (float)c->optimizer_betas[1], (float)c->optimizer_eps,
+                           (float)c->optimizer_weight_decay, t->step + 1));
   TD_CHECK(k->sync(k));
   td_timer_stop(&t->timers, tid_opt);
   t->step++;

@@ -136,8 +136,14 @@ td_add_grid_test(NAME moe_gpt2_grid_pp2_zbh1 LABELS moe
 # 10 steps, measured, loss 6.7e-5, grad_norm 5.3e-4, the balance term 9.2e-4,
 # the least loaded expert's slots 5.2e-2, the experts' c_proj biases (10
 # updates from 0) 5.1e-2 of their max; past step 12 the routes part enough
-# for grad_norm to move 0.11
+# for grad_norm to move 0.11. Which tokens flip depends on the machine's
+# instruction set: on an AVX2-only machine (AMD EPYC, 2026-12-07; the same
+# numbers before and after the experts' own ZeRO engine) an expert's c_fc
+# bias ends 1.34e-1 of its max away (an expert with few tokens, where
+# AdamW's step follows the sign of a tiny gradient), its c_proj weight
+# 1.05e-1, while loss (1.8e-5) and grad_norm (9.8e-5) stay close: the
+# parameters at 2e-1
 td_add_grid_test(NAME moe_gpt2_bf16_grid_dp2_zero3 LABELS moe precision
-  ARGS --steps 10 --moe-rtol 1e-1 --norm-rtol 2e-2 --param-rtol 1e-1 ${TD_GRID_BIN} ${TD_MOE_WORK}
+  ARGS --steps 10 --moe-rtol 1e-1 --norm-rtol 2e-2 --param-rtol 2e-1 ${TD_GRID_BIN} ${TD_MOE_WORK}
        moe_gpt2_bf16_grid_dp2_zero3 ${TD_GRID_REF} 2,1,1,3 ${TD_MOE_GPT2}
        --set training.precision=bf16)
