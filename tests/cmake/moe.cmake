@@ -147,3 +147,70 @@ td_add_grid_test(NAME moe_gpt2_bf16_grid_dp2_zero3 LABELS moe precision
   ARGS --steps 10 --moe-rtol 1e-1 --norm-rtol 2e-2 --param-rtol 2e-1 ${TD_GRID_BIN} ${TD_MOE_WORK}
        moe_gpt2_bf16_grid_dp2_zero3 ${TD_GRID_REF} 2,1,1,3 ${TD_MOE_GPT2}
        --set training.precision=bf16)
+
+# Expert parallelism (parallel.ep; docs/architecture.md, "Expert
+# parallelism"): the experts split over ep ranks carved out of dp × cp,
+# tokens sent to their experts and back all-to-all, the experts' own ZeRO
+# engine over the ranks holding the same experts — at the fp32 bounds of the
+# grids above against the one-rank run (ep 1), routing identical (the least
+# and most loaded expert's slots equal): ep 2 and ep 4 (every rank its own
+# experts), dp 4 × ep 2 at ZeRO-1 with accumulation and at ZeRO-3, ep 2 × tp 2
+# with sequence parallelism, ep 2 × pp 2 (1F1B; zb-h1 with recomputation: the
+# experts' weight gradients recorded for W on the rows other ranks sent),
+# ep 2 × cp 2, with a capacity (dropping on), GPT-2's experts (biases), and
+# bf16 at the bounds of moe_bf16_grid_dp2_zero3. Measured (2026-12-07, by
+# hand, fp32): every loss within 5e-9, grad_norm within 3e-7.
+set(_ep2 --run-set parallel.ep=2)
+td_add_grid_test(NAME moe_ep2 LABELS moe
+  ARGS --deck ${TD_MOE_DECK} ${_ep2} ${TD_GRID_BIN} ${TD_MOE_WORK} moe_ep2 ${TD_GRID_REF} 2,1,1,0)
+td_add_grid_test(NAME moe_ep4 LABELS moe
+  ARGS --deck ${TD_MOE_DECK} --run-set parallel.ep=4 ${TD_GRID_BIN} ${TD_MOE_WORK} moe_ep4
+       ${TD_GRID_REF} 4,1,1,0)
+td_add_grid_test(NAME moe_dp4_ep2_zero1 LABELS moe
+  ARGS --deck ${TD_MOE_DECK} ${_ep2} ${TD_GRID_BIN} ${TD_MOE_WORK} moe_dp4_ep2_zero1
+       ${TD_GRID_REF} 4,1,1,1,1)
+td_add_grid_test(NAME moe_dp4_ep2_zero3 LABELS moe
+  ARGS --deck ${TD_MOE_DECK} ${_ep2} ${TD_GRID_BIN} ${TD_MOE_WORK} moe_dp4_ep2_zero3
+       ${TD_GRID_REF} 4,1,1,3)
+td_add_grid_test(NAME moe_ep2_tp2_sp LABELS moe
+  ARGS --deck ${TD_MOE_DECK} ${_ep2} --run-set parallel.sequence_parallel=true ${TD_GRID_BIN}
+       ${TD_MOE_WORK} moe_ep2_tp2_sp ${TD_GRID_REF} 2,2,1,0)
+td_add_grid_test(NAME moe_ep2_pp2_1f1b LABELS moe
+  ARGS --deck ${TD_MOE_DECK} ${_ep2} ${TD_GRID_BIN} ${TD_MOE_WORK} moe_ep2_pp2_1f1b
+       ${TD_GRID_REF} 2,1,2,0,2)
+td_add_grid_test(NAME moe_ep2_pp2_zbh1 LABELS moe
+  ARGS --deck ${TD_MOE_DECK} ${_ep2} --run-set parallel.pp_schedule=zb-h1
+       --run-set training.recompute=blocks ${TD_GRID_BIN} ${TD_MOE_WORK} moe_ep2_pp2_zbh1
+       ${TD_GRID_REF} 2,1,2,3,2)
+td_add_grid_test(NAME moe_ep2_cp2 LABELS moe
+  ARGS --deck ${TD_MOE_DECK} ${_ep2} ${TD_GRID_BIN} ${TD_MOE_WORK} moe_ep2_cp2 ${TD_GRID_REF}
+       1,1,1,0,0,2)
+td_add_grid_test(NAME moe_capacity_ep2 LABELS moe
+  ARGS --deck ${TD_MOE_DECK} ${_ep2} ${TD_GRID_BIN} ${TD_MOE_WORK} moe_capacity_ep2
+       ${TD_GRID_REF} 2,1,1,1,2 ${_cap})
+td_add_grid_test(NAME moe_gpt2_ep2 LABELS moe
+  ARGS ${_ep2} ${TD_GRID_BIN} ${TD_MOE_WORK} moe_gpt2_ep2 ${TD_GRID_REF} 2,1,1,0 ${TD_MOE_GPT2})
+# bf16: routes part at near-ties as in moe_bf16_grid_dp2_zero3; measured on
+# an AVX2 machine: loss 3.3e-5, grad_norm 9.5e-3 (step 13), the least loaded
+# expert 2.6e-2, an expert's w2 6.1e-2 of its max: the parameters at 1e-1
+td_add_grid_test(NAME moe_bf16_ep2_zero3 LABELS moe precision
+  ARGS --moe-rtol 5e-2 --norm-rtol 2e-2 --param-rtol 1e-1 --deck ${TD_MOE_DECK} ${_ep2}
+       ${TD_GRID_BIN} ${TD_MOE_WORK} moe_bf16_ep2_zero3 ${TD_GRID_REF} 2,1,1,3
+       --set training.precision=bf16)
+
+# Resharding with experts split (ep 4 -> ep 1 -> dp 2 × ep 2): a checkpoint
+# saved at ep 4 resumed on one rank, and the one-rank checkpoint (the
+# reference's, ep 1) resumed at dp 2 × ep 2, ZeRO-1 (the experts' moments
+# read by their edp owners): steps 11-20 and the final parameters as the
+# uninterrupted one-rank run's.
+add_test(NAME moe_ckpt_reshard_ep4_to_1
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/e2e/ckpt_reshard.sh --src-set parallel.ep=4
+          $<TARGET_FILE:trident> ${CMAKE_CURRENT_BINARY_DIR}/moe_ckpt reshard_ep4_to_1 4,1,1,0
+          1,1,1,0)
+add_test(NAME moe_ckpt_reshard_1_to_dp2_ep2
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/e2e/ckpt_reshard.sh --dst-set parallel.ep=2
+          $<TARGET_FILE:trident> ${CMAKE_CURRENT_BINARY_DIR}/moe_ckpt reshard_1_to_dp2_ep2
+          1,1,1,0 2,1,1,1)
+set_tests_properties(moe_ckpt_reshard_ep4_to_1 moe_ckpt_reshard_1_to_dp2_ep2 PROPERTIES
+  TIMEOUT 450 PROCESSORS 2 LABELS "e2e;mpi;checkpoint;moe"
+  ENVIRONMENT "${TD_GRID_ENV};TD_DECK=${TD_MOE_DECK};TD_CKPT_LR=3.0e-4")
