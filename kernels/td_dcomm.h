@@ -70,6 +70,13 @@ typedef struct td_dcomm_ops {
   td_status (*send)(td_dcomm *c, const void *buf, int64_t n, td_dtype t, int peer,
                     uint64_t *ticket);
   td_status (*recv)(td_dcomm *c, void *buf, int64_t n, td_dtype t, int peer, uint64_t *ticket);
+  /* All-to-all (elements of type t): member r's recv[rdispls[q] ..
+   * + rcounts[q]] = member q's send[sdispls[r] .. + scounts[r]], for every
+   * q (its own part copied); every member's scounts[r] is r's rcounts[q].
+   * (NCCL: grouped ncclSend/ncclRecv.) */
+  td_status (*alltoallv)(td_dcomm *c, const void *send, const int *scounts, const int *sdispls,
+                         void *recv, const int *rcounts, const int *rdispls, td_dtype t,
+                         uint64_t *ticket);
 } td_dcomm_ops;
 
 struct td_dcomm {

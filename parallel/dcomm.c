@@ -108,6 +108,15 @@ td_status td_dcomm_allgatherv(td_dcomm *c, const void *send, void *recv, const i
   return TD_OK;
 }
 
+td_status td_dcomm_alltoallv(td_dcomm *c, const void *send, const int *scounts,
+                             const int *sdispls, void *recv, const int *rcounts,
+                             const int *rdispls, td_dtype t, td_coll_stats *stats,
+                             uint64_t *ticket) {
+  TD_CHECK(c->ops->alltoallv(c, send, scounts, sdispls, recv, rcounts, rdispls, t, ticket));
+  count(stats, TD_COLL_SENDRECV, (total(c, scounts) - scounts[c->rank]) * (double)td_dtype_size(t));
+  return TD_OK;
+}
+
 static td_status check_peer(const td_dcomm *c, int peer) {
   if (peer < 0 || peer >= c->size || peer == c->rank)
     TD_FAIL(TD_ERR_INTERNAL, "%s device point-to-point: peer %d of %d members (this is %d)",

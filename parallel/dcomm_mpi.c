@@ -142,6 +142,17 @@ static td_status mpi_recv(td_dcomm *c, void *buf, int64_t n, td_dtype t, int pee
   return p2p(c, buf, n, t, peer, 1, ticket);
 }
 
+static td_status mpi_alltoallv(td_dcomm *c, const void *send, const int *scounts,
+                               const int *sdispls, void *recv, const int *rcounts,
+                               const int *rdispls, td_dtype t, uint64_t *ticket) {
+  mpi_state *s = c->state;
+  MPI_Datatype mt = MPI_FLOAT;
+  TD_CHECK(type_of(t, &mt));
+  MPI_Request r = MPI_REQUEST_NULL;
+  TD_MPI_CHECK(MPI_Ialltoallv(send, scounts, sdispls, mt, recv, rcounts, rdispls, mt, s->comm, &r));
+  return post(c, r, ticket);
+}
+
 static void mpi_destroy(td_dcomm *c, int abort) {
   mpi_state *s = c->state;
   if (!s) return;
@@ -156,7 +167,7 @@ static void mpi_destroy(td_dcomm *c, int abort) {
 
 static const td_dcomm_ops mpi_ops = {mpi_allreduce, mpi_reduce_scatterv, mpi_allgatherv,
                                      mpi_join,      mpi_test,            mpi_destroy,
-                                     mpi_send,      mpi_recv};
+                                     mpi_send,      mpi_recv,            mpi_alltoallv};
 
 td_status td_dcomm_mpi_init(MPI_Comm comm, td_dcomm *c) {
   if (!c->k->host_memory)

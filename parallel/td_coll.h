@@ -94,6 +94,12 @@ td_status td_dcomm_allgatherv(struct td_dcomm *c, const void *send, void *recv, 
                               uint64_t *ticket);
 /* Point-to-point: n floats of buf to member `peer` / from it (counted as
  * TD_COLL_SENDRECV bytes, both ends). */
+/* All-to-all of elements of type t (kernels/td_dcomm.h's alltoallv), the
+ * elements that leave this rank counted as TD_COLL_SENDRECV. */
+td_status td_dcomm_alltoallv(struct td_dcomm *c, const void *send, const int *scounts,
+                             const int *sdispls, void *recv, const int *rcounts,
+                             const int *rdispls, td_dtype t, td_coll_stats *stats,
+                             uint64_t *ticket);
 td_status td_dcomm_send(struct td_dcomm *c, const float *buf, int64_t n, int peer,
                         td_coll_stats *stats, uint64_t *ticket);
 td_status td_dcomm_recv(struct td_dcomm *c, float *buf, int64_t n, int peer, td_coll_stats *stats,

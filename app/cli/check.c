@@ -6,6 +6,7 @@
 
 #include "app/cli/td_cli.h"
 #include "app/model/td_estimate.h"
+#include "app/plan/td_plan.h"
 #include "app/train/td_pipeline.h"
 #include "app/model/td_registry.h"
 #include "app/train/td_trainer.h"
@@ -243,6 +244,23 @@ static td_status report(const td_config *cfg, const td_grid *g, const rank_info 
            (long long)dm.E, (long long)dm.C, drop,
            cfg->model_moe_aux_loss, cfg->model_moe_z_loss, (long long)dm.active_params, act,
            (long long)reg->total_global, a);
+  }
+  if (cfg->parallel_ep > 1) { /* parallel.ep: the planner's bytes (td_plan_comm_bytes) */
+    int64_t ep = cfg->parallel_ep, pb = cfg->parallel_dp * cp, B = td_config_micro_batch(cfg);
+    int64_t El = dm.E / ep, kk = dm.K < El ? dm.K : El, N = B * (dm.T / cp);
+    td_plan_comm pc;
+    double a2a = 0;
+    if (td_plan_comm_bytes(cfg, 0, &pc) == TD_OK) a2a = pc.bytes[TD_GROUP_DP][TD_COLL_SENDRECV];
+    else td_error_clear();
+    char ab[32];
+    human_bytes(a2a, ab, sizeof ab);
+    printf("expert parallel: ep %lld of the dp × cp %lld ranks hold different experts, %lld "
+           "each (their parameters, gradients and AdamW state sharded over the %lld ranks "
+           "holding the same ones); each sparse block sends a micro-batch's slots to their "
+           "experts' ranks and back all-to-all, %s a step leaving a first-stage rank under "
+           "balanced routing; a rank's experts receive up to %lld rows (dropless: ep·N·min(top_k, "
+           "E/ep)), the activations above sized for them\n", (long long)ep, (long long)pb,
+           (long long)El, (long long)(pb / ep), ab, (long long)(ep * N * kk));
   }
   printf("batch: global %lld sequences = %lld tokens; micro-batch %lld per rank, %lld "
          "accumulation step%s per optimizer step\n",

@@ -43,7 +43,7 @@ static int has_parallel_set(const td_deck_args *a) {
 }
 
 /* The overrides that select configuration c (--emit, and enumeration). */
-static void sets_of(const td_config *c, char buf[10][96], char **sets) {
+static void sets_of(const td_config *c, char buf[11][96], char **sets) {
   snprintf(buf[0], 96, "parallel.dp=%lld", (long long)c->parallel_dp);
   snprintf(buf[1], 96, "parallel.cp=%lld", (long long)c->parallel_cp);
   snprintf(buf[2], 96, "parallel.tp=%lld", (long long)c->parallel_tp);
@@ -54,7 +54,8 @@ static void sets_of(const td_config *c, char buf[10][96], char **sets) {
   snprintf(buf[7], 96, "parallel.virtual_stages=%lld", (long long)c->parallel_virtual_stages);
   snprintf(buf[8], 96, "parallel.sequence_parallel=%s", c->parallel_sequence_parallel ? "true" : "false");
   snprintf(buf[9], 96, "training.recompute=%s", c->training_recompute);
-  for (int i = 0; i < 10; ++i) sets[i] = buf[i];
+  snprintf(buf[10], 96, "parallel.ep=%lld", (long long)c->parallel_ep);
+  for (int i = 0; i < 11; ++i) sets[i] = buf[i];
 }
 
 static void print_json(const results *rs, int top) {
@@ -66,7 +67,7 @@ static void print_json(const results *rs, int top) {
     snprintf(why, sizeof why, "%s", r->refused);
     for (char *q = why; *q; ++q)
       if (*q == '"' || *q == '\\' || (unsigned char)*q < 32) *q = '\'';
-    printf("%s\n {\"dp\": %lld, \"cp\": %lld, \"tp\": %lld, \"pp\": %lld, \"zero\": %lld, "
+    printf("%s\n {\"dp\": %lld, \"cp\": %lld, \"ep\": %lld, \"tp\": %lld, \"pp\": %lld, \"zero\": %lld, "
            "\"micro_batch\": %lld, \"schedule\": \"%s\", \"virtual_stages\": %lld, "
            "\"sequence_parallel\": %s, \"recompute\": \"%s\", \"fits\": %s, "
            "\"mem_bytes_per_rank\": %lld, \"mem_stage\": %d, \"param_bytes\": %lld, "
@@ -76,7 +77,7 @@ static void print_json(const results *rs, int top) {
            "\"bubble\": %.6g, \"matmul_efficiency\": %.4g, \"compute_s\": %.6g, "
            "\"optimizer_s\": %.6g, \"comm_bytes\": %.0f, \"baseline_bytes\": %.0f, "
            "\"startup_bytes\": %.0f, \"ckpt_bytes\": %.0f, \"refused\": \"%s\", \"comm\": {",
-           i ? "," : "", (long long)c->parallel_dp, (long long)c->parallel_cp,
+           i ? "," : "", (long long)c->parallel_dp, (long long)c->parallel_cp, (long long)c->parallel_ep,
            (long long)c->parallel_tp, (long long)c->parallel_pp, (long long)c->parallel_zero,
            (long long)td_config_micro_batch(c), c->parallel_pp_schedule,
            (long long)c->parallel_virtual_stages, c->parallel_sequence_parallel ? "true" : "false",
@@ -99,8 +100,8 @@ static void print_table(const results *rs, int top, const td_cluster *cl, int wo
   printf("# trident plan: %d ranks on %s (%s, %.0f GiB, %d per node); %d configurations "
          "predicted (%d refused by the deck's checks), best first\n", world, cl->name,
          cl->device, cl->mem_bytes / gib, cl->devices_per_node, rs->n, rejected);
-  printf("%3s %4s %3s %3s %3s %2s %2s %-9s %3s %2s %-9s | %8s %7s %7s %7s %7s %7s | %9s %10s "
-         "%7s %6s %6s | %s\n", "#", "dp", "cp", "tp", "pp", "z", "sp", "recompute", "mb",
+  printf("%3s %4s %3s %3s %3s %3s %2s %2s %-9s %3s %2s %-9s | %8s %7s %7s %7s %7s %7s | %9s %10s "
+         "%7s %6s %6s | %s\n", "#", "dp", "cp", "ep", "tp", "pp", "z", "sp", "recompute", "mb",
          "v", "schedule", "mem GiB", "param", "grad", "optim", "work", "act", "step s", "tokens/s",
          "TFLOP/s", "MFU", "bubble", "comm s exposed/total (tp dp pp cp)");
   for (int i = 0; i < rs->n && i < top; ++i) {
@@ -109,9 +110,10 @@ static void print_table(const results *rs, int top, const td_cluster *cl, int wo
     char fit[48] = "";
     if (r->refused[0]) snprintf(fit, sizeof fit, " (refused: see --json)");
     else if (!r->fits) snprintf(fit, sizeof fit, " (over by %.2f GiB)", r->over_bytes / gib);
-    printf("%3d %4lld %3lld %3lld %3lld %2lld %2s %-9s %3lld %2lld %-9s | %8.2f %7.2f %7.2f %7.2f "
+    printf("%3d %4lld %3lld %3lld %3lld %3lld %2lld %2s %-9s %3lld %2lld %-9s | %8.2f %7.2f %7.2f %7.2f "
            "%7.2f %7.2f | %9.4g %10.4g %7.1f %5.1f%% %6.3f | %.3g/%.3g %.3g/%.3g %.3g/%.3g "
            "%.3g/%.3g%s\n", i + 1, (long long)c->parallel_dp, (long long)c->parallel_cp,
+           (long long)c->parallel_ep,
            (long long)c->parallel_tp, (long long)c->parallel_pp, (long long)c->parallel_zero,
            c->parallel_sequence_parallel ? "y" : "n", c->training_recompute,
            (long long)td_config_micro_batch(c), (long long)c->parallel_virtual_stages,
@@ -126,12 +128,13 @@ static void print_table(const results *rs, int top, const td_cluster *cl, int wo
          "(trident check's size query); TFLOP/s and MFU: model FLOPs (6·N + 12·L·C·T per "
          "token, no recomputation) per device; bubble: the slowest stage's idle time over its "
          "compute time in one step, a fraction (0.105 = idle 10.5%% as long as it computes), "
-         "from the schedule simulated with these costs; comm: seconds per step not hidden behind compute / in all\n");
+         "from the schedule simulated with these costs; comm: seconds per step not hidden behind compute / in all "
+         "(dp: also the experts' all-to-all over ep, on the critical path)\n");
 }
 
 static int divides(int64_t a, int64_t b) { return b > 0 && a % b == 0; }
 
-/* Every (dp, cp, tp, pp, zero, sp, recompute, micro-batch, schedule, v) of
+/* Every (dp, cp, ep, tp, pp, zero, sp, recompute, micro-batch, schedule, v) of
  * `world` ranks the deck checker accepts, pruned: tp within a node and
  * dividing the heads, cp only for sequences of 8,192 tokens or more, micro-
  * batches 1, 2, 4, 8. */
@@ -149,6 +152,9 @@ static td_status enumerate(const td_config *base, const char *text, const td_clu
         if (!divides(world / tp / cp, pp) || !divides(d.L, pp)) continue;
         int dp = world / tp / cp / pp;
         if (!divides(base->training_global_batch, dp)) continue;
+        /* expert parallelism: powers of two dividing the experts and dp × cp */
+        for (int ep = 1; ep <= dp * cp; ep *= 2) {
+        if (!divides(dp * cp, ep) || (ep > 1 && !divides(d.E, ep))) continue;
         for (int zero = 0; zero <= 3; ++zero) {
           if (dp * cp == 1 && zero > 0) continue;
           for (int sp = 0; sp <= (tp > 1); ++sp)
@@ -158,16 +164,16 @@ static td_status enumerate(const td_config *base, const char *text, const td_clu
                 for (int si = 0; si < (pp > 1 ? 4 : 1); ++si) {
                   td_config c = *base;
                   c.parallel_dp = dp, c.parallel_cp = cp, c.parallel_tp = tp, c.parallel_pp = pp;
-                  c.parallel_zero = zero, c.parallel_micro_batch = mb;
+                  c.parallel_zero = zero, c.parallel_micro_batch = mb, c.parallel_ep = ep;
                   c.parallel_sequence_parallel = sp;
                   snprintf(c.training_recompute, TD_STR_MAX, "%s", rec[ri]);
                   snprintf(c.parallel_pp_schedule, TD_STR_MAX, "%s", sch[si]);
                   c.parallel_virtual_stages = si == 2 ? 2 : 1;
-                  char buf[10][96];
-                  char *sets[10];
+                  char buf[11][96];
+                  char *sets[11];
                   sets_of(&c, buf, sets);
                   td_config chk;
-                  if (td_config_load_text_sets(base->deck_path, text, 10, sets, world, &chk) !=
+                  if (td_config_load_text_sets(base->deck_path, text, 11, sets, world, &chk) !=
                       TD_OK) {
                     td_error_clear();
                     ++*rejected;
@@ -186,6 +192,7 @@ static td_status enumerate(const td_config *base, const char *text, const td_clu
                   TD_CHECK(push(rs, &r));
                 }
               }
+        }
         }
       }
     }
@@ -226,10 +233,11 @@ static td_status plan_main(const td_deck_args *a, const char *cluster, const cha
   }
   qsort(rs.r, (size_t)rs.n, sizeof *rs.r, by_rank);
   if (emit) {
-    char buf[10][96];
-    char *sets[10];
+    char buf[11][96];
+    char *sets[11];
     sets_of(&rs.r[0].cfg, buf, sets);
-    for (int i = 0; i < 10; ++i) printf("%s--set %s", i ? " " : "", sets[i]);
+    int nset = rs.r[0].cfg.model_moe_experts > 0 ? 11 : 10; /* parallel.ep: with experts */
+    for (int i = 0; i < nset; ++i) printf("%s--set %s", i ? " " : "", sets[i]);
     printf("\n");
   } else if (json) {
     print_json(&rs, top);

@@ -253,8 +253,9 @@ static td_status alloc_buffers(td_model *m) {
     }
     if (m->ep > 1 && m->k) { /* host, not counted: counts, orders, staging */
       int64_t El = m->El;
-      TD_CHECK(td_alloc((void **)&m->ep_sc, (size_t)(4 * m->ep) * sizeof(int), "ep counts"));
+      TD_CHECK(td_alloc((void **)&m->ep_sc, (size_t)(8 * m->ep) * sizeof(int), "ep counts"));
       m->ep_sd = m->ep_sc + m->ep, m->ep_rcn = m->ep_sd + m->ep, m->ep_rd = m->ep_rcn + m->ep;
+      m->ep_ecnt = m->ep_rd + m->ep;
       TD_CHECK(td_alloc((void **)&m->ep_offx, (size_t)(El + 1 + 2 * Rx) * sizeof(int32_t),
                         "ep orders"));
       m->ep_perm_host = m->ep_offx + El + 1, m->ep_pos_host = m->ep_perm_host + Rx;

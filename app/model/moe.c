@@ -234,7 +234,8 @@ static td_status ep_plan(td_model *m, const int32_t *offh, int32_t *rc, int exch
 
 /* Rows of C elements (type t: a row of m->ep_row[t == F32]) over ep_comm:
  * forward, send (this rank's slots, the peers' groups in order) to recv
- * (peer order, what each peer sent); back, the reverse. Through host copies
+ * (peer order, what each peer sent); back, the reverse. Through the device
+ * all-to-all (NCCL) where the trainer made one, else MPI, on host copies
  * where the back-end's memory is not host memory. Collective on ep_comm. */
 static td_status ep_exchange(td_model *m, const void *send, void *recv, int back, td_dtype t) {
   td_kernels *k = m->k;
@@ -244,6 +245,16 @@ static td_status ep_exchange(td_model *m, const void *send, void *recv, int back
   size_t rb = (size_t)m->C * td_dtype_size(t);
   int64_t ns = sd[ep - 1] + sc[ep - 1], nr = rd[ep - 1] + rcn[ep - 1];
   double t0 = td_now();
+  td_coll_stats *st = m->ep_stats ? m->ep_stats : m->stats;
+  if (m->dc_ep) { /* queued on the device, ordered before what reads recv */
+    int *e = m->ep_ecnt, C = (int)m->C;
+    for (int q = 0; q < ep; ++q)
+      e[q] = sc[q] * C, e[ep + q] = sd[q] * C, e[2 * ep + q] = rcn[q] * C, e[3 * ep + q] = rd[q] * C;
+    uint64_t ticket = 0;
+    TD_CHECK(td_dcomm_alltoallv(m->dc_ep, send, e, e + ep, recv, e + 2 * ep, e + 3 * ep, t, st,
+                                &ticket));
+    return td_dcomm_join(m->dc_ep, ticket);
+  }
   const void *s = send;
   void *r = recv;
   if (!k->host_memory) { /* staged */
@@ -254,7 +265,6 @@ static td_status ep_exchange(td_model *m, const void *send, void *recv, int back
   }
   TD_MPI_CHECK(MPI_Alltoallv(s, sc, sd, row, r, rcn, rd, row, m->grid->ep_comm));
   if (!k->host_memory && nr > 0) TD_CHECK(k->to_device(k, recv, r, (size_t)nr * rb));
-  td_coll_stats *st = m->ep_stats ? m->ep_stats : m->stats;
   if (st) { /* the rows that left this rank */
     st->bytes[TD_COLL_SENDRECV] += (double)(ns - sc[m->ep_rank]) * (double)rb;
     st->ms[TD_COLL_SENDRECV] += (td_now() - t0) * 1e3;

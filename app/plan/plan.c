@@ -269,13 +269,15 @@ td_status td_plan_comm_bytes(const td_config *c, int stage, td_plan_comm *o) {
   int64_t B = td_config_micro_batch(c), m = td_config_accum_steps(c);
   double Nf = (double)(B * (d.T / cp)), C = (double)d.C; /* rows of a micro-batch on this rank */
   double rows = (double)td_model_rows(c, B);                /* ... held between layers */
-  TD_CHECK_GOTO(td_registry_create(c, tp, 0, pp, stage, &reg));
+  int ep = (int)c->parallel_ep;
+  TD_CHECK_GOTO(td_registry_create_ep(c, tp, 0, pp, stage, ep, 0, &reg));
   TD_CHECK_GOTO(td_pipe_schedule(c, &s));
-  int64_t L = 0; /* layers of this stage */
+  int64_t L = 0, Lm = 0; /* layers of this stage, its sparse ones */
   for (int k = 0; k < s->v; ++k) {
     int64_t first, count;
     td_config_chunk_layers(c, td_sched_model_chunk(s, stage, k), &first, &count);
     L += count;
+    for (int64_t l = first; l < first + count; ++l) Lm += td_config_moe_layer(c, (int)l);
   }
   int first_stage = stage == 0, last_stage = stage == pp - 1;
 
@@ -388,6 +390,21 @@ td_status td_plan_comm_bytes(const td_config *c, int stage, td_plan_comm *o) {
       add(o, TD_GROUP_DP, TD_COLL_ALLGATHER, f * es * (persist + gathers * block), gathers + 1);
     }
     add(o, TD_GROUP_DP, TD_COLL_ALLREDUCE, ar(pb, nt, 8.0) + ar(pb, 1, 8.0), 2);
+  }
+  /* expert parallelism (app/model/moe.c, counted as TD_COLL_SENDRECV of the
+   * dp group; the gradients above are the dense ones' over dp × cp and the
+   * experts' — E/ep of them here — taken as over the same group): per
+   * sparse layer and micro-batch the rows that leave this rank, (ep − 1)/ep
+   * of its N·K slots under balanced routing: forward the experts' inputs
+   * (activation type) and their outputs back (float32); backward the
+   * outputs' gradients (the activation type for LLaMA, float32 for GPT-2),
+   * the inputs again and their gradients back (float32); recomputed blocks
+   * repeat the forward's two */
+  if (ep > 1 && Lm > 0) {
+    double at = bf16 ? 2.0 : 4.0, rows_x = Nf * (double)d.K * (double)(ep - 1) / ep;
+    double row = C * (at + 4.0 + (d.llama ? at : 4.0) + at + 4.0 + (blocks ? at + 4.0 : 0.0));
+    add(o, TD_GROUP_DP, TD_COLL_SENDRECV, (double)m * (double)Lm * rows_x * row,
+        (double)m * (double)Lm * (5.0 + (blocks ? 2.0 : 0.0)));
   }
   /* the step's counted targets (the loss mask's), summed over dp (app/train/trainer.c) */
   if (c->parallel_dp > 1)
@@ -559,7 +576,8 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
   fs = calloc((size_t)n, sizeof *fs), bs = calloc((size_t)n, sizeof *bs);
   ws = calloc((size_t)n, sizeof *ws);
   if (!fs || !bs || !ws) TD_FAIL_GOTO(TD_ERR_NOMEM, "out of memory");
-  double tp_s[2] = {0, 0}, cp_s[2] = {0, 0}, p2p = 0, worst_dp = 0, worst_embed = 0;
+  double tp_s[2] = {0, 0}, cp_s[2] = {0, 0}, ep_s[2] = {0, 0}, p2p = 0, worst_dp = 0;
+  double worst_embed = 0;
   double worst_pp = 0, worst_bytes = 0, worst_dp_ag = 0;
   for (int stage = 0; stage < pp; ++stage) {
     if (stage > 0 && stage < pp - 1 && pp > 2 && stage != 1) continue; /* middles are alike */
@@ -571,6 +589,12 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
     if (tot > worst_bytes) worst_bytes = tot;
     double t_tp = group_time(cl, &pc, TD_GROUP_TP, tp, 1);
     double t_cp = group_time(cl, &pc, TD_GROUP_CP, cp, tp);
+    /* the experts' all-to-all (over ep ranks of stride tp) blocks the layers
+     * it is in: on the critical path like cp's, not with the gradients */
+    double t_ep = coll_time(cl, link_of(cl, tp, (int)c->parallel_ep), TD_COLL_SENDRECV,
+                            (int)c->parallel_ep, pc.bytes[TD_GROUP_DP][TD_COLL_SENDRECV],
+                            pc.calls[TD_GROUP_DP][TD_COLL_SENDRECV]);
+    pc.bytes[TD_GROUP_DP][TD_COLL_SENDRECV] = 0, pc.calls[TD_GROUP_DP][TD_COLL_SENDRECV] = 0;
     double t_dp = group_time(cl, &pc, TD_GROUP_DP, dp * cp, tp);
     double t_dp_ag = coll_time(cl, link_of(cl, tp, dp * cp), TD_COLL_ALLGATHER, dp * cp,
                                pc.bytes[TD_GROUP_DP][TD_COLL_ALLGATHER],
@@ -580,6 +604,7 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
     int end = stage == 0 ? 0 : 1;
     if (t_tp > tp_s[end]) tp_s[end] = t_tp;
     if (t_cp > cp_s[end]) cp_s[end] = t_cp;
+    if (t_ep > ep_s[end]) ep_s[end] = t_ep;
     if (t_dp > worst_dp) worst_dp = t_dp, worst_dp_ag = t_dp_ag;
     if (t_pp > worst_pp) worst_pp = t_pp;
     if (t_em > worst_embed) worst_embed = t_em;
@@ -608,8 +633,8 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
       td_config_chunk_layers(c, td_sched_model_chunk(s, stage, k), &first, &count);
       Ls += count;
     }
-    double comm_micro = (1.0 - cl->overlap_tp) * (tp_s[end] + cp_s[end]) / (double)m /
-                        (double)(Ls > 0 ? Ls : 1);
+    double comm_micro = ((1.0 - cl->overlap_tp) * (tp_s[end] + cp_s[end]) + ep_s[end]) /
+                        (double)m / (double)(Ls > 0 ? Ls : 1);
     double busy = 0; /* the stage's compute over all its chunks */
     for (int k = 0; k < s->v; ++k) {
       int64_t first, count;
@@ -675,12 +700,12 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
   r->optim_s = owned * 32.0 / cl->mem_bw;
   r->comm_s[TD_GROUP_TP] = fmax(tp_s[0], tp_s[1]);
   r->comm_s[TD_GROUP_CP] = fmax(cp_s[0], cp_s[1]);
-  r->comm_s[TD_GROUP_DP] = worst_dp;
+  r->comm_s[TD_GROUP_DP] = worst_dp + fmax(ep_s[0], ep_s[1]); /* and the experts' all-to-all */
   r->comm_s[TD_GROUP_PP] = worst_pp;
   r->comm_s[TD_GROUP_EMBED] = worst_embed;
   r->exposed_s[TD_GROUP_TP] = (1.0 - cl->overlap_tp) * r->comm_s[TD_GROUP_TP];
   r->exposed_s[TD_GROUP_CP] = (1.0 - cl->overlap_tp) * r->comm_s[TD_GROUP_CP];
-  r->exposed_s[TD_GROUP_DP] = dp_exposed;
+  r->exposed_s[TD_GROUP_DP] = dp_exposed + fmax(ep_s[0], ep_s[1]);
   /* the simulator puts each message on the receiver's path: pipeline time
    * shows as idle (the bubble), at most the messages' time */
   r->exposed_s[TD_GROUP_PP] = fmin(r->comm_s[TD_GROUP_PP], busy_max * r->bubble);

@@ -56,6 +56,7 @@ typedef struct td_trainer {
   td_pipe *pipe;       /* micro-batch schedule over the pipeline stages */
   td_dcomm_kind dcomm; /* device collectives (td_trainer_dcomm_kind) */
   struct td_dcomm *dc_edp;                       /* over edp_comm (the experts' engine) */
+  struct td_dcomm *dc_ep;                        /* over ep_comm (the tokens' all-to-all) */
   struct td_dcomm *dc_dp, *dc_tp, *dc_embed, *dc_cp; /* when dcomm is not TD_DCOMM_OFF
                                                   (dc_dp over dp × cp; dc_cp when cp > 1) */
   int64_t micro_j;     /* micro-batch whose backward runs now */

@@ -573,6 +573,9 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
   if (c->model_moe_experts > 0)
     TD_CHECK_GOTO(td_dcomm_create(t->grid->edp_comm, t->k, t->dcomm, "expert-data-parallel",
                                   &t->dc_edp));
+  if (t->grid->ep > 1)
+    TD_CHECK_GOTO(td_dcomm_create(t->grid->ep_comm, t->k, t->dcomm, "expert-parallel",
+                                  &t->dc_ep));
   if (t->grid->cp > 1)
     TD_CHECK_GOTO(td_dcomm_create(t->grid->cp_comm, t->k, t->dcomm, "context-parallel",
                                   &t->dc_cp));
@@ -590,6 +593,7 @@ td_status td_trainer_create(td_app *app, const td_config *cfg, int need_train, i
     t->model->dc_tp = t->dc_tp, t->model->dc_embed = t->dc_embed, t->model->dc_cp = t->dc_cp;
     t->model->cp_stats = &t->gstats[TD_GROUP_CP];
     t->model->ep_stats = &t->gstats[TD_GROUP_DP]; /* ep is carved out of dp × cp */
+    t->model->dc_ep = t->dc_ep;
   }
   if (st == TD_OK) st = create_zero(t);
   /* model.init_from is read on every rank (each keeps its shard): a rank
@@ -650,6 +654,7 @@ void td_trainer_destroy(td_trainer **tp) {
   td_model_destroy(&t->model);
   td_dcomm_destroy(&t->dc_dp);
   td_dcomm_destroy(&t->dc_edp);
+  td_dcomm_destroy(&t->dc_ep);
   td_dcomm_destroy(&t->dc_tp);
   td_dcomm_destroy(&t->dc_cp);
   td_dcomm_destroy(&t->dc_embed);

@@ -168,6 +168,39 @@ static td_status nccl_recv(td_dcomm *c, void *buf, int64_t n, td_dtype t, int pe
   return after(c, ticket);
 }
 
+/* All-to-all: a group of ncclSend/ncclRecv, one pair a peer; this rank's
+ * own part copied on the communication stream. */
+static td_status nccl_alltoallv(td_dcomm *c, const void *send, const int *scounts,
+                                const int *sdispls, void *recv, const int *rcounts,
+                                const int *rdispls, td_dtype t, uint64_t *ticket) {
+  nccl_state *s = ns(c);
+  size_t es = td_dtype_size(t);
+  TD_CHECK(before(c));
+  int me = c->rank;
+  if (scounts[me] > 0)
+    TD_CUDA_CHECK(cudaMemcpyAsync((char *)recv + (size_t)rdispls[me] * es,
+                                  (const char *)send + (size_t)sdispls[me] * es,
+                                  (size_t)scounts[me] * es, cudaMemcpyDeviceToDevice, s->stream));
+  TD_NCCL_CHECK(c, ncclGroupStart());
+  for (int r = 0; r < c->size; ++r) {
+    if (r == me) continue;
+    ncclResult_t e = ncclSuccess;
+    if (scounts[r] > 0)
+      e = ncclSend((const char *)send + (size_t)sdispls[r] * es, (size_t)scounts[r], nccl_type(t),
+                   r, s->comm, s->stream);
+    if (e == ncclSuccess && rcounts[r] > 0)
+      e = ncclRecv((char *)recv + (size_t)rdispls[r] * es, (size_t)rcounts[r], nccl_type(t), r,
+                   s->comm, s->stream);
+    if (e != ncclSuccess) {
+      (void)ncclGroupEnd();
+      return nccl_fail(e, s->comm, c->group, "ncclSend/ncclRecv (a part of an all-to-all)",
+                       __FILE__, __LINE__, __func__);
+    }
+  }
+  TD_NCCL_CHECK(c, ncclGroupEnd());
+  return after(c, ticket);
+}
+
 static td_status check_ticket(td_dcomm *c, uint64_t ticket) {
   if (ticket == 0 || ticket > ns(c)->issued)
     TD_FAIL(TD_ERR_INTERNAL, "%s device collectives: ticket %llu was never issued", c->group,
@@ -221,7 +254,7 @@ static void nccl_destroy(td_dcomm *c, int abort) {
 
 static const td_dcomm_ops nccl_ops = {nccl_allreduce, nccl_reduce_scatterv, nccl_allgatherv,
                                       nccl_join,      nccl_test,            nccl_destroy,
-                                      nccl_send,      nccl_recv};
+                                      nccl_send,      nccl_recv,            nccl_alltoallv};
 
 static td_status cuda_dcomm_id(td_kernels *k, void *id) {
   ncclUniqueId u;

@@ -134,6 +134,12 @@ if(TD_CUDA_EMULATE)
   # GPT-2's experts (biases; c_proj's added on tp rank 0) at tp 2
   td_cudaemu_grid(moe_gpt2_tp2 ${_cu} ${TD_GRID_BIN} ${_cu_work} moe_gpt2_tp2 1,1,1,0 1,2,1,0
     ${_small} --set model.moe.experts=4 --set model.moe.ffn_dim=96)
+  # expert parallelism at dp 2 × ep 2, ZeRO-1: the tokens' all-to-all through
+  # the device all-to-all (grouped ncclSend/ncclRecv of the emulated NCCL,
+  # this rank's own rows copied on the communication stream), the experts'
+  # engine over its own NCCL communicator; cuda = cpu on the same grid
+  td_cudaemu_grid(moe_dp2_ep2 ${_cu} ${_moe}
+    ${TD_GRID_BIN} ${_cu_work} moe_dp2_ep2 2,1,1,1 2,1,1,1 ${_small} --set parallel.ep=2)
   # with a capacity: the plan made on the host and copied to the device
   td_cudaemu_grid(moe_capacity ${_cu} ${_moe}
     ${TD_GRID_BIN} ${_cu_work} moe_capacity 1,1,1,0 1,1,1,0 ${_small}

@@ -198,6 +198,13 @@ td_add_grid_test(NAME moe_bf16_ep2_zero3 LABELS moe precision
        ${TD_GRID_BIN} ${TD_MOE_WORK} moe_bf16_ep2_zero3 ${TD_GRID_REF} 2,1,1,3
        --set training.precision=bf16)
 
+# The all-to-all through the device collectives' interface (TD_TEST_DCOMM=1:
+# the test implementation, MPI_Ialltoallv joined as a stream would be, the
+# code written for NCCL) bit for bit as through MPI, dp 2 × ep 2 at ZeRO-3.
+td_add_grid_test(NAME moe_ep2_dcomm LABELS moe
+  ARGS --bitwise --steps 10 --run-env TD_TEST_DCOMM=1 --deck ${TD_MOE_DECK} ${TD_GRID_BIN}
+       ${TD_MOE_WORK} moe_ep2_dcomm 2,1,1,3 2,1,1,3 --set parallel.ep=2)
+
 # Resharding with experts split (ep 4 -> ep 1 -> dp 2 × ep 2): a checkpoint
 # saved at ep 4 resumed on one rank, and the one-rank checkpoint (the
 # reference's, ep 1) resumed at dp 2 × ep 2, ZeRO-1 (the experts' moments
