@@ -231,6 +231,7 @@ struct td_model {
   char *ep_stage;
   MPI_Datatype ep_row[2];      /* a row of C elements of type at, of float32 */
   td_coll_stats *ep_stats;     /* where the all-to-alls are counted (NULL: stats) */
+  double ep_ms;                /* milliseconds (host) in the all-to-alls since the start */
   struct td_dcomm *dc_ep;      /* device all-to-all over ep_comm (NCCL), or NULL: MPI */
   int *ep_ecnt;                /* (4·ep) the counts above in elements, for dc_ep */
   float *mlog, *mpsum, *mdw, *mdlog, *mgP, *mdh, *mdxe;

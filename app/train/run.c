@@ -621,6 +621,8 @@ static td_status log_step(td_trainer *t, double loss, double norm, double lr, do
               t->moe_aux, t->moe_z, t->moe_tok_min, t->moe_tok_max, t->moe_tok_mean);
     if (t->model->moe && t->model->cap > 0)
       fprintf(t->metrics, ", \"moe_dropped\": %.9g", t->moe_dropped);
+    if (t->model->moe && t->grid->ep > 1) /* this rank's, since the start, as comm_ms */
+      fprintf(t->metrics, ", \"moe_alltoall_ms\": %.3f", t->model->ep_ms);
     if (has_val) fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
     if (has_val && t->has_choice)
       fprintf(t->metrics, ", \"choice_acc\": %.9g, \"choice_acc_norm\": %.9g", t->choice_acc,
