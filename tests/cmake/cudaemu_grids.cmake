@@ -140,6 +140,10 @@ if(TD_CUDA_EMULATE)
   # engine over its own NCCL communicator; cuda = cpu on the same grid
   td_cudaemu_grid(moe_dp2_ep2 ${_cu} ${_moe}
     ${TD_GRID_BIN} ${_cu_work} moe_dp2_ep2 2,1,1,1 2,1,1,1 ${_small} --set parallel.ep=2)
+  # ... and both ranks on one emulated device: no NCCL between them, so the
+  # all-to-all goes through MPI on host copies of the rows (ep_stage)
+  td_cudaemu_grid(moe_ep2_staged ${_cu} ${_moe} --run-env TD_CUDAEMU_DEVICES=1
+    ${TD_GRID_BIN} ${_cu_work} moe_ep2_staged 2,1,1,3 2,1,1,3 ${_small} --set parallel.ep=2)
   # with a capacity: the plan made on the host and copied to the device
   td_cudaemu_grid(moe_capacity ${_cu} ${_moe}
     ${TD_GRID_BIN} ${_cu_work} moe_capacity 1,1,1,0 1,1,1,0 ${_small}

@@ -66,6 +66,10 @@ if(TD_CUDA_EMULATE)
     --set training.global_batch=2)
   td_offload_test(llama_dp2_zero3_bf16_mem cudaemu 2,1,1,3 --mem --steps 2 ${_llama} ${_s}
     --set training.precision=bf16)
+  # expert parallelism (dp 2 × ep 2, ZeRO-1): both engines' AdamW on the host
+  td_offload_test(moe_dp2_ep2_zero1 cudaemu 2,1,1,1 --steps 2
+    --deck ${PROJECT_SOURCE_DIR}/inputs/moe-tiny.yaml --set model.seq_len=32 ${_s}
+    --set parallel.ep=2)
   # cudaemu_long: the other combinations
   td_offload_test(gpt2_dp2_zero3_bf16_mem "cudaemu;cudaemu_long" 2,1,1,3 --mem --steps 2 ${_s}
     --set training.precision=bf16)
