@@ -67,7 +67,8 @@ static void print_json(const results *rs, int top) {
     snprintf(why, sizeof why, "%s", r->refused);
     for (char *q = why; *q; ++q)
       if (*q == '"' || *q == '\\' || (unsigned char)*q < 32) *q = '\'';
-    printf("%s\n {\"dp\": %lld, \"cp\": %lld, \"ep\": %lld, \"tp\": %lld, \"pp\": %lld, \"zero\": %lld, "
+    printf("%s\n {\"dp\": %lld, \"cp\": %lld, \"ep\": %lld, \"tp\": %lld, \"pp\": %lld, "
+           "\"zero\": %lld, "
            "\"micro_batch\": %lld, \"schedule\": \"%s\", \"virtual_stages\": %lld, "
            "\"sequence_parallel\": %s, \"recompute\": \"%s\", \"fits\": %s, "
            "\"mem_bytes_per_rank\": %lld, \"mem_stage\": %d, \"param_bytes\": %lld, "
@@ -77,7 +78,8 @@ static void print_json(const results *rs, int top) {
            "\"bubble\": %.6g, \"matmul_efficiency\": %.4g, \"compute_s\": %.6g, "
            "\"optimizer_s\": %.6g, \"comm_bytes\": %.0f, \"baseline_bytes\": %.0f, "
            "\"startup_bytes\": %.0f, \"ckpt_bytes\": %.0f, \"refused\": \"%s\", \"comm\": {",
-           i ? "," : "", (long long)c->parallel_dp, (long long)c->parallel_cp, (long long)c->parallel_ep,
+           i ? "," : "", (long long)c->parallel_dp, (long long)c->parallel_cp,
+           (long long)c->parallel_ep,
            (long long)c->parallel_tp, (long long)c->parallel_pp, (long long)c->parallel_zero,
            (long long)td_config_micro_batch(c), c->parallel_pp_schedule,
            (long long)c->parallel_virtual_stages, c->parallel_sequence_parallel ? "true" : "false",
@@ -110,8 +112,8 @@ static void print_table(const results *rs, int top, const td_cluster *cl, int wo
     char fit[48] = "";
     if (r->refused[0]) snprintf(fit, sizeof fit, " (refused: see --json)");
     else if (!r->fits) snprintf(fit, sizeof fit, " (over by %.2f GiB)", r->over_bytes / gib);
-    printf("%3d %4lld %3lld %3lld %3lld %3lld %2lld %2s %-9s %3lld %2lld %-9s | %8.2f %7.2f %7.2f %7.2f "
-           "%7.2f %7.2f | %9.4g %10.4g %7.1f %5.1f%% %6.3f | %.3g/%.3g %.3g/%.3g %.3g/%.3g "
+    printf("%3d %4lld %3lld %3lld %3lld %3lld %2lld %2s %-9s %3lld %2lld %-9s | %8.2f %7.2f %7.2f "
+           "%7.2f %7.2f %7.2f | %9.4g %10.4g %7.1f %5.1f%% %6.3f | %.3g/%.3g %.3g/%.3g %.3g/%.3g "
            "%.3g/%.3g%s\n", i + 1, (long long)c->parallel_dp, (long long)c->parallel_cp,
            (long long)c->parallel_ep,
            (long long)c->parallel_tp, (long long)c->parallel_pp, (long long)c->parallel_zero,
@@ -128,8 +130,8 @@ static void print_table(const results *rs, int top, const td_cluster *cl, int wo
          "(trident check's size query); TFLOP/s and MFU: model FLOPs (6·N + 12·L·C·T per "
          "token, no recomputation) per device; bubble: the slowest stage's idle time over its "
          "compute time in one step, a fraction (0.105 = idle 10.5%% as long as it computes), "
-         "from the schedule simulated with these costs; comm: seconds per step not hidden behind compute / in all "
-         "(dp: also the experts' all-to-all over ep, on the critical path)\n");
+         "from the schedule simulated with these costs; comm: seconds per step not hidden behind "
+         "compute / in all (dp: also the experts' all-to-all over ep, on the critical path)\n");
 }
 
 static int divides(int64_t a, int64_t b) { return b > 0 && a % b == 0; }

@@ -251,16 +251,20 @@ static td_status alloc_buffers(td_model *m) {
       SCR(mperm_x, Rx);
       SCR(mpos_x, Rx);
     }
-    if (m->ep > 1 && m->k) { /* host, not counted: counts, orders, staging */
+    if (m->ep > 1 && m->staged && !m->dcomm) { /* MPI's host copies of the rows, counted as
+                                                  the host staging below is */
+      TD_CHECK(count_alloc(m, 2 * Rm * C, 4, "expert-parallel staging (host)"));
+      if (m->k) TD_CHECK(td_alloc((void **)&m->ep_stage, (size_t)(2 * Rm * C) * 4, "ep staging"));
+    }
+    if (m->ep > 1 && m->k) { /* host, not counted: counts and orders */
       int64_t El = m->El;
       TD_CHECK(td_alloc((void **)&m->ep_sc, (size_t)(8 * m->ep) * sizeof(int), "ep counts"));
       m->ep_sd = m->ep_sc + m->ep, m->ep_rcn = m->ep_sd + m->ep, m->ep_rd = m->ep_rcn + m->ep;
       m->ep_ecnt = m->ep_rd + m->ep;
-      TD_CHECK(td_alloc((void **)&m->ep_offx, (size_t)(El + 1 + 2 * Rx) * sizeof(int32_t),
+      TD_CHECK(td_alloc((void **)&m->ep_offx, (size_t)(El + 1 + 2 * Rx + E) * sizeof(int32_t),
                         "ep orders"));
       m->ep_perm_host = m->ep_offx + El + 1, m->ep_pos_host = m->ep_perm_host + Rx;
-      if (!m->k->host_memory)
-        TD_CHECK(td_alloc((void **)&m->ep_stage, (size_t)(2 * Rm * C) * 4, "ep staging"));
+      m->ep_sent_host = m->ep_pos_host + Rx;
       int es = (int)td_dtype_size(m->at);
       TD_MPI_CHECK(MPI_Type_contiguous((int)(C * es), MPI_BYTE, &m->ep_row[0]));
       TD_MPI_CHECK(MPI_Type_commit(&m->ep_row[0]));

@@ -200,7 +200,7 @@ typedef struct {
 static td_status ep_plan(td_model *m, const int32_t *offh, int32_t *rc, int exchange) {
   int ep = m->ep;
   int64_t El = m->El;
-  int32_t *sc = m->ep_perm_host; /* (E) the rows sent to each expert, staged before the order */
+  int32_t *sc = m->ep_sent_host; /* (E) the rows sent to each expert */
   for (int64_t e = 0; e < ep * El; ++e) sc[e] = offh[e + 1] - offh[e];
   if (exchange)
     TD_MPI_CHECK(MPI_Alltoall(sc, (int)El, MPI_INT32_T, rc, (int)El, MPI_INT32_T, m->grid->ep_comm));
@@ -259,14 +259,15 @@ static td_status ep_exchange(td_model *m, const void *send, void *recv, int back
   }
   const void *s = send;
   void *r = recv;
-  if (!k->host_memory) { /* staged */
-    s = m->ep_stage, r = m->ep_stage + (size_t)(m->Rx > ns ? m->Rx : ns) * rb;
+  if (m->ep_stage) { /* staged: two buffers of max(N·K, Rx) rows */
+    int64_t R = m->B * m->T * m->K, Rm = R > m->Rx ? R : m->Rx;
+    s = m->ep_stage, r = m->ep_stage + (size_t)Rm * rb;
     if (ns > 0) TD_CHECK(k->to_host(k, (void *)s, send, (size_t)ns * rb));
   } else {
     TD_CHECK(k->sync(k));
   }
   TD_MPI_CHECK(MPI_Alltoallv(s, sc, sd, row, r, rcn, rd, row, m->grid->ep_comm));
-  if (!k->host_memory && nr > 0) TD_CHECK(k->to_device(k, recv, r, (size_t)nr * rb));
+  if (m->ep_stage && nr > 0) TD_CHECK(k->to_device(k, recv, r, (size_t)nr * rb));
   double ms = (td_now() - t0) * 1e3;
   m->ep_ms += ms;
   if (st) { /* the rows that left this rank */

@@ -226,7 +226,7 @@ struct td_model {
   int ep, ep_rank;
   int64_t El, Rx;
   int *ep_sc, *ep_sd, *ep_rcn, *ep_rd;
-  int32_t *ep_offx, *ep_perm_host, *ep_pos_host, *mperm_x, *mpos_x;
+  int32_t *ep_offx, *ep_perm_host, *ep_pos_host, *ep_sent_host, *mperm_x, *mpos_x;
   void *mxr;
   char *ep_stage;
   MPI_Datatype ep_row[2];      /* a row of C elements of type at, of float32 */

@@ -289,8 +289,9 @@ static td_status save_impl(td_trainer *t, char *path_out, size_t cap, struct td_
   for (int which = 0; which < 3; ++which) {
     const float *from[2] = {NULL, NULL};
     for (int e = 0; e < 2 && zs[e]; ++e) {
-      float *s = which == 0 ? td_zero_owned_params(zs[e]) : which == 1 ? td_zero_owned_exp_avg(zs[e])
-                                                                       : td_zero_owned_exp_avg_sq(zs[e]);
+      float *s = which == 0   ? td_zero_owned_params(zs[e])
+                 : which == 1 ? td_zero_owned_exp_avg(zs[e])
+                              : td_zero_owned_exp_avg_sq(zs[e]);
       int64_t len = e ? nx : nd;
       if (a) {
         from[e] = a->stage + (size_t)which * a->n + (e ? a->nd : 0);

@@ -143,10 +143,11 @@ static td_status open_data(td_trainer *t, int need_train, int need_val) {
 static td_status zero_acquire(void *ctx, td_model *m, int u, td_phase ph) {
   td_zero *z = ((td_trainer *)ctx)->zero, *xz = ((td_trainer *)ctx)->xzero;
   if (xz) { /* the block's experts, from their own engine */
-    int x = m->nunits + u;
-    if (ph == TD_PHASE_BACKWARD_INPUT) TD_CHECK(td_zero_acquire(xz, u, 1, &m->unit_param[x], NULL));
-    else if (ph == TD_PHASE_BACKWARD_WEIGHT) TD_CHECK(td_zero_acquire(xz, u, 1, NULL, &m->unit_grad[x]));
-    else TD_CHECK(td_zero_acquire(xz, u, ph == TD_PHASE_BACKWARD, &m->unit_param[x], &m->unit_grad[x]));
+    void **xp = &m->unit_param[m->nunits + u];
+    float **xg = &m->unit_grad[m->nunits + u];
+    if (ph == TD_PHASE_BACKWARD_INPUT) TD_CHECK(td_zero_acquire(xz, u, 1, xp, NULL));
+    else if (ph == TD_PHASE_BACKWARD_WEIGHT) TD_CHECK(td_zero_acquire(xz, u, 1, NULL, xg));
+    else TD_CHECK(td_zero_acquire(xz, u, ph == TD_PHASE_BACKWARD, xp, xg));
   }
   if (ph == TD_PHASE_BACKWARD_INPUT) return td_zero_acquire(z, u, 1, &m->unit_param[u], NULL);
   if (ph == TD_PHASE_BACKWARD_WEIGHT) return td_zero_acquire(z, u, 1, NULL, &m->unit_grad[u]);
@@ -233,7 +234,8 @@ static td_status expert_units(const td_model *m, int64_t **b, int64_t **e) {
   *e = *b + n;
   for (int u = 0; u < n; ++u)
     if (m->unit_begin[n + u] < m->unit_end[n + u])
-      (*b)[u] = m->unit_begin[n + u] - m->reg->xbegin, (*e)[u] = m->unit_end[n + u] - m->reg->xbegin;
+      (*b)[u] = m->unit_begin[n + u] - m->reg->xbegin,
+      (*e)[u] = m->unit_end[n + u] - m->reg->xbegin;
   return TD_OK;
 }
 
