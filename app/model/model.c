@@ -377,7 +377,7 @@ td_status td_model_create(const td_config *cfg, td_grid *grid, td_kernels *k, td
     int64_t N = B * m->T, kk = d.K < m->El ? d.K : m->El;
     m->Rx = grid->ep * N * kk;
     if (d.cap > 0 && grid->ep * B * d.cap * m->El < m->Rx) m->Rx = grid->ep * B * d.cap * m->El;
-    if (m->Rx < N * d.K && grid->ep == 1) m->Rx = N * d.K;
+    if (grid->ep == 1) m->Rx = N * d.K; /* every slot of the micro-batch, as before ep */
   }
   m->NH = d.H / tp, m->KV = d.KV / tp, m->HS = d.HS;
   m->Cl = m->NH * m->HS, m->C3 = (m->NH + 2 * m->KV) * m->HS, m->F = d.F / tp;
