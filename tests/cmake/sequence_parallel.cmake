@@ -32,9 +32,12 @@ td_add_grid_test(NAME sp_llama_dp2_tp2_zero3 LABELS tensor_parallel llama
        ${TD_GRID_REF} 2,2,1,3)
 td_add_grid_test(NAME sp_gpt2_tp2_pp2_1f1b LABELS tensor_parallel pipeline
   ARGS ${TD_SP} ${TD_GRID_BIN} ${TD_GRID_WORK} sp_gpt2_tp2_pp2_1f1b ${TD_GRID_REF} 1,2,2,1,2)
+# bf16 over 20 steps against the one-rank run: on an AVX2-only CPU (oneDNN's
+# AVX2 products) grad_norm reached 1.10e-2 relative at step 13 (losses 4e-5),
+# so its bound is 2e-2 here
 td_add_grid_test(NAME sp_llama_tp2_pp2_zbh1_bf16 LABELS tensor_parallel pipeline llama
   ARGS ${TD_SP} --run-set parallel.pp_schedule=zb-h1
-       --loss-rtol 1e-3 --norm-rtol 1e-2 --param-rtol 5e-2 ${TD_SP_LLAMA}
+       --loss-rtol 1e-3 --norm-rtol 2e-2 --param-rtol 5e-2 ${TD_SP_LLAMA}
        ${TD_GRID_BIN} ${TD_SP_LLAMA_WORK} sp_llama_tp2_pp2_zbh1_bf16 ${TD_GRID_REF} 1,2,2,1,2
        --set training.precision=bf16)
 td_add_grid_test(NAME sp_gpt2_tp2_recompute_blocks LABELS tensor_parallel recompute
