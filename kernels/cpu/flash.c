@@ -58,10 +58,13 @@ typedef struct {
   int bf; /* bf16 products (td_kernels_flash_bf16): operands rounded as staged */
 } fa_call;
 
+static int mk_wide(void);
+
 static void fa_setup(fa_call *f, const float *q, const float *kk, const float *v, int64_t ldq,
                      int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS,
                      const td_pos *pos, const int32_t *doc, td_dtype mt) {
   memset(f, 0, sizeof *f);
+  (void)mk_wide(); /* decided here, outside the OpenMP regions */
   f->bf = td_kernels_flash_bf16(mt, HS);
   f->q = q, f->kk = kk, f->v = v, f->doc = doc, f->pos = pos;
   f->ldq = ldq, f->ldkv = ldkv, f->B = B, f->T = T, f->NH = NH, f->KV = KV, f->HS = HS;
@@ -197,16 +200,88 @@ __attribute__((always_inline)) static inline void mk_body(
   }
 }
 
-TD_CPU_CLONES static void mk(float *restrict C, int64_t ldc, const float *restrict A, int64_t lda,
-                             const float *restrict B, int64_t ldb, int64_t M, int64_t N,
-                             int64_t K, int acc) {
-  mk_body(C, ldc, A, lda, B, ldb, M, N, K, acc, 0);
+/* The same products for machines with 16 vector registers (AVX2: a v16 is
+ * two of them; the blocks above, 16 or more v16 accumulators, spill to the
+ * stack there and ran at a quarter of the gemm rate): 6 rows × 16 columns
+ * in twelve 8-float accumulators, named one by one so that the compiler
+ * keeps them in registers, two of B and one broadcast. Each element is the
+ * same sum over k in order, so both bodies give the same bits. */
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
+#define LD8(p) ((v8)(*(const v8u *)(p)))
+#define ST8(p, v) (*(v8u *)(p) = (v))
+__attribute__((always_inline)) static inline void mk_body_narrow(
+    float *restrict C, int64_t ldc, const float *restrict A, int64_t lda,
+    const float *restrict B, int64_t ldb, int64_t M, int64_t N, int64_t K, int acc, int ta) {
+  for (int64_t j = 0; j < N; j += 16)
+    for (int64_t i = 0; i < M; i += 6) {
+      int64_t r0 = i, r1 = i + 1 < M ? i + 1 : M - 1, r2 = i + 2 < M ? i + 2 : M - 1,
+              r3 = i + 3 < M ? i + 3 : M - 1, r4 = i + 4 < M ? i + 4 : M - 1,
+              r5 = i + 5 < M ? i + 5 : M - 1;
+      /* A(r, k): row r's k-th, from a row-major A or a transposed one */
+      int64_t sr = ta ? 1 : lda, sk = ta ? lda : 1;
+      const float *a0 = A + r0 * sr, *a1 = A + r1 * sr, *a2 = A + r2 * sr, *a3 = A + r3 * sr,
+                  *a4 = A + r4 * sr, *a5 = A + r5 * sr;
+      v8 c0 = {0}, d0 = {0}, c1 = {0}, d1 = {0}, c2 = {0}, d2 = {0};
+      v8 c3 = {0}, d3 = {0}, c4 = {0}, d4 = {0}, c5 = {0}, d5 = {0};
+      for (int64_t k = 0; k < K; k++) {
+        const float *bk = B + k * ldb + j;
+        v8 b0 = LD8(bk), b1 = LD8(bk + 8);
+        float x;
+        x = a0[k * sk], c0 += x * b0, d0 += x * b1;
+        x = a1[k * sk], c1 += x * b0, d1 += x * b1;
+        x = a2[k * sk], c2 += x * b0, d2 += x * b1;
+        x = a3[k * sk], c3 += x * b0, d3 += x * b1;
+        x = a4[k * sk], c4 += x * b0, d4 += x * b1;
+        x = a5[k * sk], c5 += x * b0, d5 += x * b1;
+      }
+      v8 cs[6][2] = {{c0, d0}, {c1, d1}, {c2, d2}, {c3, d3}, {c4, d4}, {c5, d5}};
+      int64_t mr = M - i < 6 ? M - i : 6;
+      for (int r = 0; r < mr; r++) {
+        float *o = C + (i + r) * ldc + j;
+        ST8(o, acc ? LD8(o) + cs[r][0] : cs[r][0]);
+        ST8(o + 8, acc ? LD8(o + 8) + cs[r][1] : cs[r][1]);
+      }
+    }
 }
 
-TD_CPU_CLONES static void mk_ta(float *restrict C, int64_t ldc, const float *restrict A,
-                                int64_t lda, const float *restrict B, int64_t ldb, int64_t M,
-                                int64_t N, int64_t K, int acc) {
-  mk_body(C, ldc, A, lda, B, ldb, M, N, K, acc, 1);
+/* Whether the wide blocks fit the registers: AVX-512's 32 (x86 only; the
+ * narrow blocks elsewhere). Test only: TD_TEST_FLASH_BLOCKS=wide|narrow
+ * picks one, so that both run on every machine. Read once, before any
+ * OpenMP region's calls. */
+static int mk_wide(void) {
+  static int wide = -1;
+  if (wide >= 0) return wide;
+  const char *e = getenv("TD_TEST_FLASH_BLOCKS");
+  if (e && (strcmp(e, "wide") == 0 || strcmp(e, "narrow") == 0)) {
+    wide = strcmp(e, "wide") == 0;
+    return wide;
+  }
+#if defined(__GNUC__) && defined(__x86_64__)
+  wide = __builtin_cpu_supports("avx512f") ? 1 : 0;
+#else
+  wide = 0;
+#endif
+  return wide;
+}
+
+TD_CPU_CLONES static void mk_impl(float *restrict C, int64_t ldc, const float *restrict A,
+                                  int64_t lda, const float *restrict B, int64_t ldb, int64_t M,
+                                  int64_t N, int64_t K, int acc, int ta, int wide) {
+  if (wide) mk_body(C, ldc, A, lda, B, ldb, M, N, K, acc, ta);
+  else if (ta) mk_body_narrow(C, ldc, A, lda, B, ldb, M, N, K, acc, 1);
+  else mk_body_narrow(C, ldc, A, lda, B, ldb, M, N, K, acc, 0);
+}
+
+static void mk(float *restrict C, int64_t ldc, const float *restrict A, int64_t lda,
+               const float *restrict B, int64_t ldb, int64_t M, int64_t N, int64_t K, int acc) {
+  mk_impl(C, ldc, A, lda, B, ldb, M, N, K, acc, 0, mk_wide());
+}
+
+static void mk_ta(float *restrict C, int64_t ldc, const float *restrict A, int64_t lda,
+                  const float *restrict B, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                  int acc) {
+  mk_impl(C, ldc, A, lda, B, ldb, M, N, K, acc, 1, mk_wide());
 }
 
 /* dst (nc × BR) = the first nr columns... the transpose of src's (nr × BC)

@@ -36,6 +36,13 @@ td_add_unit(test_flash ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_flash.c)
 add_test(NAME flash COMMAND test_flash cpu)
 set_tests_properties(flash PROPERTIES TIMEOUT 120 PROCESSORS 2 LABELS "unit;kernels"
   ENVIRONMENT "OMP_NUM_THREADS=2")
+# the register blocks of the other kind of machine (kernels/cpu/flash.c:
+# wide for AVX-512's 32 registers, narrow for AVX2's 16): both on every machine
+foreach(_blocks wide narrow)
+  add_test(NAME flash_blocks_${_blocks} COMMAND test_flash cpu)
+  set_tests_properties(flash_blocks_${_blocks} PROPERTIES TIMEOUT 120 PROCESSORS 2
+    LABELS "unit;kernels" ENVIRONMENT "OMP_NUM_THREADS=2;TD_TEST_FLASH_BLOCKS=${_blocks}")
+endforeach()
 
 # flash_cuda — the same checks of test_flash on the CUDA back-end's fused
 # kernels (kernels/cuda/flash.cu). Label `device`: 77 without a GPU; on the
