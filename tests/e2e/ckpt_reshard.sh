@@ -19,15 +19,17 @@
 # resumption with the deck's cosine schedule is ckpt_resume_exact.sh's job).
 #
 # OPTIONS (anywhere): --gb N (global batch, default 8), --src-set k=v, --dst-set k=v
-# (a --set for one side only, e.g. parallel.stage_layers=[1,3]).
+# (a --set for one side only, e.g. parallel.stage_layers=[1,3]), --param-rtol R
+# (both checkpoint comparisons; for a side on another back-end).
 # Prints PASS/FAIL lines and "N passed, M failed"; exits 0 only if all passed.
 set -uo pipefail
-gb=8 src_extra=() dst_extra=() pos=()
+gb=8 src_extra=() dst_extra=() pos=() prtol=()
 while [ $# -gt 0 ]; do
   case $1 in
     --gb) gb=$2; shift 2 ;;
     --src-set) src_extra+=(--set "$2"); shift 2 ;;
     --dst-set) dst_extra+=(--set "$2"); shift 2 ;;
+    --param-rtol) prtol=(--param-rtol "$2"); shift 2 ;;
     -*) echo "ckpt_reshard: unknown option $1" >&2; exit 2 ;;
     *) pos+=("$1"); shift ;;
   esac
@@ -65,7 +67,7 @@ else
   else
     fail "saved_grid attribute: '$grid', expected $sdp,$stp,$spp"
   fi
-  if out=$("$py" "$ckdiff" "$src_ckpt" "$ref_dir/ckpt/step_00000010.h5" --state 2>&1); then
+  if out=$("$py" "$ckdiff" "$src_ckpt" "$ref_dir/ckpt/step_00000010.h5" --state "${prtol[@]}" 2>&1); then
     pass "source step-10 checkpoint matches the reference's step 10 (/model within 1e-5 x max|p|, same step/sampler state)"
   else
     fail "source step-10 checkpoint differs from the reference's step 10"
@@ -110,7 +112,7 @@ for l in open(sys.argv[1]):
         sys.stdout.write(l)
 ' "$ref_dir/metrics.jsonl" >"$cmp_ref/metrics.jsonl"
 ln -s "$ref_dir/ckpt" "$cmp_ref/ckpt"
-if out=$("$py" "$compare" "$cmp_ref" "$d" 2>&1); then
+if out=$("$py" "$compare" "$cmp_ref" "$d" "${prtol[@]}" 2>&1); then
   pass "steps 11..20 and final /model match the uninterrupted single-rank run (compare_runs.py defaults)"
   echo "$out" | grep -E "^(metrics|params):" | sed 's/^/     /'
 else
