@@ -19,17 +19,19 @@
 # resumption with the deck's cosine schedule is ckpt_resume_exact.sh's job).
 #
 # OPTIONS (anywhere): --gb N (global batch, default 8), --src-set k=v, --dst-set k=v
-# (a --set for one side only, e.g. parallel.stage_layers=[1,3]), --param-rtol R
-# (both checkpoint comparisons; for a side on another back-end).
+# (a --set for one side only, e.g. parallel.stage_layers=[1,3]); for a side on
+# another back-end: --src-rtol R (the step-10 checkpoint, ckpt_diff.py's
+# --param-rtol) and --param-rtol R (the final one, compare_runs.py's).
 # Prints PASS/FAIL lines and "N passed, M failed"; exits 0 only if all passed.
 set -uo pipefail
-gb=8 src_extra=() dst_extra=() pos=() prtol=()
+gb=8 src_extra=() dst_extra=() pos=() prtol=() srtol=()
 while [ $# -gt 0 ]; do
   case $1 in
     --gb) gb=$2; shift 2 ;;
     --src-set) src_extra+=(--set "$2"); shift 2 ;;
     --dst-set) dst_extra+=(--set "$2"); shift 2 ;;
     --param-rtol) prtol=(--param-rtol "$2"); shift 2 ;;
+    --src-rtol) srtol=(--param-rtol "$2"); shift 2 ;;
     -*) echo "ckpt_reshard: unknown option $1" >&2; exit 2 ;;
     *) pos+=("$1"); shift ;;
   esac
@@ -67,7 +69,7 @@ else
   else
     fail "saved_grid attribute: '$grid', expected $sdp,$stp,$spp"
   fi
-  if out=$("$py" "$ckdiff" "$src_ckpt" "$ref_dir/ckpt/step_00000010.h5" --state "${prtol[@]}" 2>&1); then
+  if out=$("$py" "$ckdiff" "$src_ckpt" "$ref_dir/ckpt/step_00000010.h5" --state "${srtol[@]}" 2>&1); then
     pass "source step-10 checkpoint matches the reference's step 10 (/model within 1e-5 x max|p|, same step/sampler state)"
   else
     fail "source step-10 checkpoint differs from the reference's step 10"
