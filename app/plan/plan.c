@@ -63,6 +63,9 @@ static const ckey k_ckeys[] = {
        "a kernel's launch and tail, µs (with device.sms), default 0"),
     CK("device.attention_tflops", att_rate, 0, 1e12, 0, 1e6, 0,
        "attention kernels' rate (12·A·T FLOPs per token), TFLOP/s; default: the matmul rate"),
+    CK("device.fused_attention_tflops", fatt_rate, 0, 1e12, 0, 1e6, 0,
+       "the fused attention kernels' rate (18·A·T FLOPs per token, without device.sms), "
+       "TFLOP/s; default: attention_tflops"),
     CK("device.elementwise_passes", ew_passes, 0, 1, 0, 100, 0,
        "passes of the non-matmul kernels over a layer's activations in forward (backward "
        "twice), timed at memory_gbps; default 0: folded into matmul_efficiency"),
@@ -219,6 +222,7 @@ void td_cluster_print(const td_cluster *c, FILE *out) {
   fprintf(out, "  matmul_efficiency: %.3f\n  small_matmul_efficiency: %.3f\n"
           "  small_matmul_dim: %.0f\n", c->eff_large, c->eff_small, c->small_dim);
   if (c->att_rate > 0) fprintf(out, "  attention_tflops: %.4f\n", c->att_rate / 1e12);
+  if (c->fatt_rate > 0) fprintf(out, "  fused_attention_tflops: %.4f\n", c->fatt_rate / 1e12);
   if (c->ew_passes > 0) fprintf(out, "  elementwise_passes: %g\n", c->ew_passes);
   if (c->baseline > 0) fprintf(out, "  baseline_mib: %.1f\n", c->baseline / 1048576.0);
   if (c->sms > 0)
@@ -557,6 +561,7 @@ td_status td_plan_eval(const td_config *c, const td_cluster *cl, td_plan_result 
      * (device.elementwise_passes over the bytes a layer's forward writes,
      * td_model.layer_bytes of the worst rank, per token of its micro-batch) */
     double att_rate = cl->att_rate > 0 ? cl->att_rate : rate;
+    if (fused && cl->fatt_rate > 0) att_rate = cl->fatt_rate; /* the kernels the deck runs */
     double ew = cl->ew_passes * r->mem.layer_bytes / ((double)B * T / cp) / cl->mem_bw;
     double toks = (double)B * T / cp;
     double f = toks * (blk_mm / rate + blk_att / att_rate + ew);

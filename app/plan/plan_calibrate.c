@@ -290,31 +290,47 @@ td_status td_plan_calibrate(MPI_Comm comm, td_cluster *c, td_calibration *cal) {
       cal->small[p] = fmax(cal->small[p], 0.5 * (r[0] + r[1]));
     }
     /* attention (fp32): B 4, T 256 and 512, 6 heads of 64, forward then
-     * backward; FLOPs as the planner counts them, 12·A·T per token */
-    {
+     * backward, of both kinds: the materialised kernels (FLOPs as the
+     * planner counts them, 12·A·T per token) and the fused ones (18·A·T:
+     * their backward makes the scores again) */
+    for (int fused = 0; fused < 2; ++fused) {
       static const int64_t shp[2][4] = {{4, 256, 6, 64}, {2, 512, 6, 64}};
       double r[2];
       for (int i = 0; i < 2; ++i) {
         int64_t B = shp[i][0], T = shp[i][1], NH = shp[i][2], HS = shp[i][3], A = NH * HS;
-        float *qkv = NULL, *out = NULL, *att = NULL, *dq = NULL, *scr = NULL;
+        /* the materialised kernels keep (B, NH, T, T) probabilities and
+         * scratch, the fused ones (B, NH, T) log-sum-exps and workspace */
+        int64_t natt = fused ? B * NH * T : B * NH * T * T;
+        float *qkv = NULL, *out = NULL, *att = NULL, *dq = NULL, *scr = NULL, *dout = NULL;
         double ts[REPS], mine, worst;
         st = k->alloc(k, (void **)&qkv, (size_t)(B * T * 3 * A) * 4, "calibrate qkv");
         if (st == TD_OK)
           st = k->alloc(k, (void **)&dq, (size_t)(B * T * 3 * A) * 4, "calibrate dqkv");
         if (st == TD_OK) st = k->alloc(k, (void **)&out, (size_t)(B * T * A) * 4, "calibrate out");
-        if (st == TD_OK)
-          st = k->alloc(k, (void **)&att, (size_t)(B * NH * T * T) * 4, "calibrate att");
-        if (st == TD_OK)
-          st = k->alloc(k, (void **)&scr, (size_t)(B * NH * T * T) * 4, "calibrate scr");
+        if (st == TD_OK && fused)
+          st = k->alloc(k, (void **)&dout, (size_t)(B * T * A) * 4, "calibrate dout");
+        if (st == TD_OK) st = k->alloc(k, (void **)&att, (size_t)natt * 4, "calibrate att");
+        if (st == TD_OK) st = k->alloc(k, (void **)&scr, (size_t)natt * 4, "calibrate scr");
         for (int64_t j = 0; st == TD_OK && j < B * T * 3 * A; ++j)
           qkv[j] = (float)((j * 7919) % 1001) / 1001.0f - 0.5f;
+        for (int64_t j = 0; st == TD_OK && fused && j < B * T * A; ++j)
+          dout[j] = (float)((j * 104729) % 1003) / 1003.0f - 0.5f;
         int inner = 1;
         for (int rr = -1; st == TD_OK && rr < REPS; ++rr) {
           MPI_Barrier(comm);
           double t0 = td_now();
           for (int it = 0; st == TD_OK && it < inner; ++it) {
-            st = k->attention_fwd(k, out, att, qkv, B, T, NH, HS);
-            if (st == TD_OK) st = k->attention_bwd(k, dq, scr, out, qkv, att, B, T, NH, HS);
+            if (fused) {
+              st = k->flash_fwd(k, out, att, qkv, qkv + A, qkv + 2 * A, 3 * A, 3 * A, B, T, NH,
+                                NH, HS, NULL, NULL, TD_DTYPE_F32);
+              if (st == TD_OK)
+                st = k->flash_bwd(k, dq, dq + A, dq + 2 * A, scr, dout, out, att, qkv, qkv + A,
+                                  qkv + 2 * A, 3 * A, 3 * A, B, T, NH, NH, HS, NULL, NULL,
+                                  TD_DTYPE_F32);
+            } else {
+              st = k->attention_fwd(k, out, att, qkv, B, T, NH, HS);
+              if (st == TD_OK) st = k->attention_bwd(k, dq, scr, out, qkv, att, B, T, NH, HS);
+            }
           }
           if (st == TD_OK) st = k->sync(k);
           double dt = td_now() - t0;
@@ -326,15 +342,17 @@ td_status td_plan_calibrate(MPI_Comm comm, td_cluster *c, td_calibration *cal) {
           }
         }
         k->free(k, qkv), k->free(k, dq), k->free(k, out), k->free(k, att), k->free(k, scr);
+        if (dout) k->free(k, dout);
         TD_CHECK_GOTO(st);
         mine = fastest(ts, REPS);
         MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, comm);
-        r[i] = 12.0 * (double)A * (double)T * (double)(B * T) / worst;
+        r[i] = (fused ? 18.0 : 12.0) * (double)A * (double)T * (double)(B * T) / worst;
       }
-      cal->att = fmax(cal->att, 0.5 * (r[0] + r[1]));
+      double *rate = fused ? &cal->fatt : &cal->att;
+      *rate = fmax(*rate, 0.5 * (r[0] + r[1]));
     }
   }
-  c->att_rate = cal->att;
+  c->att_rate = cal->att, c->fatt_rate = cal->fatt;
   /* the large-shape rate is the peak (efficiency 1 by definition); small
    * shapes reach the fp32 ratio */
   c->peak_fp32 = cal->large[0], c->peak_bf16 = cal->large[1];
@@ -436,6 +454,7 @@ void td_calibration_print(const td_calibration *cal, FILE *out) {
           "#   gemm fp32: large %.1f GFLOP/s, small (64 rows) %.1f GFLOP/s\n"
           "#   gemm bf16: large %.1f GFLOP/s, small (64 rows) %.1f GFLOP/s\n"
           "#   attention fp32 (forward + backward, 12·A·T FLOPs per token): %.1f GFLOP/s\n"
+          "#   fused attention fp32 (forward + backward, 18·A·T FLOPs per token): %.1f GFLOP/s\n"
           "#   point-to-point: latency %.2f us, bandwidth %.3f GB/s\n"
           "#   all-reduce: 8 B %.2f us, 64 MiB %.1f us -> latency %.2f us per step, %.3f GB/s\n"
           "#   64 MiB reduce-scatter %.1f ms, all-gather %.1f ms (nonblocking, then the wait)\n"
@@ -443,7 +462,7 @@ void td_calibration_print(const td_calibration *cal, FILE *out) {
           "#   overlap: 64 MiB all-reduce %.1f ms, gemms %.1f ms, nonblocking all-reduce beside "
           "the gemms %.1f ms\n",
           cal->large[0] / 1e9, cal->small[0] / 1e9, cal->large[1] / 1e9, cal->small[1] / 1e9,
-          cal->att / 1e9, cal->p2p_lat * 1e6, cal->p2p_bw / 1e9, cal->ar_small_s * 1e6,
+          cal->att / 1e9, cal->fatt / 1e9, cal->p2p_lat * 1e6, cal->p2p_bw / 1e9, cal->ar_small_s * 1e6,
           cal->ar_big_s * 1e6, cal->ar_lat * 1e6, cal->ar_bw / 1e9, cal->rs_s * 1e3,
           cal->ag_s * 1e3, cal->ar_mid_s * 1e3, cal->rs_mid_s * 1e3, cal->ag_mid_s * 1e3,
           cal->ov_comm_s * 1e3, cal->ov_compute_s * 1e3, cal->ov_both_s * 1e3);

@@ -58,6 +58,9 @@ typedef struct td_cluster {
                                   matmul_efficiency, as the published GPU efficiencies are */
   double att_rate;             /* FLOP/s of the attention kernels (their 12·A·T per token,
                                   device.attention_tflops); 0: at the matmul rate */
+  double fatt_rate;            /* FLOP/s of the fused attention kernels (their 18·A·T per
+                                  token: the backward makes the scores again; CPU clusters,
+                                  device.fused_attention_tflops); 0: at att_rate */
   double baseline;             /* bytes a rank holds besides trident's buffers (MPI, libraries,
                                   the back-end), device.baseline_mib; 0 when not calibrated */
   double rs_ratio, ag_ratio;   /* links.reduce_scatter, links.all_gather: the bandwidth a
@@ -123,6 +126,7 @@ void td_cluster_print(const td_cluster *c, FILE *out);
 typedef struct td_calibration {
   double large[2], small[2];
   double att;  /* attention kernels, fp32, forward + backward */
+  double fatt; /* the fused attention kernels, the same (FLOPs: 18·A·T a token) */
   double p2p_lat, p2p_bw, ar_lat, ar_bw, ar_small_s, ar_big_s;
   double ov_comm_s, ov_compute_s, ov_both_s; /* the overlap measurement (links.overlap) */
   double rs_s, ag_s;                         /* 64 MiB reduce-scatter and all-gather */

@@ -210,7 +210,7 @@ if(TD_CUDA_EMULATE)
       COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/ckpt_reshard.sh ${_side} --gb 4 --src-rtol 3e-5
               --param-rtol 1e-3
               $<TARGET_FILE:trident> ${CMAKE_CURRENT_BINARY_DIR}/cudaemu_ckpt ${dir} 1,1,1,0 1,1,1,0)
-    set_tests_properties(cudaemu_ckpt_${dir} PROPERTIES TIMEOUT 600 PROCESSORS 2
+    set_tests_properties(cudaemu_ckpt_${dir} PROPERTIES TIMEOUT 600 PROCESSORS 1 # one rank each side
       LABELS "e2e;checkpoint;cudaemu"
       ENVIRONMENT "${TD_GRID_ENV};${TD_CUDAEMU_TEST_ENV};TD_DECK=${PROJECT_SOURCE_DIR}/tests/cudaemu/small.yaml")
   endforeach()
