@@ -255,12 +255,17 @@ td_status td_plan_calibrate_gpu(MPI_Comm comm, td_cluster *c, td_gpu_calibration
     for (int i = 0; i < g->sizes; ++i) l.bw = fmax(l.bw, g->busbw[i]);
     l.lat = g->ar_s[0] / (2.0 * (size - 1));
     /* half the bus bandwidth: S/(S + half) = 1/2 at S = half; from the first
-     * size at or above half the peak, S·(peak/busbw − 1) */
+     * size at or above half the peak, S·(peak/busbw − 1) — or, when that
+     * size is the peak itself (a noisy link whose bandwidth jumps there:
+     * S·0), from the size before it, below half the peak. A measured link
+     * always has a half size (the cluster file prints it: "measured") */
     for (int i = 0; i < g->sizes; ++i)
       if (g->busbw[i] >= 0.5 * l.bw) {
-        l.half_bytes = g->size[i] * fmax(l.bw / g->busbw[i] - 1.0, 0.0);
+        int j = g->busbw[i] >= l.bw && i > 0 ? i - 1 : i;
+        l.half_bytes = g->size[j] * fmax(l.bw / g->busbw[j] - 1.0, 0.0);
         break;
       }
+    if (l.half_bytes <= 0) l.half_bytes = g->size[0]; /* the smallest size already at peak */
     c->intra = c->inter = l; /* one measurement: the link these ranks span */
     g->links_measured = 1;
   } else {
