@@ -202,7 +202,7 @@ __attribute__((always_inline)) static inline void mk_body(
 
 /* The same products for machines with 16 vector registers (AVX2: a v16 is
  * two of them; the blocks above, 16 or more v16 accumulators, spill to the
- * stack there and ran at a quarter of the gemm rate): 6 rows × 16 columns
+ * stack there and ran at a fifth of the gemm rate): 6 rows × 16 columns
  * in twelve 8-float accumulators, named one by one so that the compiler
  * keeps them in registers, two of B and one broadcast. Each element is the
  * same sum over k in order, so both bodies give the same bits. */
